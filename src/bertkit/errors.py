@@ -1,0 +1,29 @@
+"""One family of errors for people: each names the file, line or field, what was found and what was expected."""
+
+from __future__ import annotations
+
+
+class BertkitError(Exception):
+    """Base class of every error bertkit raises on purpose; the CLI prints its message without a traceback."""
+
+
+class ConfigError(BertkitError):
+    """A configuration field is missing, of the wrong type, or out of range."""
+
+
+class CheckpointError(BertkitError):
+    """A model or tokenizer folder is missing a file, or a file does not match what it should hold."""
+
+
+class DataError(BertkitError):
+    """An input data file is malformed (the message names the file and line)."""
+
+
+class TokenizerError(BertkitError):
+    """A vocabulary or tokenizer setting is invalid."""
+
+
+def data_error(path: object, line: int | None, message: str) -> DataError:
+    """Build a DataError whose message starts with 'path:line:' like a compiler's."""
+    where = f"{path}:{line}" if line is not None else f"{path}"
+    return DataError(f"{where}: {message}")
