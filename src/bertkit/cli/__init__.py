@@ -17,7 +17,8 @@ from bertkit.errors import BertkitError
 VERB_MODULES = [
     "bertkit.cli.tokenize",  # tokenize, train-tokenizer
     "bertkit.cli.model",  # info, convert
-    "bertkit.cli.pretrain",  # prepare-pretraining, pretrain
+    "bertkit.cli.data",  # prepare-pretraining
+    "bertkit.cli.pretrain",  # pretrain
     "bertkit.cli.finetune",  # finetune, evaluate, predict
     "bertkit.cli.inference",  # embed, fill-mask, extract-features, export-onnx, attention
     "bertkit.cli.serve",  # serve
