@@ -1,0 +1,171 @@
+"""BertConfig: the model's hyper-parameters, with the paper's defaults, readable from a Hugging Face config.json."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import ConfigError
+from bertkit.io import atomic_write_json
+
+# Sizes from the paper (BERT-base, BERT-large) and from Turc et al. 2019, "Well-Read Students Learn Better"
+# (the 24 compact models google-research/bert released: tiny, mini, small, medium).
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2),
+    "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4),
+    "small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8),
+    "medium": dict(num_hidden_layers=8, hidden_size=512, num_attention_heads=8),
+    "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12),
+    "large": dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16),
+}
+
+# Activation names as Hugging Face configs spell them, mapped to bertkit's two GELUs.
+_ACT_ALIASES = {
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_tanh",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "relu": "relu",
+}
+
+
+@dataclass
+class BertConfig:
+    """Hyper-parameters of a BERT model; defaults are BERT-base's (Devlin et al. 2019, section 3 and appendix A.2)."""
+
+    vocab_size: int = 30522
+    """Size of the WordPiece vocabulary (bert-base-uncased has 30,522)."""
+    hidden_size: int = 768
+    """Width H of every token representation."""
+    num_hidden_layers: int = 12
+    """Number L of Transformer encoder layers."""
+    num_attention_heads: int = 12
+    """Number A of self-attention heads; must divide hidden_size."""
+    intermediate_size: int = 3072
+    """Width of the feed-forward layer (4H in the paper)."""
+    hidden_act: str = "gelu"
+    """Feed-forward activation: 'gelu' (exact, erf) as in the original code, 'gelu_tanh', or 'relu'."""
+    hidden_dropout_prob: float = 0.1
+    """Dropout on embeddings and on every sub-layer output (paper: 0.1)."""
+    attention_probs_dropout_prob: float = 0.1
+    """Dropout on the attention probabilities (paper: 0.1)."""
+    max_position_embeddings: int = 512
+    """Longest sequence the learned position embeddings cover."""
+    type_vocab_size: int = 2
+    """Number of segment (token type) ids: A and B."""
+    initializer_range: float = 0.02
+    """Standard deviation of the truncated-normal-like init (the reference uses N(0, 0.02))."""
+    layer_norm_eps: float = 1e-12
+    """LayerNorm epsilon of the reference implementation."""
+    pad_token_id: int = 0
+    """Id of [PAD] in the vocabulary."""
+    # --- task head settings (saved with a fine-tuned model) ---
+    num_labels: int = 2
+    """Output size of classification and tagging heads."""
+    label_names: list[str] | None = None
+    """Names of the labels in id order; written as id2label/label2id in config.json."""
+    problem_type: str | None = None
+    """Sequence classification loss: 'single_label_classification', 'multi_label_classification', 'regression'."""
+    classifier_dropout: float | None = None
+    """Dropout before a task head; None means hidden_dropout_prob, as in the reference."""
+    task: str | None = None
+    """The bertkit task a fine-tuned folder was trained for ('classification', 'ner', 'qa', ...)."""
+    task_settings: dict[str, Any] = field(default_factory=dict)
+    """Task-specific settings stored with the model (max length, label scheme, doc stride, ...)."""
+
+    def __post_init__(self) -> None:
+        self.hidden_act = _ACT_ALIASES.get(self.hidden_act, self.hidden_act)
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the field if a value is out of range."""
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                     "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"BertConfig.{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.hidden_act not in ("gelu", "gelu_tanh", "relu"):
+            raise ConfigError(f"BertConfig.hidden_act must be one of gelu, gelu_tanh, relu; got {self.hidden_act!r}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ConfigError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
+        if self.label_names is not None and len(self.label_names) != self.num_labels:
+            raise ConfigError(
+                f"BertConfig.label_names has {len(self.label_names)} names but num_labels is {self.num_labels}"
+            )
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "BertConfig":
+        """A config for one of the published sizes: tiny, mini, small, medium, base, large."""
+        if name not in PRESETS:
+            raise ConfigError(f"unknown model preset {name!r}; expected one of {', '.join(PRESETS)}")
+        sizes = dict(PRESETS[name])
+        sizes["intermediate_size"] = 4 * sizes["hidden_size"]
+        sizes.update(overrides)
+        return cls(**sizes)
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.hidden_size // self.num_attention_heads
+
+    # --- serialisation -------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict in Hugging Face's config.json layout plus bertkit's own fields."""
+        d = dataclasses.asdict(self)
+        d["model_type"] = "bert"
+        d["position_embedding_type"] = "absolute"
+        if self.label_names is not None:
+            d["id2label"] = {str(i): name for i, name in enumerate(self.label_names)}
+            d["label2id"] = {name: i for i, name in enumerate(self.label_names)}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "config") -> "BertConfig":
+        """Build a config from a dict (bertkit's or a Hugging Face config.json); unknown keys are ignored."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in known}
+        if d.get("position_embedding_type", "absolute") != "absolute":
+            raise ConfigError(f"{source}: position_embedding_type {d['position_embedding_type']!r} is not supported "
+                              "(bertkit implements BERT's absolute learned positions)")
+        if "label_names" not in d and "id2label" in d:
+            id2label = {int(k): v for k, v in d["id2label"].items()}
+            kwargs["label_names"] = [id2label[i] for i in range(len(id2label))]
+            kwargs.setdefault("num_labels", len(id2label))
+        try:
+            return cls(**kwargs)
+        except TypeError as e:
+            raise ConfigError(f"{source}: {e}") from None
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+
+    def save(self, path: str | Path) -> None:
+        """Write config.json atomically."""
+        atomic_write_json(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | Path) -> "BertConfig":
+        """Read a config.json (bertkit's or Hugging Face's)."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such file (expected a BERT config.json)")
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: not valid JSON ({e})") from None
+        if not isinstance(d, dict):
+            raise ConfigError(f"{path}: expected a JSON object, found {type(d).__name__}")
+        if d.get("model_type", "bert") not in ("bert",):
+            raise ConfigError(f"{path}: model_type is {d['model_type']!r}, expected 'bert'")
+        return cls.from_dict(d, source=str(path))
