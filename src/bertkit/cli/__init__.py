@@ -20,7 +20,9 @@ VERB_MODULES = [
     "bertkit.cli.data",  # prepare-pretraining
     "bertkit.cli.pretrain",  # pretrain
     "bertkit.cli.finetune",  # finetune, evaluate, predict
-    "bertkit.cli.inference",  # embed, fill-mask, extract-features, export-onnx, attention
+    "bertkit.cli.inference",  # embed
+    "bertkit.cli.explore",  # fill-mask, extract-features, attention
+    "bertkit.cli.export",  # export-onnx
     "bertkit.cli.serve",  # serve
     "bertkit.cli.demo",  # demo
 ]
