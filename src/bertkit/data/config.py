@@ -1,0 +1,145 @@
+"""`PretrainingDataConfig`: every setting of the pre-training data recipe, with the paper's defaults.
+
+Defaults follow google-research/bert `create_pretraining_data.py` (its flags) and the BERT paper
+(Devlin et al. 2019, section 3.1 and appendix A.1). The config is written next to the shards as
+`data_config.json`, so a training run knows exactly how its data was made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from bertkit.errors import ConfigError
+
+LAYOUTS = ("auto", "lines", "paragraphs")
+BAD_UTF8_POLICIES = ("error", "skip")
+
+
+@dataclass
+class PretrainingDataConfig:
+    """How raw text becomes masked-LM + next-sentence pre-training instances."""
+
+    # Length of [CLS] A [SEP] B [SEP]; 128 for 90% of the paper's steps, 512 for the rest (appendix A.2).
+    max_seq_length: int = 128
+    # Probability of drawing a shorter target length randint(2, max_num_tokens), to reduce the
+    # pre-train/fine-tune length mismatch (reference flag `short_seq_prob`, default 0.1).
+    short_seq_prob: float = 0.1
+    # Fraction of non-special tokens to predict (paper section 3.1: "15% of all WordPiece tokens").
+    masked_lm_prob: float = 0.15
+    # Cap on predictions per sequence (reference: 20 for length 128, 80 for length 512).
+    max_predictions_per_seq: int = 20
+    # Of the chosen tokens: 80% become [MASK], 10% a random token, 10% stay unchanged (paper 3.1, C.2).
+    mask_token_prob: float = 0.8
+    random_token_prob: float = 0.1
+    # Share of pairs whose B is a random span of another document (paper 3.1: "50% of the time").
+    random_next_prob: float = 0.5
+    # Times each document is turned into instances, each time with different splits and masks.
+    # The reference flag's default is 10; we keep it (with dynamic masking 2-5 is usually enough).
+    dupe_factor: int = 10
+    # Mask all WordPiece pieces of a word together (the reference's `do_whole_word_mask`).
+    whole_word_mask: bool = False
+    # False: masks are drawn once and stored with each instance (the reference).
+    # True: shards hold unmasked tokens and the collator redraws masks each epoch (RoBERTa, Liu et al. 2019).
+    dynamic_masking: bool = False
+    # Seed of every random choice; each shard's RNG is derived from (seed, shard index).
+    seed: int = 12345
+    # Text layout: "lines" = one sentence per line, blank line between documents (the reference's format);
+    # "paragraphs" = free text split into sentences here; "auto" = decide per file.
+    layout: str = "auto"
+    # Undecodable bytes: "error" stops with file and byte offset, "skip" drops the line and counts it.
+    on_bad_utf8: str = "error"
+    # Field holding a document's text in JSONL input.
+    text_field: str = "text"
+    # Streaming: documents are processed in chunks of at most this many documents / characters; one chunk
+    # makes one shard, and the random B of a pair is drawn from the chunk (the reference draws from the whole
+    # corpus, which does not fit a bounded memory; with thousands of documents per chunk this is equivalent).
+    chunk_documents: int = 2000
+    chunk_chars: int = 16_000_000
+    # A document longer than this many sentences is cut into several (bounds memory on heading-less text).
+    max_document_sentences: int = 20_000
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def max_num_tokens(self) -> int:
+        """Room for A and B: max_seq_length less [CLS] and two [SEP]."""
+        return self.max_seq_length - 3
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first field that is out of range."""
+
+        def bad(field: str, expected: str) -> ConfigError:
+            return ConfigError(f"PretrainingDataConfig.{field} = {getattr(self, field)!r}: expected {expected}")
+
+        if not isinstance(self.max_seq_length, int) or self.max_seq_length < 5:
+            raise bad("max_seq_length", "an integer >= 5")
+        if self.max_seq_length > 65535:
+            raise bad("max_seq_length", "at most 65535 (positions are stored as uint16)")
+        for name in ("short_seq_prob", "mask_token_prob", "random_token_prob", "random_next_prob"):
+            if not 0.0 <= float(getattr(self, name)) <= 1.0:
+                raise bad(name, "a probability in [0, 1]")
+        if not 0.0 < float(self.masked_lm_prob) < 1.0:
+            raise bad("masked_lm_prob", "a probability in (0, 1)")
+        if self.mask_token_prob + self.random_token_prob > 1.0:
+            raise bad("random_token_prob", "mask_token_prob + random_token_prob <= 1")
+        if not isinstance(self.max_predictions_per_seq, int) or self.max_predictions_per_seq < 1:
+            raise bad("max_predictions_per_seq", "an integer >= 1")
+        if not isinstance(self.dupe_factor, int) or self.dupe_factor < 1:
+            raise bad("dupe_factor", "an integer >= 1")
+        if self.layout not in LAYOUTS:
+            raise bad("layout", f"one of {', '.join(LAYOUTS)}")
+        if self.on_bad_utf8 not in BAD_UTF8_POLICIES:
+            raise bad("on_bad_utf8", f"one of {', '.join(BAD_UTF8_POLICIES)}")
+        if not isinstance(self.chunk_documents, int) or self.chunk_documents < 2:
+            raise bad("chunk_documents", "an integer >= 2 (a random B needs another document)")
+        if not isinstance(self.chunk_chars, int) or self.chunk_chars < 1:
+            raise bad("chunk_chars", "an integer >= 1")
+        if not isinstance(self.max_document_sentences, int) or self.max_document_sentences < 2:
+            raise bad("max_document_sentences", "an integer >= 2")
+        if not isinstance(self.seed, int):
+            raise bad("seed", "an integer")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of every field (JSON-ready)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "PretrainingDataConfig":
+        """Inverse of `to_dict`; unknown keys are an error so typos do not pass silently."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"PretrainingDataConfig: unknown field(s) {', '.join(unknown)}")
+        return cls(**d)
+
+    def to_json(self) -> str:
+        """JSON text of the config."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> "PretrainingDataConfig":
+        """Parse JSON text written by `to_json`."""
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"PretrainingDataConfig: invalid JSON ({e})") from None
+        if not isinstance(d, dict):
+            raise ConfigError("PretrainingDataConfig: expected a JSON object")
+        return cls.from_dict(d)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the config atomically as JSON."""
+        from bertkit.io import atomic_write_text
+
+        atomic_write_text(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "PretrainingDataConfig":
+        """Read a config written by `save`."""
+        with open(path, encoding="utf-8") as f:
+            return cls.from_json(f.read())
