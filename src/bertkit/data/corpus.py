@@ -32,9 +32,11 @@ JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".ndjson")
 # Words that end in a period without ending a sentence ("Mr. Elliot", "St. Paul", "e.g. this").
 ABBREVIATIONS = frozenset(
     """mr mrs ms messrs mme mlle dr st jr sr prof rev revd hon capt col gen lt sgt maj adm cmdr gov sen rep pres
-    mt ft esq vs e.g i.e cf al approx fig figs vol vols pp p ch no nos co corp inc ltd bros dept univ est
-    ca c jan feb mar apr jun jul aug sep sept oct nov dec mon tue wed thu fri sat sun op ed eds viz""".split()
+    mt ft esq vs e.g i.e cf al approx figs vols pp inc ltd bros dept univ jan feb apr jun jul aug sep sept oct
+    nov dec viz""".split()
 )
+# Abbreviations that are also ordinary words: they only do not end a sentence before a number ("No. 5").
+NUMBER_ABBREVIATIONS = frozenset("no nos vol fig ch art p".split())
 
 _BOUNDARY = re.compile(
     r"(?P<term>[.!?\u2026]+)"  # the terminator: . ! ? … (or a run of them)
@@ -61,8 +63,11 @@ def split_sentences(text: str) -> list[str]:
         if m.group("term") == ".":
             before = _LAST_WORD.search(text, start, m.start())
             word = before.group(1).lstrip("\"'\u201c\u2018([") if before else ""
-            if word and (word.lower() in ABBREVIATIONS or (len(word) == 1 and word.isalpha()) or "." in word):
+            lower = word.lower()
+            if word and (lower in ABBREVIATIONS or (len(word) == 1 and word.isalpha()) or "." in word):
                 continue  # "Mr.", initials "H.", "U.S." do not end a sentence
+            if lower in NUMBER_ABBREVIATIONS and text[m.end() : m.end() + 1].isdigit():
+                continue  # "No. 5", "vol. 2"
         sentence = text[start : m.start("space")].strip()
         if sentence:
             sentences.append(sentence)

@@ -13,6 +13,7 @@ import os
 import random
 import resource
 import sys
+from collections import Counter
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,7 @@ class ShardStats:
     empty_sentences: int = 0  # sentences with no token (e.g. only control characters): dropped
     truncated_sentences: int = 0  # sentences longer than max_seq_length - 3 tokens: cut to that length
     unpaired_documents: int = 0  # documents of a chunk with no other document to draw a random B from
+    unpaired_last_sentences: int = 0  # balanced_nsp: a document's last sentence drew IsNext, no instance made
     instances: int = 0
     tokens: int = 0
     random_next: int = 0
@@ -114,7 +116,9 @@ def build_shard_arrays(
     if len(documents) < 2:
         stats.unpaired_documents += len(documents)
         documents = []
-    instances = create_instances(documents, config, vocab, rng) if documents else []
+    counts: Counter = Counter()
+    instances = create_instances(documents, config, vocab, rng, counts) if documents else []
+    stats.unpaired_last_sentences += counts["unpaired_last_sentences"]
     lengths = np.fromiter((len(x.input_ids) for x in instances), dtype=np.int64, count=len(instances))
     offsets = np.zeros(len(instances) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])

@@ -13,13 +13,17 @@ each deliberate:
   [unusedN]); the reference draws from every vocabulary entry.
 * Whole-word masking joins a `##` piece to the word only when it directly follows it.
 
-As in the reference, the short target length is drawn once per document pass (not per instance), and a
-chunk of a single sentence (one longer than the target, or a document's last) always gets a random B.
+* With `config.balanced_nsp` (the default), a chunk of a single sentence (one longer than the target, or a
+  document's last) also flips the IsNext coin, taking B from the following sentences; the reference always
+  gives it a random B, which makes ~56% of real-text pairs random instead of 50%.
+
+As in the reference, the short target length is drawn once per document pass, not per instance.
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -161,13 +165,15 @@ def create_instances_from_document(
     config: PretrainingDataConfig,
     vocab: VocabInfo,
     rng: random.Random,
+    counts: Counter | None = None,
 ) -> list[Instance]:
     """All sentence-pair instances of one pass over `documents[document_index]` (a list of sentences of ids).
 
     Follows the reference: fill a chunk of whole sentences up to a target length; A = its first
     randint(1, len-1) sentences; B = the rest (IsNext) or, with probability `random_next_prob` (always for a
     one-sentence chunk), a span of another document, the unused sentences going back to the stream.
-    Masks are drawn here unless `config.dynamic_masking`.
+    Masks are drawn here unless `config.dynamic_masking`. `counts["unpaired_last_sentences"]` counts the
+    one-sentence chunks at a document's end that made no instance (balanced_nsp only).
     """
     if len(documents) < 2:
         raise ValueError("a random next sentence needs at least two documents")
@@ -188,8 +194,16 @@ def create_instances_from_document(
             a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
             tokens_a = [t for s in chunk[:a_end] for t in s]
             tokens_b: list[int] = []
-            if len(chunk) == 1 or rng.random() < config.random_next_prob:
-                is_random_next = True
+            single = len(chunk) == 1
+            if single and config.balanced_nsp:
+                is_random_next = rng.random() < config.random_next_prob
+                if not is_random_next and i == len(document) - 1:
+                    if counts is not None:
+                        counts["unpaired_last_sentences"] += 1
+                    break  # a document's last sentence has no true continuation
+            else:
+                is_random_next = single or rng.random() < config.random_next_prob
+            if is_random_next:
                 target_b_length = target_seq_length - len(tokens_a)
                 b_doc = rng.randint(0, len(documents) - 2)
                 if b_doc >= document_index:
@@ -203,8 +217,16 @@ def create_instances_from_document(
                         break
                 b_span = (b_start, b_end + 1)
                 i -= len(chunk) - a_end  # the unused sentences start the next chunk
+            elif single:  # balanced_nsp: B = the following sentences, up to the target length
+                target_b_length = target_seq_length - len(tokens_a)
+                b_start = i + 1
+                for i in range(b_start, len(document)):
+                    tokens_b.extend(document[i])
+                    if len(tokens_b) >= target_b_length:
+                        break
+                b_doc = document_index
+                b_span = (b_start, i + 1)
             else:
-                is_random_next = False
                 tokens_b = [t for s in chunk[a_end:] for t in s]
                 b_doc = document_index
                 b_span = (chunk_start + a_end, chunk_start + len(chunk))
@@ -239,12 +261,16 @@ def create_instances_from_document(
 
 
 def create_instances(
-    documents: Sequence[Sequence[Sequence[int]]], config: PretrainingDataConfig, vocab: VocabInfo, rng: random.Random
+    documents: Sequence[Sequence[Sequence[int]]],
+    config: PretrainingDataConfig,
+    vocab: VocabInfo,
+    rng: random.Random,
+    counts: Counter | None = None,
 ) -> list[Instance]:
     """Every instance of a chunk: `dupe_factor` passes over all documents, then shuffled (as the reference)."""
     instances: list[Instance] = []
     for _ in range(config.dupe_factor):
         for d in range(len(documents)):
-            instances.extend(create_instances_from_document(documents, d, config, vocab, rng))
+            instances.extend(create_instances_from_document(documents, d, config, vocab, rng, counts))
     rng.shuffle(instances)
     return instances

@@ -1,0 +1,105 @@
+"""`bertkit prepare-pretraining`: text files -> sharded masked-LM + next-sentence pre-training data."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from bertkit.data.config import BAD_UTF8_POLICIES, LAYOUTS, PretrainingDataConfig
+from bertkit.errors import CheckpointError
+
+_DEFAULTS = PretrainingDataConfig()
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `prepare-pretraining` verb; its options mirror PretrainingDataConfig one to one."""
+    p = subparsers.add_parser(
+        "prepare-pretraining",
+        help="turn text files into sharded pre-training instances",
+        description="Read .txt/.txt.gz (one sentence per line with blank lines between documents, or free "
+        "paragraphs with WikiText/chapter headings) and .jsonl ('text' field) files; write masked-LM + "
+        "next-sentence instances as memory-mappable shards with an index (google-research/bert's recipe).",
+    )
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="text/JSONL files or folders of them")
+    p.add_argument("-o", "--output", required=True, help="output folder")
+    p.add_argument("--tokenizer", required=True, help="tokenizer folder (vocab.txt, tokenizer_config.json)")
+    d = _DEFAULTS
+    p.add_argument("--max-seq-length", type=int, default=d.max_seq_length)
+    p.add_argument("--dupe-factor", type=int, default=d.dupe_factor, help="passes over the corpus (default %(default)s)")
+    p.add_argument("--short-seq-prob", type=float, default=d.short_seq_prob)
+    p.add_argument("--masked-lm-prob", type=float, default=d.masked_lm_prob)
+    p.add_argument("--max-predictions-per-seq", type=int, default=d.max_predictions_per_seq)
+    p.add_argument("--whole-word-mask", action="store_true", help="mask all pieces of a word together")
+    p.add_argument("--dynamic-masking", action="store_true", help="store unmasked tokens; the collator masks per epoch")
+    p.add_argument("--reference-nsp", action="store_true",
+                   help="one-sentence chunks always get a random B, exactly as google-research/bert (~56%% random)")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--workers", type=int, default=1, help="parallel processes (the output does not depend on it)")
+    p.add_argument("--layout", choices=LAYOUTS, default=d.layout)
+    p.add_argument("--on-bad-utf8", choices=BAD_UTF8_POLICIES, default=d.on_bad_utf8)
+    p.add_argument("--text-field", default=d.text_field, help="JSONL field holding the text")
+    p.add_argument("--chunk-documents", type=int, default=d.chunk_documents,
+                   help="documents per shard; random B sentences come from the same chunk")
+    p.add_argument("--chunk-chars", type=int, default=d.chunk_chars, help="characters per chunk at most (memory bound)")
+    p.set_defaults(func=prepare_pretraining_command)
+
+
+def _config_from_args(args: argparse.Namespace) -> PretrainingDataConfig:
+    return PretrainingDataConfig(
+        max_seq_length=args.max_seq_length,
+        short_seq_prob=args.short_seq_prob,
+        masked_lm_prob=args.masked_lm_prob,
+        max_predictions_per_seq=args.max_predictions_per_seq,
+        dupe_factor=args.dupe_factor,
+        whole_word_mask=args.whole_word_mask,
+        dynamic_masking=args.dynamic_masking,
+        balanced_nsp=not args.reference_nsp,
+        seed=args.seed,
+        layout=args.layout,
+        on_bad_utf8=args.on_bad_utf8,
+        text_field=args.text_field,
+        chunk_documents=args.chunk_documents,
+        chunk_chars=args.chunk_chars,
+    )
+
+
+def _load_tokenizer(folder: str):
+    if not (Path(folder) / "vocab.txt").is_file():
+        raise CheckpointError(f"{folder}: no vocab.txt; --tokenizer should be a tokenizer or model folder")
+    from bertkit.tokenizer import BertTokenizer
+
+    return BertTokenizer.from_pretrained(folder)
+
+
+def prepare_pretraining_command(args: argparse.Namespace) -> int:
+    """Handler of `bertkit prepare-pretraining`: build the dataset, show progress, print a summary."""
+    from tqdm import tqdm
+
+    from bertkit.data.prepare import prepare_pretraining
+
+    config = _config_from_args(args)
+    tokenizer = _load_tokenizer(args.tokenizer)
+    start = time.perf_counter()
+    with tqdm(desc="prepare-pretraining", unit=" shard", file=sys.stderr, disable=None) as bar:
+
+        def progress(documents: int, stats) -> None:
+            bar.update(1)
+            bar.set_postfix(documents=documents, instances=stats.instances)
+
+        result = prepare_pretraining(args.inputs, args.output, tokenizer, config, args.workers, progress)
+    c, s = result.corpus, result.shards
+    print(f"wrote {result.output_dir} in {time.perf_counter() - start:.1f}s")
+    print(f"  files          {c.files} ({c.empty_files} empty, skipped; {c.bad_utf8_lines} undecodable lines skipped)")
+    print(f"  documents      {s.documents} ({c.single_sentence_documents + s.single_sentence_documents} single-sentence"
+          f" skipped, {c.documents_split} long ones split)")
+    print(f"  sentences      {s.sentences} ({s.truncated_sentences} truncated to {config.max_num_tokens} tokens, "
+          f"{s.empty_sentences} empty dropped)")
+    random_share = s.random_next / s.instances if s.instances else 0.0
+    print(f"  instances      {s.instances} ({random_share:.1%} random next; {s.unpaired_last_sentences} "
+          f"last sentences without a pair)")
+    print(f"  tokens         {s.tokens}" + (f" ({s.masked} masked)" if s.masked else " (masks drawn at training time)"))
+    print(f"  shards         {result.num_shards}")
+    print(f"  peak RSS       {result.peak_rss_mib:.0f} MiB")
+    return 0
