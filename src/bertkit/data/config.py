@@ -39,8 +39,8 @@ class PretrainingDataConfig:
     random_next_prob: float = 0.5
     # The reference always gives a one-sentence chunk (a sentence longer than the target length, or a
     # document's last sentence) a random B, which on real text pushes the random share to ~56%. True flips the
-    # usual coin for such chunks too: IsNext takes B from the following sentences, and a document's last
-    # sentence whose coin says IsNext makes no instance (counted). False reproduces the reference exactly.
+    # usual coin for a long sentence too (IsNext takes B from the following sentences), and a document's last
+    # sentence alone in a chunk makes no instance (counted). False reproduces the reference exactly.
     balanced_nsp: bool = True
     # Times each document is turned into instances, each time with different splits and masks.
     # The reference flag's default is 10; we keep it (with dynamic masking 2-5 is usually enough).

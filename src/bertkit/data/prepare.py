@@ -60,7 +60,7 @@ class ShardStats:
     empty_sentences: int = 0  # sentences with no token (e.g. only control characters): dropped
     truncated_sentences: int = 0  # sentences longer than max_seq_length - 3 tokens: cut to that length
     unpaired_documents: int = 0  # documents of a chunk with no other document to draw a random B from
-    unpaired_last_sentences: int = 0  # balanced_nsp: a document's last sentence drew IsNext, no instance made
+    unpaired_last_sentences: int = 0  # balanced_nsp: a document's lone last sentence, no instance made
     instances: int = 0
     tokens: int = 0
     random_next: int = 0

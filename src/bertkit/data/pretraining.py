@@ -13,9 +13,9 @@ each deliberate:
   [unusedN]); the reference draws from every vocabulary entry.
 * Whole-word masking joins a `##` piece to the word only when it directly follows it.
 
-* With `config.balanced_nsp` (the default), a chunk of a single sentence (one longer than the target, or a
-  document's last) also flips the IsNext coin, taking B from the following sentences; the reference always
-  gives it a random B, which makes ~56% of real-text pairs random instead of 50%.
+* With `config.balanced_nsp` (the default), a chunk of a single sentence longer than the target also flips
+  the IsNext coin, taking B from the following sentences, and a document's last sentence alone in a chunk
+  makes no instance; the reference gives both a random B, which makes ~56% of real-text pairs random.
 
 As in the reference, the short target length is drawn once per document pass, not per instance.
 """
@@ -196,11 +196,13 @@ def create_instances_from_document(
             tokens_b: list[int] = []
             single = len(chunk) == 1
             if single and config.balanced_nsp:
-                is_random_next = rng.random() < config.random_next_prob
-                if not is_random_next and i == len(document) - 1:
+                if i == len(document) - 1:
+                    # A lone last sentence has no true continuation. Keeping it only when its coin says "random"
+                    # would bias the random share upwards, so it makes no instance (it still serves as B).
                     if counts is not None:
                         counts["unpaired_last_sentences"] += 1
-                    break  # a document's last sentence has no true continuation
+                    break
+                is_random_next = rng.random() < config.random_next_prob
             else:
                 is_random_next = single or rng.random() < config.random_next_prob
             if is_random_next:
