@@ -77,10 +77,7 @@ class PretrainingCollator:
                     raise ConfigError(
                         "dynamic_masking=True but the dataset holds static masks (prepared without --dynamic-masking)"
                     )
-                masked, positions, originals = mask_tokens(
-                    ids.tolist(), self.vocab, self._rng(item), c.masked_lm_prob, c.max_predictions_per_seq,
-                    c.whole_word_mask, c.mask_token_prob, c.random_token_prob,
-                )
+                masked, positions, originals = mask_tokens(ids.tolist(), self.vocab, self._rng(item), **c.mask_options())
                 input_ids[b, :n] = torch.tensor(masked, dtype=torch.long)
                 labels[b, positions] = torch.tensor(originals, dtype=torch.long)
             else:

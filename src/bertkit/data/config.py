@@ -75,6 +75,16 @@ class PretrainingDataConfig:
         """Room for A and B: max_seq_length less [CLS] and two [SEP]."""
         return self.max_seq_length - 3
 
+    def mask_options(self) -> dict[str, Any]:
+        """The keyword arguments of `bertkit.data.pretraining.mask_tokens` that this config sets."""
+        return {
+            "masked_lm_prob": self.masked_lm_prob,
+            "max_predictions_per_seq": self.max_predictions_per_seq,
+            "whole_word_mask": self.whole_word_mask,
+            "mask_token_prob": self.mask_token_prob,
+            "random_token_prob": self.random_token_prob,
+        }
+
     def validate(self) -> None:
         """Raise ConfigError naming the first field that is out of range."""
 

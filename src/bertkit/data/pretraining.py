@@ -246,14 +246,7 @@ def create_instances_from_document(
             )
             if not config.dynamic_masking:
                 instance.input_ids, instance.masked_positions, instance.masked_labels = mask_tokens(
-                    input_ids,
-                    vocab,
-                    rng,
-                    config.masked_lm_prob,
-                    config.max_predictions_per_seq,
-                    config.whole_word_mask,
-                    config.mask_token_prob,
-                    config.random_token_prob,
+                    input_ids, vocab, rng, **config.mask_options()
                 )
             instances.append(instance)
             chunk_start = i + 1
