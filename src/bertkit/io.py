@@ -10,6 +10,13 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 
+def _default_mode() -> int:
+    """The permission bits an ordinary open() would give a new file (0o666 less the umask); mkstemp uses 0o600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Open a temporary sibling of `path` for writing; rename it over `path` only if the block succeeds.
@@ -20,6 +27,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     binary = "b" in mode
+    os.chmod(tmp, _default_mode())
     try:
         with os.fdopen(fd, mode, encoding=None if binary else encoding) as f:
             yield f
@@ -50,6 +58,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, _default_mode())
     try:
         yield Path(tmp)
         os.replace(tmp, path)
