@@ -1,0 +1,39 @@
+"""Atomic writes: the target appears whole or not at all."""
+
+import os
+
+import pytest
+
+from bertkit.io import atomic_open, atomic_path, atomic_write_json, atomic_write_text
+
+
+def test_atomic_write_replaces_and_leaves_no_temp_files(tmp_path):
+    target = tmp_path / "sub" / "out.txt"
+    atomic_write_text(target, "first")
+    atomic_write_text(target, "second")
+    assert target.read_text() == "second"
+    assert sorted(os.listdir(target.parent)) == ["out.txt"]
+    assert oct(target.stat().st_mode & 0o777) != oct(0o600)
+
+
+def test_failed_write_keeps_the_old_file(tmp_path):
+    target = tmp_path / "out.json"
+    atomic_write_json(target, {"a": 1})
+    with pytest.raises(RuntimeError):
+        with atomic_open(target) as f:
+            f.write('{"half": ')
+            raise RuntimeError("disk full")
+    assert target.read_text().strip().startswith('{\n  "a": 1')
+    assert sorted(os.listdir(tmp_path)) == ["out.json"]
+
+
+def test_atomic_path_renames_only_on_success(tmp_path):
+    target = tmp_path / "weights.bin"
+    with pytest.raises(OSError):
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"partial")
+            raise OSError("no space left on device")
+    assert not target.exists() and os.listdir(tmp_path) == []
+    with atomic_path(target) as tmp:
+        tmp.write_bytes(b"whole")
+    assert target.read_bytes() == b"whole"
