@@ -171,11 +171,14 @@ class BertSelfAttention(nn.Module):
 
 
 class BertSelfOutput(nn.Module):
-    """Output projection of attention, dropout, then residual + LayerNorm (post-LN, as in the paper)."""
+    """Projection of a sub-layer's output back to the hidden size, dropout, then residual + LayerNorm (post-LN).
 
-    def __init__(self, config: BertConfig) -> None:
+    Used after attention (in = hidden) and, as BertOutput, after the feed-forward layer (in = intermediate).
+    """
+
+    def __init__(self, config: BertConfig, in_features: int | None = None) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(in_features or config.hidden_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -206,17 +209,11 @@ class BertIntermediate(nn.Module):
         return self.act(self.dense(x))
 
 
-class BertOutput(nn.Module):
+class BertOutput(BertSelfOutput):
     """Second half of the feed-forward block: intermediate -> hidden, dropout, residual + LayerNorm."""
 
     def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(self, x: Tensor, residual: Tensor) -> Tensor:
-        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+        super().__init__(config, in_features=config.intermediate_size)
 
 
 class BertLayer(nn.Module):
@@ -534,15 +531,17 @@ def sequence_classification_loss(logits: Tensor, labels: Tensor, config: BertCon
     return F.cross_entropy(logits.float().view(-1, config.num_labels), labels.view(-1))
 
 
-class BertForSequenceClassification(BertPreTrainedModel):
-    """Single sentences or pairs (GLUE): a linear layer on the pooled [CLS] vector."""
+class _LinearHeadModel(BertPreTrainedModel):
+    """BertModel, dropout and one linear layer: the shape shared by the sequence, token and choice classifiers."""
 
-    def __init__(self, config: BertConfig) -> None:
+    reads_pooled_output: bool = True  # the pooled [CLS] vector (sentence-level) or every token (tagging)
+
+    def __init__(self, config: BertConfig, out_features: int) -> None:
         super().__init__()
         self.config = config
-        self.bert = BertModel(config)
+        self.bert = BertModel(config, add_pooling_layer=self.reads_pooled_output)
         self.dropout = _classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.classifier = nn.Linear(config.hidden_size, out_features)
         self.post_init()
 
     def forward(
@@ -555,36 +554,58 @@ class BertForSequenceClassification(BertPreTrainedModel):
         output_attentions: bool = False,
     ) -> ClassifierOutput:
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
-        logits = self.classifier(self.dropout(out.pooler_output))  # (batch, labels)
-        loss = None if labels is None else sequence_classification_loss(logits, labels, self.config)
+        features = out.pooler_output if self.reads_pooled_output else out.last_hidden_state
+        logits = self.classifier(self.dropout(features))
+        loss = None if labels is None else self.loss(logits, labels)
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
+    def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
 
-class BertForTokenClassification(BertPreTrainedModel):
-    """Tagging (NER): a linear layer on every token's representation; no pooler, as in the reference."""
+
+class BertForSequenceClassification(_LinearHeadModel):
+    """Single sentences or pairs (GLUE): a linear layer on the pooled [CLS] vector; logits (batch, labels)."""
 
     def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.bert = BertModel(config, add_pooling_layer=False)
-        self.dropout = _classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self.post_init()
+        super().__init__(config, config.num_labels)
+
+    def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        return sequence_classification_loss(logits, labels, self.config)
+
+
+class BertForTokenClassification(_LinearHeadModel):
+    """Tagging (NER): a linear layer on every token; no pooler, as in the reference; logits (batch, seq, labels)."""
+
+    reads_pooled_output = False
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config, config.num_labels)
+
+
+class BertForMultipleChoice(_LinearHeadModel):
+    """Multiple choice (SWAG): each (context, choice) pair scored from its pooled [CLS]; softmax over choices."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config, 1)
 
     def forward(
         self,
-        input_ids: Tensor,
+        input_ids: Tensor,  # (batch, choices, seq)
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
         labels: Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> ClassifierOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
-        logits = self.classifier(self.dropout(out.last_hidden_state))  # (batch, seq, labels)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.float().view(-1, self.config.num_labels), labels.view(-1))
+        num_choices = input_ids.shape[1]
+
+        def flat(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.reshape(-1, t.shape[-1])  # (batch * choices, seq)
+
+        out = super().forward(flat(input_ids), flat(attention_mask), flat(token_type_ids), None,
+                              output_hidden_states, output_attentions)
+        logits = out.logits.view(-1, num_choices)  # (batch, choices)
+        loss = None if labels is None else self.loss(logits, labels)
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 
@@ -619,38 +640,6 @@ class BertForQuestionAnswering(BertPreTrainedModel):
             loss = (F.cross_entropy(start_logits.float(), start, ignore_index=seq_len)
                     + F.cross_entropy(end_logits.float(), end, ignore_index=seq_len)) / 2
         return QuestionAnsweringOutput(loss, start_logits, end_logits, out.hidden_states, out.attentions)
-
-
-class BertForMultipleChoice(BertPreTrainedModel):
-    """Multiple choice (SWAG): each (context, choice) pair scored from its pooled [CLS]; softmax over choices."""
-
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.bert = BertModel(config)
-        self.dropout = _classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, 1)
-        self.post_init()
-
-    def forward(
-        self,
-        input_ids: Tensor,  # (batch, choices, seq)
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        labels: Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> ClassifierOutput:
-        num_choices = input_ids.shape[1]
-
-        def flat(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t.reshape(-1, t.shape[-1])  # (batch * choices, seq)
-
-        out = self.bert(flat(input_ids), flat(attention_mask), flat(token_type_ids),
-                        output_hidden_states, output_attentions)
-        logits = self.classifier(self.dropout(out.pooler_output)).view(-1, num_choices)  # (batch, choices)
-        loss = None if labels is None else F.cross_entropy(logits.float(), labels.view(-1))
-        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 
 # Head classes by the name transformers gives them in config.json's "architectures".
