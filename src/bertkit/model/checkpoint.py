@@ -1,0 +1,447 @@
+"""Model folders: load and save BERT weights in the layout transformers reads and writes.
+
+A folder holds `config.json` (Hugging Face keys, `architectures`, plus bertkit's task fields), `model.safetensors`
+(transformers' tensor names: `bert.` prefix on heads, the tied MLM decoder written out in full) and, when a
+tokenizer was saved with it, `vocab.txt` + `tokenizer_config.json`.
+
+Loading also reads Hugging Face folders as they are found in the wild: `pytorch_model.bin` or sharded safetensors,
+weights with or without the `bert.` prefix, TF-era `LayerNorm.gamma/beta` names, `position_ids` buffers, and
+checkpoints whose heads differ from the class asked for (new heads are initialised freshly, extra heads dropped;
+both are reported in `model.load_report` and logged).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import torch
+from torch import Tensor
+
+from bertkit.errors import BertkitError, CheckpointError
+from bertkit.io import atomic_path, atomic_write_json
+from bertkit.model.bert import MODEL_CLASSES, BertModel, BertPreTrainedModel
+from bertkit.model.config import BertConfig
+
+logger = logging.getLogger(__name__)
+
+CONFIG_NAME = "config.json"
+SAFETENSORS_NAME = "model.safetensors"
+SAFETENSORS_INDEX_NAME = "model.safetensors.index.json"
+TORCH_NAME = "pytorch_model.bin"
+VOCAB_NAME = "vocab.txt"
+
+BASE_PREFIX = "bert."  # where heads keep the encoder, as in transformers
+_BASE_ROOTS = ("embeddings.", "encoder.", "pooler.")  # top-level modules of BertModel
+# Buffers some exporters write; they hold nothing a model needs (positions are arange(seq_len)).
+_IGNORED_SUFFIXES = ("embeddings.position_ids", "embeddings.token_type_ids")
+# transformers' MLM decoder has a bias that is the same tensor as `cls.predictions.bias`; bertkit keeps only the latter.
+_DECODER_BIAS = "cls.predictions.decoder.bias"
+_LM_BIAS = "cls.predictions.bias"
+
+# bertkit task names (config.task) -> the class that serves them, for load_model.
+TASK_CLASSES: dict[str, str] = {
+    "pretraining": "BertForPreTraining",
+    "mlm": "BertForMaskedLM",
+    "nsp": "BertForNextSentencePrediction",
+    "classification": "BertForSequenceClassification",
+    "sequence_classification": "BertForSequenceClassification",
+    "glue": "BertForSequenceClassification",
+    "ner": "BertForTokenClassification",
+    "token_classification": "BertForTokenClassification",
+    "qa": "BertForQuestionAnswering",
+    "squad": "BertForQuestionAnswering",
+    "multiple_choice": "BertForMultipleChoice",
+    "swag": "BertForMultipleChoice",
+}
+
+M = TypeVar("M", bound=BertPreTrainedModel)
+
+
+@dataclass
+class LoadReport:
+    """What loading a weights file did: tensors loaded, freshly initialised, dropped, or ignored on purpose."""
+
+    source: Path
+    model_class: str
+    loaded: int = 0
+    missing: list[str] = field(default_factory=list)
+    """Model tensors the file does not have: they keep their fresh initialisation (a new head, for example)."""
+    unexpected: list[str] = field(default_factory=list)
+    """File tensors this class has no place for (a head it does not have): dropped."""
+    ignored: list[str] = field(default_factory=list)
+    """File entries that carry nothing to load: position_ids buffers, tied copies of other tensors."""
+    renamed: list[str] = field(default_factory=list)
+    """Old names read under their current name (LayerNorm gamma/beta -> weight/bias)."""
+
+    @property
+    def complete(self) -> bool:
+        """True when every model tensor came from the file and every file tensor was used."""
+        return not self.missing and not self.unexpected
+
+    def __str__(self) -> str:
+        lines = [f"{self.model_class}: loaded {self.loaded} tensors from {self.source}"]
+        if self.missing:
+            lines.append(f"  initialised freshly (not in the file): {_short_list(self.missing)}")
+        if self.unexpected:
+            lines.append(f"  dropped (no place in {self.model_class}): {_short_list(self.unexpected)}")
+        if self.renamed:
+            lines.append(f"  read under current names: {_short_list(self.renamed)}")
+        return "\n".join(lines)
+
+
+def _short_list(names: list[str], limit: int = 8) -> str:
+    """Comma-separated names, at most `limit` of them, with a count of the rest."""
+    shown = ", ".join(names[:limit])
+    return shown + (f" (and {len(names) - limit} more)" if len(names) > limit else "")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reading files.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def find_weights(folder: Path) -> Path:
+    """The weights file of a model folder: model.safetensors, a sharded safetensors index, or pytorch_model.bin."""
+    for name in (SAFETENSORS_NAME, SAFETENSORS_INDEX_NAME, TORCH_NAME):
+        if (folder / name).is_file():
+            return folder / name
+    raise CheckpointError(
+        f"{folder}: no weights file (expected {SAFETENSORS_NAME}, {SAFETENSORS_INDEX_NAME} or {TORCH_NAME})"
+    )
+
+
+def read_state_dict(path: Path) -> dict[str, Tensor]:
+    """All tensors of a weights file, on the CPU; a file that is not what its name says raises CheckpointError."""
+    if path.name.endswith(".index.json"):
+        try:
+            index = json.loads(path.read_text(encoding="utf-8"))
+            shards = sorted(set(index["weight_map"].values()))
+        except (OSError, ValueError, KeyError, AttributeError, TypeError) as e:
+            raise CheckpointError(f"{path}: not a safetensors shard index ({e})") from None
+        state: dict[str, Tensor] = {}
+        for shard in shards:
+            state.update(read_state_dict(path.parent / shard))
+        return state
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such weights file")
+    if path.suffix == ".safetensors":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path), device="cpu")
+        except (SafetensorError, OSError, ValueError) as e:
+            raise CheckpointError(
+                f"{path}: not a readable safetensors file (truncated or another format?): {e}"
+            ) from None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises pickle, zip and runtime errors alike for a bad file
+        raise CheckpointError(f"{path}: not a readable PyTorch weights file (truncated or unsafe pickle?): {e}") from None
+    if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
+        raise CheckpointError(f"{path}: expected a dict of tensor names to tensors, found {type(state).__name__}")
+    return state
+
+
+def read_vocab_size(path: Path) -> int:
+    """Number of entries in a vocab.txt (one token per line)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: cannot read the vocabulary ({e})") from None
+    return len(text.splitlines())
+
+
+def check_vocab(folder: Path, config: BertConfig) -> None:
+    """Raise CheckpointError if the folder's vocab.txt does not have config.vocab_size entries."""
+    path = folder / VOCAB_NAME
+    if path.is_file():
+        size = read_vocab_size(path)
+        if size != config.vocab_size:
+            raise CheckpointError(
+                f"{path}: the vocabulary has {size} tokens but {folder / CONFIG_NAME} says vocab_size "
+                f"{config.vocab_size}; the tokenizer and the model do not belong together"
+            )
+
+
+def read_config(folder: Path) -> tuple[BertConfig, dict[str, Any]]:
+    """The BertConfig of a folder and the raw config.json dict (for `architectures`)."""
+    path = folder / CONFIG_NAME
+    if not folder.exists():
+        raise CheckpointError(f"{folder}: no such model folder")
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder}: expected a model folder (config.json + weights), found a file")
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing (a model folder needs config.json next to its weights)")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return BertConfig.load(path), raw
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+    except BertkitError as e:
+        raise CheckpointError(str(e)) from None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Names: file -> model.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _current_name(key: str) -> str:
+    """TF-era LayerNorm parameter names (gamma, beta) under their current names (weight, bias)."""
+    if key.endswith(".gamma"):
+        return key[: -len("gamma")] + "weight"
+    if key.endswith(".beta"):
+        return key[: -len("beta")] + "bias"
+    return key
+
+
+def tied_aliases(model: torch.nn.Module) -> dict[str, str]:
+    """Parameter names that are the same tensor as an earlier one (the MLM decoder -> word embeddings)."""
+    first: dict[int, str] = {}
+    aliases: dict[str, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            aliases[name] = first[id(p)]
+        else:
+            first[id(p)] = name
+    return aliases
+
+
+def map_file_to_model(
+    file_keys: list[str], model_keys: set[str], has_base_prefix: bool, report: LoadReport
+) -> dict[str, str]:
+    """Model name for every usable file name, adding or removing the `bert.` prefix as the class needs.
+
+    Fills report.ignored, report.renamed and report.unexpected; returns {file_key: model_key}.
+    """
+    mapping: dict[str, str] = {}
+    for key in file_keys:
+        if key.endswith(_IGNORED_SUFFIXES):
+            report.ignored.append(key)
+            continue
+        name = _current_name(key)
+        if name != key:
+            report.renamed.append(key)
+        if has_base_prefix and name.startswith(_BASE_ROOTS):
+            name = BASE_PREFIX + name
+        elif not has_base_prefix and name.startswith(BASE_PREFIX):
+            name = name[len(BASE_PREFIX):]
+        if name == _DECODER_BIAS and _LM_BIAS in model_keys:
+            # The same tensor as cls.predictions.bias in transformers; read it only if the file lacks that name.
+            if any(_current_name(k) == _LM_BIAS for k in file_keys):
+                report.ignored.append(key)
+                continue
+            name = _LM_BIAS
+        if name in model_keys:
+            mapping[key] = name
+        else:
+            report.unexpected.append(key)
+    return mapping
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Loading.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _with_overrides(config: BertConfig, overrides: dict[str, Any]) -> BertConfig:
+    """A copy of config with some fields changed (num_labels for a new head, dropout, ...)."""
+    if not overrides:
+        return config
+    known = {f.name for f in dataclasses.fields(BertConfig)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise CheckpointError(f"unknown config field(s) {', '.join(unknown)} passed to from_pretrained")
+    if "num_labels" in overrides and "label_names" not in overrides:
+        names = config.label_names
+        if names is not None and len(names) != overrides["num_labels"]:
+            overrides = {**overrides, "label_names": None}
+    return dataclasses.replace(config, **overrides)
+
+
+def load_state_into(model: BertPreTrainedModel, state: dict[str, Tensor], source: Path, strict: bool = False) -> LoadReport:
+    """Copy a file's tensors into the model by name, checking every shape; returns what was loaded and what not."""
+    report = LoadReport(source=source, model_class=type(model).__name__)
+    aliases = tied_aliases(model)
+    model_state = model.state_dict()
+    model_keys = set(model_state) - set(aliases)
+    mapping = map_file_to_model(list(state), model_keys, has_base_prefix=hasattr(model, "bert"), report=report)
+
+    # A decoder weight in the file is the tied copy of the word embeddings; bertkit always ties them.
+    for key in list(report.unexpected):
+        name = BASE_PREFIX + key if hasattr(model, "bert") and key.startswith(_BASE_ROOTS) else key
+        if name in aliases:
+            report.unexpected.remove(key)
+            report.ignored.append(key)
+            source_key = next((k for k, v in mapping.items() if v == aliases[name]), None)
+            if source_key is not None and not torch.equal(state[key], state[source_key]):
+                logger.warning("%s: %s differs from %s; bertkit ties them and keeps the latter",
+                               source, key, source_key)
+
+    mismatches = [
+        f"{key!r}: shape {tuple(state[key].shape)} in the file, {tuple(model_state[name].shape)} expected"
+        for key, name in mapping.items()
+        if tuple(state[key].shape) != tuple(model_state[name].shape)
+    ]
+    if mismatches:
+        raise CheckpointError(
+            f"{source}: {len(mismatches)} tensor(s) do not match config.json's sizes: " + "; ".join(mismatches[:5])
+            + (f"; and {len(mismatches) - 5} more" if len(mismatches) > 5 else "")
+        )
+    report.missing = sorted(model_keys - set(mapping.values()))
+    if strict and not report.complete:
+        raise CheckpointError(f"strict loading failed:\n{report}")
+    with torch.no_grad():
+        model.load_state_dict({name: state[key] for key, name in mapping.items()}, strict=False)
+    report.loaded = len(mapping)
+    return report
+
+
+def load_pretrained(
+    cls: type[M],
+    folder: str | os.PathLike,
+    *,
+    config: BertConfig | None = None,
+    strict: bool = False,
+    dtype: torch.dtype | None = None,
+    **config_overrides: Any,
+) -> M:
+    """Build `cls` from a bertkit or Hugging Face folder; the result is in eval mode and carries `load_report`.
+
+    config_overrides change config fields before the model is built (e.g. num_labels=3 for a new classifier).
+    With strict=True any tensor missing from the file or left unused raises CheckpointError.
+    """
+    folder = Path(folder)
+    if config is None:
+        config, _ = read_config(folder)
+        check_vocab(folder, config)
+    elif not folder.is_dir():
+        raise CheckpointError(f"{folder}: no such model folder")
+    config = _with_overrides(config, config_overrides)
+    weights = find_weights(folder)
+    state = read_state_dict(weights)
+    model = cls(config)
+    report = load_state_into(model, state, weights, strict=strict)
+    if report.missing or report.unexpected:
+        logger.warning("%s", report)
+    else:
+        logger.info("%s", report)
+    if dtype is not None:
+        model.to(dtype)
+    model.load_report = report
+    return model.eval()
+
+
+def model_class_for(raw_config: dict[str, Any], source: str = CONFIG_NAME) -> type[BertPreTrainedModel]:
+    """The class a config.json names: its `architectures` entry, else bertkit's `task`, else BertModel."""
+    for name in raw_config.get("architectures") or []:
+        if name in MODEL_CLASSES:
+            return MODEL_CLASSES[name]
+    task = raw_config.get("task")
+    if task:
+        if task not in TASK_CLASSES:
+            raise CheckpointError(f"{source}: unknown task {task!r}; expected one of {', '.join(TASK_CLASSES)}")
+        return MODEL_CLASSES[TASK_CLASSES[task]]
+    names = raw_config.get("architectures") or []
+    if names:
+        raise CheckpointError(f"{source}: architectures {names} names no BERT class bertkit has "
+                              f"({', '.join(MODEL_CLASSES)})")
+    return BertModel
+
+
+def load_model(folder: str | os.PathLike, **kwargs: Any) -> BertPreTrainedModel:
+    """Load a folder into the class its config.json names (architectures or task); kwargs as for from_pretrained."""
+    folder = Path(folder)
+    _, raw = read_config(folder)
+    return model_class_for(raw, str(folder / CONFIG_NAME)).from_pretrained(folder, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Saving.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def export_state_dict(model: BertPreTrainedModel) -> dict[str, Tensor]:
+    """The model's tensors under transformers' names, each its own contiguous copy (safetensors forbids sharing).
+
+    Tied weights are written out in full, as transformers 4 wrote them: `cls.predictions.decoder.weight` (a copy
+    of the word embeddings) and `cls.predictions.decoder.bias` (a copy of `cls.predictions.bias`).
+    """
+    out: dict[str, Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in model.state_dict().items():
+        t = tensor.detach()
+        ptr = t.data_ptr()
+        out[name] = t.clone().contiguous() if ptr in seen else t.contiguous()
+        seen.add(ptr)
+    if _LM_BIAS in out:
+        out[_DECODER_BIAS] = out[_LM_BIAS].clone()
+    return {k: v.cpu() for k, v in out.items()}
+
+
+def hf_config_dict(model: BertPreTrainedModel) -> dict[str, Any]:
+    """config.json: bertkit's config in Hugging Face's layout plus `architectures`, so transformers picks the class."""
+    d = model.config.to_dict()
+    d["architectures"] = [type(model).__name__]
+    d["tie_word_embeddings"] = True
+    return d
+
+
+def _default_dir_mode() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o777 & ~umask
+
+
+def _write_files(model: BertPreTrainedModel, folder: Path) -> None:
+    """Weights first, then config.json, each atomically."""
+    from safetensors.torch import save_file
+
+    with atomic_path(folder / SAFETENSORS_NAME) as tmp:
+        save_file(export_state_dict(model), str(tmp), metadata={"format": "pt"})
+    atomic_write_json(folder / CONFIG_NAME, hf_config_dict(model))
+
+
+@contextlib.contextmanager
+def atomic_folder(folder: str | os.PathLike):  # noqa: ANN201 (a context manager yielding a Path)
+    """Yield a folder to fill; it appears at `folder` complete or not at all.
+
+    A new (or empty) folder is built as a hidden sibling and renamed into place. An existing non-empty folder
+    cannot be replaced in one step without losing what else is in it, so then the files are written into it
+    directly (each file still atomically).
+    """
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise CheckpointError(f"{folder}: exists and is not a folder")
+    if folder.is_dir() and any(folder.iterdir()):
+        yield folder
+        return
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+    try:
+        os.chmod(tmp, _default_dir_mode())
+        yield tmp
+        os.replace(tmp, folder)  # an empty target folder is replaced too (rename(2) allows it)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def save_pretrained(
+    model: BertPreTrainedModel, folder: str | os.PathLike, extra: Callable[[Path], None] | None = None
+) -> None:
+    """Write config.json + model.safetensors (+ whatever `extra(folder)` writes, e.g. the tokenizer) atomically."""
+    with atomic_folder(folder) as target:
+        _write_files(model, target)
+        if extra is not None:
+            extra(target)
