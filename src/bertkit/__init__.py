@@ -1,0 +1,46 @@
+"""bertkit: BERT end to end on PyTorch: tokenizer, model, pre-training, fine-tuning, inference and serving.
+
+The public names below are imported on first use, so `import bertkit` (and the CLI's start-up) does not pay for
+torch until a model is touched.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from bertkit.errors import BertkitError, CheckpointError, ConfigError, DataError, TokenizerError
+
+__version__ = "0.1.0"
+
+# Public name -> the module that defines it.
+_LAZY: dict[str, str] = {
+    "BertConfig": "bertkit.model",
+    "BertModel": "bertkit.model",
+    "BertForPreTraining": "bertkit.model",
+    "BertForMaskedLM": "bertkit.model",
+    "BertForNextSentencePrediction": "bertkit.model",
+    "BertForSequenceClassification": "bertkit.model",
+    "BertForTokenClassification": "bertkit.model",
+    "BertForQuestionAnswering": "bertkit.model",
+    "BertForMultipleChoice": "bertkit.model",
+    "BertTokenizer": "bertkit.tokenizer",
+    "load_model": "bertkit.model.checkpoint",
+    "load": "bertkit.api",
+    "Bert": "bertkit.api",
+}
+
+__all__ = ["BertkitError", "CheckpointError", "ConfigError", "DataError", "TokenizerError", "__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module the first time the name is used."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'bertkit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,85 @@
+"""The small Python API: open a model folder once, then embed texts or save the pair.
+
+    import bertkit
+    bert = bertkit.load("path/to/model")          # model (class from config.json) + its tokenizer
+    vectors = bert.encode(["a sentence", "another"])  # numpy (2, hidden)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertkit.errors import CheckpointError
+from bertkit.model import MODEL_CLASSES, BertPreTrainedModel
+from bertkit.model.checkpoint import VOCAB_NAME, load_model, save_pretrained
+
+
+def load_tokenizer(folder: str | os.PathLike) -> Any:
+    """The folder's bertkit BertTokenizer (vocab.txt + tokenizer_config.json)."""
+    from bertkit.tokenizer import BertTokenizer
+
+    if not (Path(folder) / VOCAB_NAME).is_file():
+        raise CheckpointError(f"{Path(folder) / VOCAB_NAME}: missing; a model folder needs its vocabulary")
+    return BertTokenizer.from_pretrained(str(folder))
+
+
+@dataclass
+class Bert:
+    """A model and its tokenizer, loaded together from one folder."""
+
+    model: BertPreTrainedModel
+    tokenizer: Any
+    defaults: dict[str, Any] = field(default_factory=dict)
+    """Embedding defaults read from the folder (sentence-transformers' pooling, normalisation, max length)."""
+
+    def encode(
+        self,
+        texts: str | Sequence[str],
+        pooling: str | None = None,
+        normalize: bool | None = None,
+        batch_size: int = 32,
+        max_length: int | None = None,
+    ) -> np.ndarray:
+        """Sentence embeddings, (len(texts), hidden) float32 (a single string gives (hidden,)).
+
+        Unset options take the folder's defaults, else mean pooling, no normalisation, the position limit.
+        """
+        from bertkit.inference.embed import embed_texts
+
+        single = isinstance(texts, str)
+        vectors = embed_texts(
+            self.model,
+            self.tokenizer,
+            [texts] if single else list(texts),
+            pooling=pooling or self.defaults.get("pooling", "mean"),
+            normalize=normalize if normalize is not None else self.defaults.get("normalize", False),
+            batch_size=batch_size,
+            max_length=max_length or self.defaults.get("max_length"),
+        )
+        return vectors[0] if single else vectors
+
+    def save(self, folder: str | os.PathLike) -> None:
+        """Write the model and the tokenizer into one folder, atomically as a whole."""
+        save_pretrained(self.model, folder, extra=lambda target: self.tokenizer.save_pretrained(str(target)))
+
+
+def load(folder: str | os.PathLike, model_class: str | None = None, **kwargs: Any) -> Bert:
+    """Open a model folder: the class its config.json names (or `model_class`), its tokenizer and defaults.
+
+    kwargs go to from_pretrained (strict=, dtype=, config field overrides such as num_labels=).
+    """
+    from bertkit.inference.embed import folder_defaults
+
+    if model_class is None:
+        model = load_model(folder, **kwargs)
+    elif model_class in MODEL_CLASSES:
+        model = MODEL_CLASSES[model_class].from_pretrained(folder, **kwargs)
+    else:
+        raise CheckpointError(f"unknown model class {model_class!r}; expected one of {', '.join(MODEL_CLASSES)}")
+    return Bert(model, load_tokenizer(folder), folder_defaults(folder))

@@ -1,0 +1,177 @@
+"""`bertkit info` and `bertkit convert`: look inside a model folder; move models between bertkit and transformers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import CheckpointError
+
+# Tokenizer files copied as they are when bertkit's tokenizer cannot rewrite them, and sentence-transformers'
+# settings (sequence limit, pooling) that `embed` reads.
+_TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+_SENTENCE_FILES = ("sentence_bert_config.json", "modules.json", "1_Pooling/config.json")
+_SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+                   "mask_token": "[MASK]"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `info` and `convert` verbs."""
+    p = subparsers.add_parser("info", help="show a model folder's config, size, vocabulary and head",
+                              description="Print a bertkit or Hugging Face BERT folder's config, parameter count, "
+                              "vocabulary size, head class, task and labels.")
+    p.add_argument("folder", metavar="DIR", help="model folder (config.json + weights)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(func=info_command)
+
+    p = subparsers.add_parser("convert", help="import a Hugging Face BERT folder, or export one transformers loads",
+                              description="--from-hf: read a Hugging Face BERT folder (model.safetensors or "
+                              "pytorch_model.bin, any head) and write a bertkit folder. --to-hf: write a folder "
+                              "that transformers' from_pretrained and AutoTokenizer load (config.json with "
+                              "architectures, model.safetensors, vocab.txt, tokenizer_config.json).")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--from-hf", metavar="DIR", help="Hugging Face folder to import")
+    src.add_argument("--to-hf", metavar="DIR", help="bertkit folder to export")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (written as a whole)")
+    p.add_argument("--class", dest="model_class", default=None,
+                   help="load as this class (e.g. BertModel to drop heads); default: config.json's architectures")
+    p.add_argument("--strict", action="store_true", help="fail if any tensor is missing or left unused")
+    p.set_defaults(func=convert_command)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# info
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def describe_folder(folder: Path) -> dict[str, Any]:
+    """What `info` shows: class, task, labels, parameter count (from the config, no weights read), vocabulary."""
+    import torch
+
+    from bertkit.model.checkpoint import VOCAB_NAME, find_weights, model_class_for, read_config, read_vocab_size
+
+    config, raw = read_config(folder)
+    cls = model_class_for(raw, str(folder / "config.json"))
+    with torch.device("meta"):  # sizes only: no memory, no initialisation
+        model = cls(config)
+    weights = find_weights(folder)
+    vocab = folder / VOCAB_NAME
+    return {
+        "folder": str(folder),
+        "class": cls.__name__,
+        "task": config.task,
+        "labels": config.label_names if config.label_names is not None else
+        (config.num_labels if cls.__name__ in _LABELLED else None),
+        "parameters": model.num_parameters(),
+        "parameters_without_embeddings": model.num_parameters(exclude_embeddings=True),
+        "weights": weights.name,
+        "vocab_size": read_vocab_size(vocab) if vocab.is_file() else None,
+        "config": {k: v for k, v in config.to_dict().items() if v is not None and v != {}},
+    }
+
+
+_LABELLED = ("BertForSequenceClassification", "BertForTokenClassification")
+
+
+def info_command(args: argparse.Namespace) -> int:
+    """Handler of `bertkit info`."""
+    d = describe_folder(Path(args.folder))
+    if args.json:
+        print(json.dumps(d, indent=2))
+        return 0
+    vocab = f"{d['vocab_size']:,} tokens (vocab.txt)" if d["vocab_size"] is not None else "no vocab.txt"
+    print(f"folder:      {d['folder']}")
+    print(f"class:       {d['class']}" + (f"  (task: {d['task']})" if d["task"] else ""))
+    if d["labels"] is not None:
+        print(f"labels:      {d['labels']}")
+    print(f"parameters:  {d['parameters']:,} ({d['parameters_without_embeddings']:,} without embeddings)")
+    print(f"vocabulary:  {vocab}")
+    print(f"weights:     {d['weights']}")
+    print("config:")
+    for key, value in d["config"].items():
+        print(f"  {key}: {value}")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# convert
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _tokenizer_settings(folder: Path) -> dict[str, Any]:
+    """Lower-casing and splitting settings from a folder's tokenizer_config.json (HF or bertkit spelling)."""
+    path = folder / "tokenizer_config.json"
+    d: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+    return {
+        "do_lower_case": bool(d.get("do_lower_case", d.get("lowercase", True))),
+        "strip_accents": d.get("strip_accents"),
+        "tokenize_chinese_chars": bool(d.get("tokenize_chinese_chars", True)),
+    }
+
+
+def _hf_tokenizer_config(src: Path, max_length: int) -> dict[str, Any]:
+    """tokenizer_config.json as transformers' BertTokenizer(Fast) reads it."""
+    return {"tokenizer_class": "BertTokenizer", **_tokenizer_settings(src), "model_max_length": max_length,
+            **_SPECIAL_TOKENS}
+
+
+def _copy_files(src: Path, dst: Path, names: tuple[str, ...]) -> None:
+    """Copy the named files that exist in src into dst (keeping sub-folders)."""
+    for name in names:
+        if (src / name).is_file():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src / name, dst / name)
+
+
+def _tokenizer_class() -> Any | None:
+    """bertkit's BertTokenizer, or None while the package has none."""
+    try:
+        from bertkit.tokenizer import BertTokenizer
+    except ImportError:
+        return None
+    return BertTokenizer
+
+
+def convert_command(args: argparse.Namespace) -> int:
+    """Handler of `bertkit convert`: load with every check, write the whole output folder atomically."""
+    from bertkit.io import atomic_write_json
+    from bertkit.model import MODEL_CLASSES
+    from bertkit.model.checkpoint import VOCAB_NAME, load_model, save_pretrained
+
+    src = Path(args.from_hf or args.to_hf)
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CheckpointError(f"{out}: already exists and is not empty; choose a new output folder")
+    if args.model_class is not None:
+        if args.model_class not in MODEL_CLASSES:
+            raise CheckpointError(f"--class {args.model_class!r}: expected one of {', '.join(MODEL_CLASSES)}")
+        model = MODEL_CLASSES[args.model_class].from_pretrained(src, strict=args.strict)
+    else:
+        model = load_model(src, strict=args.strict)
+    if not (src / VOCAB_NAME).is_file():
+        raise CheckpointError(f"{src / VOCAB_NAME}: missing; a model folder needs its vocabulary")
+    tokenizer_cls = _tokenizer_class()
+
+    def write_tokenizer(target: Path) -> None:
+        if args.from_hf and tokenizer_cls is not None:
+            tokenizer_cls.from_pretrained(str(src)).save_pretrained(str(target))  # normalised by bertkit
+        else:
+            _copy_files(src, target, _TOKENIZER_FILES)
+        if args.to_hf:
+            atomic_write_json(target / "tokenizer_config.json",
+                              _hf_tokenizer_config(src, model.config.max_position_embeddings))
+            atomic_write_json(target / "special_tokens_map.json", _SPECIAL_TOKENS)
+        _copy_files(src, target, _SENTENCE_FILES)
+
+    save_pretrained(model, out, extra=write_tokenizer)
+    print(str(model.load_report))
+    print(f"wrote {type(model).__name__} ({model.num_parameters():,} parameters) to {out}")
+    return 0

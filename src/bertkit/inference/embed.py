@@ -1,0 +1,115 @@
+"""Sentence embeddings, the simple correct way: length-sorted batches through BertModel, masked pooling.
+
+This is the reference path (what `bertkit embed` runs and what faster encoders are checked against): it calls the
+model's ordinary forward, so its numbers are the model's numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from bertkit.errors import ConfigError
+from bertkit.model import BertModel, BertPreTrainedModel
+
+POOLINGS = ("mean", "cls")
+
+
+def pool_hidden(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
+    """(batch, seq, hidden) -> (batch, hidden): the [CLS] vector, or the mean over real (mask = 1) tokens."""
+    if pooling == "cls":
+        return hidden[:, 0]
+    if pooling == "mean":
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (batch, seq, 1)
+        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    raise ConfigError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+
+
+def pad_batch(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]], pad_id: int) -> dict[str, Tensor]:
+    """Right-pad token-id lists to the longest: input_ids, token_type_ids and attention_mask, each (batch, seq)."""
+    longest = max(len(x) for x in ids)
+    input_ids = torch.full((len(ids), longest), pad_id, dtype=torch.long)
+    token_type_ids = torch.zeros((len(ids), longest), dtype=torch.long)
+    attention_mask = torch.zeros((len(ids), longest), dtype=torch.long)
+    for row, (x, t) in enumerate(zip(ids, type_ids)):
+        input_ids[row, : len(x)] = torch.tensor(x, dtype=torch.long)
+        token_type_ids[row, : len(t)] = torch.tensor(t, dtype=torch.long)
+        attention_mask[row, : len(x)] = 1
+    return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+
+
+def folder_defaults(folder: str | Path) -> dict[str, Any]:
+    """Pooling, normalisation and length a folder's sentence-transformers files ask for (empty dict if none)."""
+    folder = Path(folder)
+    found: dict[str, Any] = {}
+
+    def read(name: str) -> Any:
+        try:
+            return json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    settings = read("sentence_bert_config.json")
+    if isinstance(settings, dict) and isinstance(settings.get("max_seq_length"), int):
+        found["max_length"] = settings["max_seq_length"]
+    pooling = read("1_Pooling/config.json")
+    if isinstance(pooling, dict):
+        if pooling.get("pooling_mode_mean_tokens"):
+            found["pooling"] = "mean"
+        elif pooling.get("pooling_mode_cls_token"):
+            found["pooling"] = "cls"
+    modules = read("modules.json")
+    if isinstance(modules, list):
+        found["normalize"] = any(str(m.get("type", "")).endswith("Normalize") for m in modules if isinstance(m, dict))
+    return found
+
+
+def embed_texts(
+    model: BertPreTrainedModel,
+    tokenizer: Any,
+    texts: Sequence[str],
+    pooling: str = "mean",
+    normalize: bool = False,
+    batch_size: int = 32,
+    max_length: int | None = None,
+) -> np.ndarray:
+    """One float32 vector per text, in input order: (len(texts), hidden).
+
+    `tokenizer` is a bertkit BertTokenizer (or anything with `encode(text, max_length=, truncation=True)` returning
+    `.input_ids` / `.token_type_ids`, and `pad_token_id`). Texts longer than max_length (default: the position table)
+    are truncated. Batches are sorted by length, longest first, so padding is small and memory peaks early.
+    """
+    if pooling not in POOLINGS:
+        raise ConfigError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be positive, got {batch_size}")
+    bert: BertModel = model if isinstance(model, BertModel) else model.bert  # type: ignore[assignment]
+    max_length = max_length or bert.config.max_position_embeddings
+    encodings = [tokenizer.encode(text, max_length=max_length, truncation=True) for text in texts]
+    out = np.zeros((len(texts), bert.config.hidden_size), dtype=np.float32)
+    order = sorted(range(len(texts)), key=lambda i: len(encodings[i].input_ids), reverse=True)
+    device = next(bert.parameters()).device
+    was_training = bert.training
+    bert.eval()
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                rows = order[start : start + batch_size]
+                batch = pad_batch([encodings[i].input_ids for i in rows], [encodings[i].token_type_ids for i in rows],
+                                  tokenizer.pad_token_id)
+                batch = {k: v.to(device) for k, v in batch.items()}
+                hidden = bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).last_hidden_state
+                vectors = pool_hidden(hidden.float(), batch["attention_mask"], pooling)
+                if normalize:
+                    vectors = F.normalize(vectors, p=2, dim=-1)
+                out[rows] = vectors.cpu().numpy()
+    finally:
+        bert.train(was_training)
+    return out
