@@ -1,68 +1,33 @@
-"""Open a bertkit (or Hugging Face) model folder for inference: the head class its config names, and its tokenizer."""
+"""Open a model folder for inference: the head class its config names, its tokenizer, its raw config."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import CheckpointError
-from bertkit.model import MODEL_CLASSES, BertConfig, BertModel, BertPreTrainedModel
+from bertkit.model import BertModel, BertPreTrainedModel
+from bertkit.model.checkpoint import load_model, model_class_for, read_config
 
-
-def read_config_json(folder: str | Path) -> dict[str, Any]:
-    """The raw config.json of a model folder (for `architectures`, `task`, ...), with a clear error if missing."""
-    path = Path(folder) / "config.json"
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such file (expected a model folder with config.json)")
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(d, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, found {type(d).__name__}")
-    return d
-
-
-def architecture(folder: str | Path) -> str:
-    """The head class a folder was saved with ('BertModel' when config.json names none)."""
-    archs = read_config_json(folder).get("architectures") or ["BertModel"]
-    name = archs[0]
-    if name not in MODEL_CLASSES:
-        raise CheckpointError(f"{Path(folder) / 'config.json'}: architectures[0] is {name!r}, expected one of "
-                              f"{', '.join(MODEL_CLASSES)}")
-    return name
-
-
-def load_model(folder: str | Path, cls: type[BertPreTrainedModel] | None = None) -> BertPreTrainedModel:
-    """Load the folder's model in eval mode: as `cls` if given, else as the class its config.json names."""
-    cls = cls or MODEL_CLASSES[architecture(folder)]
-    return cls.from_pretrained(str(folder)).eval()
+__all__ = ["base_model", "head_class", "load_model", "load_tokenizer", "read_raw_config"]
 
 
 def load_tokenizer(folder: str | Path) -> Any:
-    """The folder's bertkit BertTokenizer (vocab.txt + tokenizer_config.json)."""
-    from bertkit.tokenizer import BertTokenizer
+    """The folder's bertkit BertTokenizer (the one loader lives in bertkit.api)."""
+    from bertkit.api import load_tokenizer as _load
 
-    if not (Path(folder) / "vocab.txt").is_file():
-        raise CheckpointError(f"{Path(folder) / 'vocab.txt'}: no such file (a model folder needs its vocabulary)")
-    return BertTokenizer.from_pretrained(str(folder))
+    return _load(folder)
+
+
+def read_raw_config(folder: str | Path) -> dict[str, Any]:
+    """The folder's config.json as a dict (for `architectures`, `task`, label names), CheckpointError if unusable."""
+    return read_config(Path(folder))[1]
+
+
+def head_class(folder: str | Path) -> type[BertPreTrainedModel]:
+    """The head class a folder was saved with (BertModel when config.json names none)."""
+    return model_class_for(read_raw_config(folder), str(Path(folder) / "config.json"))
 
 
 def base_model(model: BertPreTrainedModel) -> BertModel:
     """The BertModel inside a head (or the model itself)."""
     return model if isinstance(model, BertModel) else model.bert  # type: ignore[return-value]
-
-
-def default_max_seq_length(folder: str | Path | None, config: BertConfig) -> int:
-    """sentence-transformers' max_seq_length when the folder has one (MiniLM: 256), else the position table size."""
-    if folder is not None:
-        path = Path(folder) / "sentence_bert_config.json"
-        if path.is_file():
-            try:
-                value = json.loads(path.read_text(encoding="utf-8")).get("max_seq_length")
-            except json.JSONDecodeError:
-                value = None
-            if isinstance(value, int) and value > 0:
-                return min(value, config.max_position_embeddings)
-    return config.max_position_embeddings
