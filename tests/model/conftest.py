@@ -50,9 +50,11 @@ class _HFTokenizer:
         self._tok = BertTokenizerFast.from_pretrained(str(folder))
         self.pad_token_id = self._tok.pad_token_id
 
-    def encode(self, text: str, pair: str | None = None, max_length: int = 512, truncation: Any = True) -> Any:
+    def encode(self, text: str, pair: str | None = None, max_length: int = 512, truncation: Any = True,
+               **_: Any) -> Any:
         e = self._tok(text, pair, max_length=max_length, truncation=truncation)
-        return SimpleNamespace(input_ids=e["input_ids"], token_type_ids=e["token_type_ids"])
+        return SimpleNamespace(input_ids=e["input_ids"], token_type_ids=e["token_type_ids"],
+                               attention_mask=e["attention_mask"], overflowing=[])
 
 
 def have_bertkit_tokenizer() -> bool:

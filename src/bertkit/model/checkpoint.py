@@ -392,6 +392,11 @@ def export_state_dict(model: BertPreTrainedModel) -> dict[str, Tensor]:
 def hf_config_dict(model: BertPreTrainedModel) -> dict[str, Any]:
     """config.json: bertkit's config in Hugging Face's layout plus `architectures`, so transformers picks the class."""
     d = model.config.to_dict()
+    if type(model).__name__ == "BertForQuestionAnswering" and d["num_labels"] != 2:
+        # transformers sizes the QA output layer (start, end) from num_labels; bertkit's always has 2 outputs.
+        d["num_labels"] = 2
+        for key in ("label_names", "id2label", "label2id"):
+            d.pop(key, None)
     d["architectures"] = [type(model).__name__]
     d["tie_word_embeddings"] = True
     return d
