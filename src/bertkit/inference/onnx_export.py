@@ -1,0 +1,113 @@
+"""ONNX export of any bertkit head with dynamic batch and sequence axes (torch.onnx, TorchScript exporter).
+
+BertModel packs real tokens with a data-dependent `nonzero`, which a traced graph would freeze to the example's
+padding. For export the model runs with `PaddedPacking` instead: every position is computed (padded ones too) and
+the masked positions are zeroed where the model would unpack, so every output equals the packed model's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+import bertkit.model.bert as bert_module
+from bertkit.errors import ConfigError
+from bertkit.model import BertForMultipleChoice, BertForPreTraining, BertForQuestionAnswering, BertModel, \
+    BertPreTrainedModel
+
+OPSET = 17
+
+
+class PaddedPacking:
+    """Drop-in for bert.Packing without data-dependent shapes: 'packed' is just (batch * seq, ...)."""
+
+    def __init__(self, attention_mask: Tensor) -> None:
+        self.batch, self.seq_len = attention_mask.shape
+        self.mask = attention_mask.reshape(-1, 1)  # (batch * seq, 1)
+        self.key_mask = attention_mask[:, None, None, :].bool()  # (batch, 1, 1, seq)
+        self.indices = None
+
+    def pack(self, x: Tensor) -> Tensor:
+        """(batch, seq, ...) -> (batch * seq, ...)"""
+        return x.reshape(-1, *x.shape[2:])
+
+    def unpack(self, x: Tensor) -> Tensor:
+        """(batch * seq, ...) -> (batch, seq, ...), zeros at padded positions as the packed model gives."""
+        x = x * self.mask.to(x.dtype).reshape(-1, *([1] * (x.dim() - 1)))
+        return x.reshape(self.batch, self.seq_len, *x.shape[1:])
+
+
+@contextlib.contextmanager
+def padded_packing() -> Iterator[None]:
+    """Run BertModel with PaddedPacking inside the block (export only; not thread-safe)."""
+    original = bert_module.Packing
+    bert_module.Packing = PaddedPacking  # type: ignore[misc, assignment]
+    try:
+        yield
+    finally:
+        bert_module.Packing = original  # type: ignore[misc]
+
+
+def output_names(model: BertPreTrainedModel) -> list[str]:
+    """Names of the exported graph's outputs for this head."""
+    if isinstance(model, BertModel):
+        return ["last_hidden_state"] + (["pooler_output"] if model.pooler is not None else [])
+    if isinstance(model, BertForPreTraining):
+        return ["prediction_logits", "seq_relationship_logits"]
+    if isinstance(model, BertForQuestionAnswering):
+        return ["start_logits", "end_logits"]
+    return ["logits"]
+
+
+class ExportWrapper(nn.Module):
+    """forward(input_ids, attention_mask, token_type_ids) -> the head's output tensors as a tuple."""
+
+    def __init__(self, model: BertPreTrainedModel) -> None:
+        super().__init__()
+        self.model = model
+        self.names = output_names(model)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> tuple[Tensor, ...]:
+        out = self.model(input_ids, attention_mask, token_type_ids)
+        return tuple(getattr(out, name) for name in self.names)
+
+
+def example_inputs(model: BertPreTrainedModel, batch: int = 2, seq: int = 8) -> tuple[Tensor, Tensor, Tensor]:
+    """Small inputs to trace with (a padded row so masking is traced); (batch, choices, seq) for multiple choice."""
+    shape = (batch, 2, seq) if isinstance(model, BertForMultipleChoice) else (batch, seq)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, model.config.vocab_size, shape, generator=generator)
+    mask = torch.ones(shape, dtype=torch.long)
+    mask[0, ..., seq // 2:] = 0
+    return ids, mask, torch.zeros(shape, dtype=torch.long)
+
+
+def export_onnx(model: BertPreTrainedModel, path: str | Path, opset: int = OPSET) -> list[str]:
+    """Write `model` as ONNX with dynamic axes; returns the output names. Inputs: input_ids, attention_mask,
+    token_type_ids (int64), shaped (batch, seq), or (batch, choices, seq) for multiple choice."""
+    try:
+        import onnx  # noqa: F401  (torch.onnx needs it)
+    except ImportError:
+        raise ConfigError("ONNX export needs the 'onnx' package: pip install 'bertkit[onnx]'") from None
+    model = model.eval()
+    wrapper = ExportWrapper(model).eval()  # export restores this mode on the whole tree afterwards
+    axes = {0: "batch", 1: "choices", 2: "sequence"} if isinstance(model, BertForMultipleChoice) \
+        else {0: "batch", 1: "sequence"}
+    dynamic_axes = {name: axes for name in ("input_ids", "attention_mask", "token_type_ids")}
+    per_token = isinstance(model, (BertModel, BertForPreTraining, BertForQuestionAnswering)) or \
+        type(model).__name__ in ("BertForMaskedLM", "BertForTokenClassification")
+    for name in wrapper.names:
+        sequence_level = name in ("pooler_output", "seq_relationship_logits") or not per_token
+        dynamic_axes[name] = {0: "batch"} if sequence_level else {0: "batch", 1: "sequence"}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with padded_packing(), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about shape checks that hold for every input
+        torch.onnx.export(wrapper, example_inputs(model), str(path), input_names=["input_ids", "attention_mask",
+                          "token_type_ids"], output_names=wrapper.names, dynamic_axes=dynamic_axes,
+                          opset_version=opset, dynamo=False)
+    return wrapper.names
