@@ -1,0 +1,96 @@
+"""`bertkit fill-mask`, `bertkit extract-features`, `bertkit attention`: look inside a model folder."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from bertkit.errors import ConfigError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the fill-mask, extract-features and attention verbs."""
+    p = subparsers.add_parser("fill-mask", help="top-k tokens for each [MASK] of a text",
+                              description="Print the masked-LM head's top-k tokens with probabilities at every "
+                              "[MASK] of TEXT (the folder must hold BertForMaskedLM or BertForPreTraining).")
+    p.add_argument("text", metavar="TEXT")
+    p.add_argument("--model", required=True, metavar="DIR")
+    p.add_argument("--top-k", type=int, default=5)
+    p.set_defaults(func=fill_mask_command)
+
+    p = subparsers.add_parser("extract-features", help="per-token hidden states as google-research/bert JSONL",
+                              description="Write one JSON object per line of INPUT (a pair as 'A ||| B') in "
+                              "extract_features.py's format, values rounded to 6 decimals.")
+    p.add_argument("input", metavar="INPUT", help="text file, one text or 'A ||| B' pair per line")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.jsonl")
+    p.add_argument("--model", required=True, metavar="DIR")
+    p.add_argument("--layers", default="-1,-2,-3,-4", help="layer indices, -1 = last (default %(default)s)")
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.set_defaults(func=extract_features_command)
+
+    p = subparsers.add_parser("attention", help="PNG grid + HTML page of every layer's and head's attention",
+                              description="Draw the attention maps of TEXT (and --pair) per layer and head into "
+                              "OUT.png and a self-contained OUT.html next to it.")
+    p.add_argument("text", metavar="TEXT")
+    p.add_argument("--pair", default=None, help="second segment of a sentence pair")
+    p.add_argument("--model", required=True, metavar="DIR")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.png")
+    p.add_argument("--max-length", type=int, default=64, help="tokens drawn at most (default %(default)s)")
+    p.set_defaults(func=attention_command)
+
+
+def _load(folder: str):  # noqa: ANN202 (model, tokenizer)
+    from bertkit.inference.loading import load_model, load_tokenizer
+
+    return load_model(folder), load_tokenizer(folder)
+
+
+def fill_mask_command(args: argparse.Namespace) -> int:
+    """Handler of `bertkit fill-mask`."""
+    from bertkit.inference.fill_mask import fill_mask
+
+    model, tokenizer = _load(args.model)
+    for i, predictions in enumerate(fill_mask(model, tokenizer, args.text, args.top_k), start=1):
+        print(f"[MASK] #{i}:")
+        for p in predictions:
+            print(f"  {p.token:20s} {p.probability:.4f}")
+    return 0
+
+
+def extract_features_command(args: argparse.Namespace) -> int:
+    """Handler of `bertkit extract-features`."""
+    from bertkit.cli.inference import read_lines
+    from bertkit.inference.features import extract_features, parse_layers
+    from bertkit.io import atomic_open
+
+    if args.max_seq_length < 3:
+        raise ConfigError(f"--max-seq-length must be at least 3, got {args.max_seq_length}")
+    lines = read_lines(args.input)
+    model, tokenizer = _load(args.model)
+    layers = parse_layers(args.layers, model.config.num_hidden_layers)
+    n = 0
+    with atomic_open(args.output, "w") as f:
+        for record in extract_features(model, tokenizer, lines, layers, args.max_seq_length, args.batch_size):
+            f.write(json.dumps(record) + "\n")
+            n += 1
+    print(f"wrote features of {n} lines to {args.output}", file=sys.stderr)
+    return 0
+
+
+def attention_command(args: argparse.Namespace) -> int:
+    """Handler of `bertkit attention`."""
+    from bertkit.inference.attention import attention_maps, render_png, write_html
+
+    if not args.text.strip():
+        raise ConfigError("the text is empty; give a sentence to draw")
+    model, tokenizer = _load(args.model)
+    tokens, maps = attention_maps(model, tokenizer, args.text, args.pair, args.max_length)
+    title = f"{Path(args.model).name}: {args.text}" + (f" ||| {args.pair}" if args.pair else "")
+    render_png(tokens, maps, args.output, title)
+    html_path = Path(args.output).with_suffix(".html")
+    write_html(args.output, html_path, tokens, title)
+    print(f"wrote {args.output} and {html_path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,304 @@
+"""The HTTP service: FastAPI over one model folder, with the endpoints its head supports.
+
+/health always; /embed for every folder (the encoder under any head); /fill-mask for masked-LM heads; /classify,
+/ner, /qa for sequence-classification, token-classification and question-answering heads. The heads' decoding is
+done here simply (argmax labels; best start <= end span of at most MAX_ANSWER_TOKENS). Each endpoint's work runs
+through a DynamicBatcher, so concurrent requests share forward passes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from bertkit.inference.embed import pad_batch
+from bertkit.inference.encoder import Encoder
+from bertkit.inference.fill_mask import MASK, fill_mask_batch
+from bertkit.inference.loading import base_model, load_model, load_tokenizer
+from bertkit.model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bertkit.serve.batching import DynamicBatcher
+
+MAX_ANSWER_TOKENS = 30  # longest answer span considered, as in the SQuAD reference
+
+
+@dataclass
+class ServeSettings:
+    """Limits and batching of the service (the `bertkit serve` options mirror these one to one)."""
+
+    max_batch_size: int = 32
+    max_batch_delay_ms: float = 5.0
+    max_request_texts: int = 64
+    max_text_chars: int = 10000
+
+
+# --- request and response bodies -------------------------------------------------------------------------------
+class EmbedRequest(BaseModel):
+    texts: list[str] = Field(..., description="texts to embed")
+    pooling: Literal["mean", "cls"] | None = None
+    normalize: bool | None = None
+
+
+class EmbedResponse(BaseModel):
+    embeddings: list[list[float]]
+    dimension: int
+
+
+class FillMaskRequest(BaseModel):
+    texts: list[str] = Field(..., description="texts with at least one [MASK] each")
+    top_k: int = Field(5, ge=1, le=100)
+
+
+class TokenScore(BaseModel):
+    token: str
+    token_id: int
+    probability: float
+
+
+class FillMaskResponse(BaseModel):
+    results: list[list[list[TokenScore]]] = Field(..., description="per text, per [MASK], the top-k tokens")
+
+
+class ClassifyRequest(BaseModel):
+    texts: list[str]
+    pairs: list[str] | None = Field(None, description="second segments, one per text")
+
+
+class Classification(BaseModel):
+    label: str
+    probability: float
+    probabilities: dict[str, float]
+
+
+class ClassifyResponse(BaseModel):
+    results: list[Classification]
+
+
+class NerRequest(BaseModel):
+    texts: list[str]
+
+
+class TaggedToken(BaseModel):
+    token: str
+    label: str
+    probability: float
+
+
+class NerResponse(BaseModel):
+    results: list[list[TaggedToken]]
+
+
+class QARequest(BaseModel):
+    question: str
+    context: str
+
+
+class QAResponse(BaseModel):
+    answer: str
+    score: float
+    start_token: int
+    end_token: int
+
+
+# --- the model-side functions the batchers run -------------------------------------------------------------------
+class Predictor:
+    """The folder's model, tokenizer and encoder, and one batch function per endpoint."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.model = load_model(self.folder)
+        self.tokenizer = load_tokenizer(self.folder)
+        self.encoder = Encoder(self.model, self.tokenizer, device="cpu")
+        self.config = self.model.config
+        self.max_length = self.config.max_position_embeddings
+        self.labels = self.config.label_names or [f"LABEL_{i}" for i in range(self.config.num_labels)]
+
+    @property
+    def head(self) -> str:
+        return type(self.model).__name__
+
+    def supports(self, endpoint: str) -> bool:
+        """Whether this folder's head can answer `endpoint`."""
+        return {
+            "embed": True,
+            "fill-mask": getattr(getattr(self.model, "cls", None), "predictions", None) is not None,
+            "classify": isinstance(self.model, BertForSequenceClassification),
+            "ner": isinstance(self.model, BertForTokenClassification),
+            "qa": isinstance(self.model, BertForQuestionAnswering),
+        }[endpoint]
+
+    def embed(self, items: list[tuple[str, str | None, bool | None]]) -> list[list[float]]:
+        """items: (text, pooling, normalize); grouped by options so each group is one encode call."""
+        out: list[list[float]] = [[] for _ in items]
+        groups: dict[tuple[str | None, bool | None], list[int]] = {}
+        for i, (_, pooling, normalize) in enumerate(items):
+            groups.setdefault((pooling, normalize), []).append(i)
+        for (pooling, normalize), rows in groups.items():
+            vectors = self.encoder.encode([items[i][0] for i in rows], pooling=pooling, normalize=normalize)
+            for i, v in zip(rows, vectors.tolist()):
+                out[i] = v
+        return out
+
+    def fill_mask(self, items: list[tuple[str, int]]) -> list[list[list[dict[str, Any]]]]:
+        """items: (text, top_k)."""
+        top = max(k for _, k in items)
+        results = fill_mask_batch(self.model, self.tokenizer, [t for t, _ in items], top)
+        return [[[vars(p) for p in mask[:k]] for mask in per_text] for per_text, (_, k) in zip(results, items)]
+
+    def _forward(self, texts: list[str], pairs: list[str | None]) -> tuple[Any, list[Any]]:
+        encodings = [self.tokenizer.encode(t, pair=p, max_length=self.max_length, truncation=True)
+                     for t, p in zip(texts, pairs)]
+        batch = pad_batch([e.input_ids for e in encodings], [e.token_type_ids for e in encodings],
+                          self.tokenizer.pad_token_id)
+        with torch.inference_mode():
+            out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        return out, encodings
+
+    def classify(self, items: list[tuple[str, str | None]]) -> list[dict[str, Any]]:
+        """items: (text, pair or None) -> label, its probability, all probabilities."""
+        out, _ = self._forward([t for t, _ in items], [p for _, p in items])
+        probs = out.logits.float().softmax(-1).tolist()
+        results = []
+        for row in probs:
+            best = max(range(len(row)), key=row.__getitem__)
+            results.append({"label": self.labels[best], "probability": row[best],
+                            "probabilities": dict(zip(self.labels, row))})
+        return results
+
+    def ner(self, items: list[str]) -> list[list[dict[str, Any]]]:
+        """Word pieces (special tokens left out) with their argmax label."""
+        out, encodings = self._forward(items, [None] * len(items))
+        probs = out.logits.float().softmax(-1)
+        results = []
+        for row, enc in enumerate(encodings):
+            tokens = self.tokenizer.convert_ids_to_tokens(list(enc.input_ids))
+            special = list(enc.special_tokens_mask)
+            best = probs[row, :len(tokens)].max(-1)
+            results.append([{"token": tok, "label": self.labels[int(i)], "probability": float(p)}
+                            for tok, s, p, i in zip(tokens, special, best.values, best.indices) if not s])
+        return results
+
+    def qa(self, items: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        """Best context span: max start + end logit with start <= end < start + MAX_ANSWER_TOKENS."""
+        out, encodings = self._forward([q for q, _ in items], [c for _, c in items])
+        results = []
+        for row, enc in enumerate(encodings):
+            in_context = torch.tensor([s == 1 for s in enc.sequence_ids])
+            start = out.start_logits[row, :len(in_context)].float().masked_fill(~in_context, float("-inf"))
+            end = out.end_logits[row, :len(in_context)].float().masked_fill(~in_context, float("-inf"))
+            scores = start[:, None] + end[None, :]  # (start, end)
+            n = len(in_context)
+            allowed = torch.ones(n, n, dtype=torch.bool).triu().tril(MAX_ANSWER_TOKENS - 1)
+            scores = scores.masked_fill(~allowed, float("-inf"))
+            flat = int(scores.argmax())
+            s, e = divmod(flat, n)
+            answer = self.tokenizer.decode(list(enc.input_ids)[s:e + 1])
+            results.append({"answer": answer, "score": float(scores[s, e]), "start_token": s, "end_token": e})
+        return results
+
+
+# --- the app ---------------------------------------------------------------------------------------------------
+def create_app(folder: str | Path, settings: ServeSettings | None = None) -> FastAPI:
+    """A FastAPI app serving `folder`; batchers start and stop with the app's lifespan."""
+    settings = settings or ServeSettings()
+    predictor = Predictor(folder)
+    delay = settings.max_batch_delay_ms / 1000.0
+    batchers = {
+        name: DynamicBatcher(fn, settings.max_batch_size, delay)
+        for name, fn in (("embed", predictor.embed), ("fill-mask", predictor.fill_mask),
+                         ("classify", predictor.classify), ("ner", predictor.ner), ("qa", predictor.qa))
+        if predictor.supports(name)
+    }
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        for b in batchers.values():
+            b.start()
+        yield
+        for b in batchers.values():  # graceful: queued work finishes before the threads stop
+            await b.stop()
+
+    app = FastAPI(title="bertkit", description=f"BERT inference over {Path(folder).name} ({predictor.head})",
+                  version="0.1.0", lifespan=lifespan)
+    app.state.predictor = predictor
+    app.state.batchers = batchers
+
+    def check_texts(texts: list[str]) -> None:
+        if not texts:
+            raise HTTPException(400, "texts is empty; send at least one text")
+        if len(texts) > settings.max_request_texts:
+            raise HTTPException(413, f"{len(texts)} texts in one request; the limit is {settings.max_request_texts}")
+        for i, t in enumerate(texts):
+            if len(t) > settings.max_text_chars:
+                raise HTTPException(413, f"texts[{i}] has {len(t)} characters; the limit is "
+                                         f"{settings.max_text_chars}")
+            if not t.strip():
+                raise HTTPException(400, f"texts[{i}] is empty")
+
+    def batcher(endpoint: str) -> DynamicBatcher:
+        if endpoint not in batchers:
+            raise HTTPException(404, f"this model folder ({predictor.head}) has no head for /{endpoint}; "
+                                     f"available: {', '.join('/' + e for e in batchers)}")
+        return batchers[endpoint]
+
+    @app.exception_handler(ValueError)
+    async def value_error(request: Request, exc: ValueError) -> JSONResponse:
+        return JSONResponse(status_code=400, content={"detail": str(exc)})
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": predictor.head, "endpoints": sorted(batchers),
+                "batches": {k: b.batches for k, b in batchers.items()}}
+
+    @app.post("/embed", response_model=EmbedResponse)
+    async def embed(req: EmbedRequest) -> EmbedResponse:
+        b = batcher("embed")
+        check_texts(req.texts)
+        vectors = await b.submit([(t, req.pooling, req.normalize) for t in req.texts])
+        return EmbedResponse(embeddings=vectors, dimension=predictor.config.hidden_size)
+
+    @app.post("/fill-mask", response_model=FillMaskResponse)
+    async def fill_mask(req: FillMaskRequest) -> FillMaskResponse:
+        b = batcher("fill-mask")
+        check_texts(req.texts)
+        for i, t in enumerate(req.texts):
+            if MASK not in t:
+                raise HTTPException(400, f"texts[{i}] has no {MASK}; write {MASK} where a word should be predicted")
+        return FillMaskResponse(results=await b.submit([(t, req.top_k) for t in req.texts]))
+
+    @app.post("/classify", response_model=ClassifyResponse)
+    async def classify(req: ClassifyRequest) -> ClassifyResponse:
+        b = batcher("classify")
+        check_texts(req.texts)
+        if req.pairs is not None and len(req.pairs) != len(req.texts):
+            raise HTTPException(400, f"pairs has {len(req.pairs)} entries, texts has {len(req.texts)}")
+        pairs = req.pairs or [None] * len(req.texts)
+        return ClassifyResponse(results=await b.submit(list(zip(req.texts, pairs))))
+
+    @app.post("/ner", response_model=NerResponse)
+    async def ner(req: NerRequest) -> NerResponse:
+        b = batcher("ner")
+        check_texts(req.texts)
+        return NerResponse(results=await b.submit(req.texts))
+
+    @app.post("/qa", response_model=QAResponse)
+    async def qa(req: QARequest) -> QAResponse:
+        b = batcher("qa")
+        check_texts([req.question, req.context])
+        return QAResponse(**(await b.submit([(req.question, req.context)]))[0])
+
+    return app
+
+
+def serve(folder: str | Path, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None) -> None:
+    """Run the app on uvicorn until interrupted (SIGINT/SIGTERM shut down gracefully)."""
+    import uvicorn
+
+    uvicorn.run(create_app(folder, settings), host=host, port=port, log_level="info", timeout_graceful_shutdown=10)
