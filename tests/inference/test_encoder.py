@@ -1,0 +1,86 @@
+"""Fast Encoder: equal to the plain padded path on real MiniLM weights and WikiText-2, in input order."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from inference_helpers import minilm_folder, patch_tokenizer_loader, tokenizer_for, wikitext_paragraphs
+
+from bertkit.errors import ConfigError
+from bertkit.inference.embed import embed_texts, reference_embed_texts
+from bertkit.inference.encoder import Encoder, plan_batches
+from bertkit.model import BertModel
+
+
+@pytest.fixture(scope="module")
+def minilm():  # noqa: ANN201
+    folder = minilm_folder()
+    return folder, BertModel.from_pretrained(folder), tokenizer_for(folder)
+
+
+def test_plan_batches_respects_both_limits_and_covers_every_index() -> None:
+    lengths = [5, 100, 7, 50, 50, 3, 9, 100]
+    batches = plan_batches(lengths, batch_size=3, max_tokens_per_batch=150)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        assert len(b) <= 3 and max(lengths[i] for i in b) * len(b) <= 150 or len(b) == 1
+    assert [lengths[i] for b in batches for i in b] == sorted(lengths, reverse=True)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_encoder_equals_reference_path_in_input_order(minilm, pooling: str) -> None:  # noqa: ANN001
+    folder, model, tok = minilm
+    texts = wikitext_paragraphs(48) + ["short", "a b c"]
+    fast = embed_texts(model, tok, texts, pooling=pooling, normalize=True, max_length=256)
+    slow = reference_embed_texts(model, tok, texts, pooling=pooling, normalize=True, max_length=256)
+    assert np.abs(fast - slow).max() <= 1e-5
+    # One text at a time gives the same rows: the order is the input order.
+    alone = embed_texts(model, tok, [texts[7]], pooling=pooling, normalize=True, max_length=256)
+    assert np.abs(alone[0] - fast[7]).max() <= 1e-5
+
+
+def test_encoder_from_folder_matches_sentence_transformers(monkeypatch) -> None:  # noqa: ANN001
+    st = pytest.importorskip("sentence_transformers")
+    patch_tokenizer_loader(monkeypatch)
+    folder = minilm_folder()
+    texts = wikitext_paragraphs(16)
+    ours = Encoder(folder).encode(texts, batch_size=4, max_tokens_per_batch=600)  # folder defaults: mean, normalize
+    theirs = torch.from_numpy(st.SentenceTransformer(folder, device="cpu").encode(texts, batch_size=8))
+    assert F.cosine_similarity(ours, theirs).min() > 0.99999
+    assert (ours - theirs).abs().max() < 1e-5
+
+
+def test_bf16_and_int8_stay_close_to_fp32(minilm) -> None:  # noqa: ANN001
+    _, model, tok = minilm
+    texts = [x[:200] for x in wikitext_paragraphs(8)]
+    ref = Encoder(model, tok).encode(texts)
+    bf16 = Encoder(model, tok, precision="bf16").encode(texts)
+    int8 = Encoder(model, tok, precision="int8").encode(texts)
+    assert F.cosine_similarity(ref, bf16).min() >= 0.999
+    assert F.cosine_similarity(ref, int8).min() >= 0.95  # per-tensor activation scales: see _quantize_dynamic
+
+
+def test_long_texts_are_truncated_with_a_warning(minilm) -> None:  # noqa: ANN001
+    _, model, tok = minilm
+    enc = Encoder(model, tok, max_seq_length=16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = enc.encode(["word " * 100, "short"])
+    assert out.shape == (2, 384)
+    assert any("1 of 2 texts were longer than 16 tokens" in str(w.message) for w in caught)
+
+
+def test_bad_options_are_clear_errors(minilm) -> None:  # noqa: ANN001
+    _, model, tok = minilm
+    with pytest.raises(ConfigError, match="precision"):
+        Encoder(model, tok, precision="fp8")
+    with pytest.raises(ConfigError, match="pooling"):
+        Encoder(model, tok).encode(["x"], pooling="max")
+    with pytest.raises(ConfigError, match="tokenizer"):
+        Encoder(model)
+    with pytest.raises(ConfigError, match="strings"):
+        Encoder(model, tok).encode(["ok", 3])  # type: ignore[list-item]
