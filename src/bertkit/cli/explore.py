@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("input", metavar="INPUT", help="text file, one text or 'A ||| B' pair per line")
     p.add_argument("-o", "--output", required=True, metavar="OUT.jsonl")
     p.add_argument("--model", required=True, metavar="DIR")
-    p.add_argument("--layers", default="-1,-2,-3,-4", help="layer indices, -1 = last (default %(default)s)")
+    p.add_argument("--layers", default="-1,-2,-3,-4", help="layer indices, -1 = last; write --layers=-1,-2 (default %(default)s)")
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=32)
     p.set_defaults(func=extract_features_command)
