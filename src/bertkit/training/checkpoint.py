@@ -1,0 +1,214 @@
+"""Training-state checkpoints: checkpoints/step-N/{state.pt, meta.json}, written atomically, the last K kept.
+
+state.pt holds model, optimizer, scheduler, grad scaler, data position, best-metric bookkeeping and every
+rank's RNG states; meta.json (written last) holds its size and sha256 plus the settings a resume must match,
+so a truncated, corrupted or mismatched checkpoint fails with a CheckpointError naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertkit.errors import CheckpointError
+from bertkit.io import atomic_path, atomic_write_json
+
+FORMAT = "bertkit-training-state"
+VERSION = 1
+STATE_FILE = "state.pt"
+META_FILE = "meta.json"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def step_dir(root: str | os.PathLike, step: int) -> Path:
+    """Folder of the checkpoint written after optimizer update `step`."""
+    return Path(root) / f"step-{step}"
+
+
+def list_checkpoints(root: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(step, folder) of every complete-looking checkpoint under `root`, oldest first (temp folders ignored)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for p in root.iterdir():
+        m = _STEP_DIR.match(p.name)
+        if m and p.is_dir():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def latest_checkpoint(root: str | os.PathLike) -> Path | None:
+    """The checkpoint with the highest step, or None."""
+    found = list_checkpoints(root)
+    return found[-1][1] if found else None
+
+
+def prune_checkpoints(root: str | os.PathLike, keep_last: int) -> list[Path]:
+    """Delete all but the newest `keep_last` checkpoints; returns the deleted folders."""
+    found = list_checkpoints(root)
+    doomed = [p for _, p in found[: max(0, len(found) - keep_last)]]
+    for p in doomed:
+        shutil.rmtree(p, ignore_errors=True)
+    return doomed
+
+
+@contextlib.contextmanager
+def atomic_replace_folder(target: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty hidden sibling folder to fill; on success it replaces `target` (old one removed after)."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        yield tmp
+        old = None
+        if target.exists():
+            old = target.with_name(f".{target.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+        os.replace(tmp, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def save_training_state(folder: str | os.PathLike, state: dict[str, Any], meta: dict[str, Any]) -> Path:
+    """Write state.pt then meta.json (with the state's size and sha256) into `folder`, as a whole."""
+    folder = Path(folder)
+    with atomic_replace_folder(folder) as tmp:
+        with atomic_path(tmp / STATE_FILE) as f:
+            torch.save(state, f)
+        full = dict(format=FORMAT, version=VERSION, **meta)
+        full["state_file"] = STATE_FILE
+        full["state_bytes"] = (tmp / STATE_FILE).stat().st_size
+        full["state_sha256"] = _sha256(tmp / STATE_FILE)
+        atomic_write_json(tmp / META_FILE, full)
+    return folder
+
+
+def read_meta(folder: str | os.PathLike) -> dict[str, Any]:
+    """meta.json of a checkpoint, checked for format and version."""
+    path = Path(folder) / META_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing; {folder} is not a complete bertkit training checkpoint")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: corrupted ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a bertkit training checkpoint (format {meta.get('format')!r})")
+    if meta.get("version") != VERSION:
+        raise CheckpointError(f"{path}: format version {meta.get('version')!r}, this bertkit reads {VERSION}")
+    return meta
+
+
+def load_training_state(folder: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(state, meta) of a checkpoint; size and checksum are verified before unpickling."""
+    folder = Path(folder)
+    meta = read_meta(folder)
+    path = folder / meta.get("state_file", STATE_FILE)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing (listed in {folder / META_FILE})")
+    size = path.stat().st_size
+    if size != meta.get("state_bytes"):
+        raise CheckpointError(f"{path}: corrupted or truncated: {size} bytes, meta.json says {meta.get('state_bytes')}")
+    if _sha256(path) != meta.get("state_sha256"):
+        raise CheckpointError(f"{path}: corrupted: sha256 does not match meta.json")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # zip/pickle errors of every kind
+        raise CheckpointError(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
+    return state, meta
+
+
+def check_compatible(folder: Path, meta: dict[str, Any], expected: dict[str, Any]) -> None:
+    """Raise CheckpointError naming the first setting whose value differs between checkpoint and run."""
+    for key, want in expected.items():
+        have = meta.get(key)
+        if have != want:
+            raise CheckpointError(
+                f"{folder / META_FILE}: written with {key} = {have!r}, but this run has {key} = {want!r}; "
+                "resume with the same settings or start a new output_dir"
+            )
+
+
+def load_model_state(model: nn.Module, state_dict: dict[str, torch.Tensor], source: Path) -> None:
+    """Load a checkpoint's model weights, naming missing, unexpected or mis-shaped tensors on mismatch."""
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state_dict))
+    unexpected = sorted(set(state_dict) - set(own))
+    shapes = [
+        f"{k} {tuple(state_dict[k].shape)} in the checkpoint vs {tuple(own[k].shape)} in the model"
+        for k in own if k in state_dict and tuple(state_dict[k].shape) != tuple(own[k].shape)
+    ]
+    problems = []
+    if missing:
+        problems.append(f"missing {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
+    if unexpected:
+        problems.append(f"unexpected {', '.join(unexpected[:5])}" + (" ..." if len(unexpected) > 5 else ""))
+    if shapes:
+        problems.append("shape mismatch: " + "; ".join(shapes[:5]))
+    if problems:
+        raise CheckpointError(f"{source}: model weights do not match the model: {'; '.join(problems)}")
+    model.load_state_dict(state_dict)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# RNG states (python, numpy, torch CPU and CUDA), in a form torch.load(weights_only=True) accepts.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """Every global RNG state of this process."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": [kind, torch.from_numpy(keys.copy()), int(pos), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of `capture_rng_state`."""
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextlib.contextmanager
+def preserved_rng() -> Iterator[None]:
+    """Run a block (evaluation) without changing any global RNG state the training loop sees."""
+    saved = capture_rng_state()
+    try:
+        yield
+    finally:
+        restore_rng_state(saved)

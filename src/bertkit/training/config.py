@@ -1,0 +1,285 @@
+"""`TrainingConfig`: every setting of the one trainer, with the BERT paper's pre-training defaults.
+
+Defaults follow Devlin et al. 2019, appendix A.2 ("Adam with learning rate of 1e-4, beta1 = 0.9, beta2 = 0.999,
+L2 weight decay of 0.01, learning rate warmup over the first 10,000 steps, and linear decay of the learning rate")
+and google-research/bert `optimization.py` (AdamWeightDecayOptimizer: epsilon 1e-6, no decay on LayerNorm and
+bias, gradient clipping at global norm 1.0). Fine-tuning jobs pass their own lr, epochs and warmup.
+
+Configs are plain dataclasses that round-trip through JSON and YAML. `config_from_dict` (shared with the
+pre-training job's config) checks every field's type so a typo or a string where a number belongs fails with
+the field's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from bertkit.errors import ConfigError
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+OPTIMIZERS = ("adamw", "lamb")
+
+T = TypeVar("T")
+
+
+@dataclass
+class TrainingConfig:
+    """How the trainer optimises a model: optimiser, schedule, batching, precision, evaluation, checkpoints."""
+
+    output_dir: str = "runs/bertkit"
+    """Folder of checkpoints/, best/, final/, metrics.jsonl, curves.png (and tensorboard/)."""
+
+    # --- optimiser (paper appendix A.2; google-research/bert optimization.py) ---
+    optimizer: str = "adamw"
+    """'adamw' (decoupled weight decay, the paper's optimiser) or 'lamb' (You et al. 2019, for very large batches)."""
+    lr: float = 1e-4
+    """Peak learning rate after warm-up (paper pre-training: 1e-4; fine-tuning passes 2e-5..5e-5)."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay; never applied to biases and LayerNorm weights (reference `exclude_from_weight_decay`)."""
+    adam_beta1: float = 0.9
+    """First-moment decay (paper: 0.9)."""
+    adam_beta2: float = 0.999
+    """Second-moment decay (paper: 0.999)."""
+    adam_eps: float = 1e-6
+    """Denominator epsilon; google-research/bert uses 1e-6, not torch's 1e-8."""
+    max_grad_norm: float | None = 1.0
+    """Clip the global gradient norm to this (reference: 1.0); None disables clipping."""
+
+    # --- schedule ---
+    warmup: float = 10_000
+    """Linear warm-up: a number of steps when >= 1 (paper: 10,000), a fraction of all steps when < 1 (e.g. 0.1)."""
+    max_steps: int | None = None
+    """Optimizer updates to run (paper: 1,000,000); when set it overrides `epochs`."""
+    epochs: float = 3.0
+    """Passes over the training data when max_steps is None (fine-tuning's usual 2-4)."""
+
+    # --- batching ---
+    batch_size: int = 32
+    """Sequences per micro-batch on each process. The paper's 256-sequence batch = batch_size x
+    grad_accum_steps x processes (e.g. 32 x 8 x 1)."""
+    grad_accum_steps: int = 1
+    """Micro-batches whose gradients are summed before one optimizer update."""
+    shuffle: bool = True
+    """Shuffle the training data each epoch (the order is a pure function of seed and epoch)."""
+    drop_last: bool = False
+    """Drop the last incomplete batch of each epoch."""
+    num_workers: int = 0
+    """DataLoader worker processes (0 = load in the training process)."""
+
+    # --- numerics and device ---
+    precision: str = "auto"
+    """'auto' (bf16 autocast on a CUDA GPU that supports it, fp16 + loss scaling on older GPUs, fp32 on CPU),
+    'fp32', 'bf16' (allowed on CPU too) or 'fp16' (CUDA only)."""
+    device: str = "auto"
+    """'auto' (the local CUDA GPU if any, else CPU), 'cpu', 'cuda', or 'cuda:N'."""
+    seed: int = 42
+    """Seed of every random choice: shuffling, dropout, masking (each process adds its rank for dropout)."""
+
+    # --- evaluation, checkpoints, logging ---
+    eval_every: int | None = None
+    """Evaluate every N optimizer steps; None = at the end of every epoch (and always at the end of training)."""
+    metric_for_best: str | None = "loss"
+    """Evaluation metric that picks the `best/` model; None keeps no best model."""
+    greater_is_better: bool = False
+    """Whether a larger `metric_for_best` is better (False for a loss, True for an accuracy)."""
+    save_every: int | None = None
+    """Write a training-state checkpoint every N steps; None = only at the end (and on SIGINT/SIGTERM)."""
+    keep_last: int = 2
+    """Training-state checkpoints kept in checkpoints/ (older ones are deleted)."""
+    log_every: int = 10
+    """Append a training record (loss, lr, tokens/s) to metrics.jsonl every N steps."""
+    tensorboard: bool = True
+    """Also write TensorBoard events under output_dir/tensorboard when tensorboard is installed."""
+    progress_bar: bool = True
+    """Show a tqdm progress bar (rank 0 only)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first field that is out of range."""
+
+        def bad(name: str, expected: str) -> ConfigError:
+            return ConfigError(f"TrainingConfig.{name} = {getattr(self, name)!r}: expected {expected}")
+
+        if self.optimizer not in OPTIMIZERS:
+            raise bad("optimizer", f"one of {', '.join(OPTIMIZERS)}")
+        if self.precision not in PRECISIONS:
+            raise bad("precision", f"one of {', '.join(PRECISIONS)}")
+        if not self.lr > 0:
+            raise bad("lr", "a positive number")
+        if self.weight_decay < 0:
+            raise bad("weight_decay", "a number >= 0")
+        for name in ("adam_beta1", "adam_beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise bad(name, "a number in [0, 1)")
+        if not self.adam_eps > 0:
+            raise bad("adam_eps", "a positive number")
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            raise bad("max_grad_norm", "a positive number or null")
+        if self.warmup < 0:
+            raise bad("warmup", "a step count >= 1, a fraction in [0, 1), or 0")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise bad("max_steps", "an integer >= 1 or null")
+        if not self.epochs > 0:
+            raise bad("epochs", "a positive number")
+        for name in ("batch_size", "grad_accum_steps", "keep_last", "log_every"):
+            if getattr(self, name) < 1:
+                raise bad(name, "an integer >= 1")
+        for name in ("eval_every", "save_every"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise bad(name, "an integer >= 1 or null")
+        if self.num_workers < 0:
+            raise bad("num_workers", "an integer >= 0")
+
+    # --- serialisation -------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of every field (JSON/YAML-ready)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "TrainingConfig") -> "TrainingConfig":
+        """Inverse of `to_dict`; unknown keys and wrong types are errors naming the field."""
+        return config_from_dict(cls, d, where)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the config atomically as JSON or YAML (by the file's suffix)."""
+        save_config(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "TrainingConfig":
+        """Read a config written by `save` (JSON or YAML)."""
+        return config_from_dict(cls, read_config_file(path), str(path))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Nested dataclass <-> dict, with type checks (shared by every config of the training package).
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def coerce_value(value: Any, tp: Any, where: str) -> Any:
+    """Check (and gently convert: int -> float, a dict -> a nested dataclass) `value` against the annotation `tp`."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return coerce_value(value, arg, where)
+            except ConfigError as e:
+                errors.append(e)
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, found {value!r}")
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping of {tp.__name__} fields, found {value!r}")
+        return config_from_dict(tp, value, where)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, found {value!r}")
+        (item,) = typing.get_args(tp) or (Any,)
+        return [coerce_value(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, found {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true or false, found {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{where}: expected an integer, found {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-4" as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{where}: expected a number, found {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        raise ConfigError(f"{where}: expected a string, found {value!r}")
+    return value
+
+
+def config_from_dict(cls: type[T], d: dict[str, Any], where: str | None = None) -> T:
+    """Build dataclass `cls` from a dict, recursing into nested dataclasses; unknown keys name the field."""
+    where = where or cls.__name__
+    if not isinstance(d, dict):
+        raise ConfigError(f"{where}: expected a mapping, found {type(d).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(d) - set(names))
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}; known fields: {', '.join(names)}")
+    kwargs = {k: coerce_value(v, hints[k], f"{where}.{k}") for k, v in d.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a JSON or YAML config file into a dict (errors name the file)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix == ".json":
+            d = json.loads(text)
+        else:
+            import yaml
+
+            d = yaml.safe_load(text)
+    except Exception as e:  # json.JSONDecodeError, yaml.YAMLError
+        raise ConfigError(f"{path}: cannot parse ({e})") from None
+    if d is None:
+        d = {}
+    if not isinstance(d, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, found {type(d).__name__}")
+    return d
+
+
+def dump_config(config: Any, fmt: str = "yaml") -> str:
+    """A dataclass config as YAML or JSON text."""
+    d = dataclasses.asdict(config)
+    if fmt == "json":
+        return json.dumps(d, indent=2) + "\n"
+    import yaml
+
+    return yaml.safe_dump(d, sort_keys=False)
+
+
+def save_config(config: Any, path: str | os.PathLike) -> None:
+    """Write a dataclass config atomically, as JSON for a .json path and YAML otherwise."""
+    from bertkit.io import atomic_write_text
+
+    atomic_write_text(path, dump_config(config, "json" if str(path).endswith(".json") else "yaml"))

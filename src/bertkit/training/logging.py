@@ -1,0 +1,84 @@
+"""Metrics log: one JSON record per line in metrics.jsonl (append + flush), plus TensorBoard when installed."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from bertkit.io import atomic_write_text
+
+# Keys of a record that describe it rather than measure something.
+RECORD_KEYS = ("step", "split", "epoch", "phase", "time")
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Records of a metrics.jsonl; a torn last line (a crash mid-write) is skipped."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def truncate_metrics(path: str | os.PathLike, last_step: int) -> None:
+    """Drop the records after `last_step` (a resumed run replays those steps)."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    keep = [r for r in read_metrics(path) if int(r.get("step", 0)) <= last_step]
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in keep))
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/inf: write them as strings so every line stays valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class MetricsLogger:
+    """Appends records to metrics.jsonl and mirrors numbers to TensorBoard; inactive on ranks other than 0."""
+
+    def __init__(self, output_dir: str | os.PathLike, enabled: bool = True, tensorboard: bool = True) -> None:
+        self.path = Path(output_dir) / "metrics.jsonl"
+        self.enabled = enabled
+        self._tb = None
+        if enabled and tensorboard:
+            try:  # optional dependency: imported only when wanted
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(Path(output_dir) / "tensorboard"))
+            except ImportError:
+                self._tb = None
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Append one record (it must hold 'step' and 'split': 'train' or 'eval')."""
+        if not self.enabled:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
+            f.flush()
+        if self._tb is not None:
+            split = record.get("split", "train")
+            for k, v in record.items():
+                if k not in RECORD_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool):
+                    self._tb.add_scalar(f"{split}/{k}", v, int(record["step"]))
+            self._tb.flush()
+
+    def close(self) -> None:
+        """Close the TensorBoard writer."""
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None

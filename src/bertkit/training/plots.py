@@ -1,0 +1,74 @@
+"""PNG curves of a metrics.jsonl (shared by pre-training, fine-tuning and the demo); matplotlib's Agg canvas only."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from bertkit.io import atomic_path
+from bertkit.training.logging import RECORD_KEYS, read_metrics
+
+# Train-side measurements that are bookkeeping rather than curves worth a panel.
+_SKIP = {"tokens_per_s", "grad_norm", "samples", "tokens", "elapsed_s"}
+
+
+def collect_series(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
+    """metric -> split -> (steps, values), from records with 'step' and 'split'."""
+    series: dict[str, dict[str, tuple[list[int], list[float]]]] = defaultdict(dict)
+    for r in records:
+        split = r.get("split", "train")
+        for k, v in r.items():
+            if k in RECORD_KEYS or isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            steps, values = series[k].setdefault(split, ([], []))
+            steps.append(int(r["step"]))
+            values.append(float(v))
+    return dict(series)
+
+
+def plot_metrics(
+    metrics: str | os.PathLike | Sequence[dict[str, Any]],
+    png_path: str | os.PathLike,
+    metrics_to_plot: Sequence[str] | None = None,
+    title: str | None = None,
+) -> Path | None:
+    """Plot every metric series (one panel per metric, one line per split) into a PNG, written atomically.
+
+    `metrics` is a metrics.jsonl path or its records. By default: losses first, then accuracies and other
+    evaluation metrics, then the learning rate. Returns the PNG path, or None when there is nothing to plot.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    records = read_metrics(metrics) if isinstance(metrics, (str, os.PathLike)) else list(metrics)
+    series = collect_series(records)
+    if metrics_to_plot is None:
+        names = [k for k in series if k not in _SKIP]
+        names.sort(key=lambda k: (0 if "loss" in k else 2 if k == "lr" else 1, k))
+    else:
+        names = [k for k in metrics_to_plot if k in series]
+    if not names:
+        return None
+    cols = min(3, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig = Figure(figsize=(4.5 * cols, 3.2 * rows), dpi=100)
+    FigureCanvasAgg(fig)
+    for i, name in enumerate(names):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        for split, (steps, values) in sorted(series[name].items()):
+            ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=split)
+        ax.set_title(name)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if len(series[name]) > 1:
+            ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    png_path = Path(png_path)
+    with atomic_path(png_path) as tmp:
+        fig.savefig(tmp, format="png")
+    return png_path

@@ -1,0 +1,547 @@
+"""The one trainer: pre-training and fine-tuning both run this loop.
+
+A job contributes a model (any nn.Module whose forward takes the batch's keys and returns an output with
+`.loss`), training data + collate function (or several `TrainPhase`s run as one schedule), and an
+`evaluate(model) -> dict` callback. The loop: micro-batches with gradient accumulation under autocast, global
+norm clipping, optimizer + LR schedule, metrics/plots, evaluation, best model, checkpoints, signals, DDP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset, default_collate
+
+from bertkit.errors import CheckpointError, ConfigError
+from bertkit.training import checkpoint as ckpt
+from bertkit.training.config import TrainingConfig
+from bertkit.training.distributed import DistInfo, all_gather_objects, any_rank, barrier, setup_distributed
+from bertkit.training.logging import MetricsLogger, read_metrics, truncate_metrics
+from bertkit.training.optim import build_optimizer
+from bertkit.training.plots import plot_metrics
+from bertkit.training.schedule import build_scheduler
+
+CHECKPOINTS = "checkpoints"
+BEST = "best"
+FINAL = "final"
+CURVES = "curves.png"
+
+
+@dataclass
+class TrainPhase:
+    """One stretch of the run on one dataset (pre-training: seq 128, then seq 512), sharing the LR schedule."""
+
+    dataset: Dataset
+    collate_fn: Callable[[list[Any]], Any] | None = None
+    max_steps: int | None = None
+    """Optimizer updates in this phase; None = the config's max_steps, else its epochs over this dataset."""
+    batch_size: int | None = None
+    """Micro-batch size of this phase; None = the config's batch_size."""
+    name: str = "train"
+
+
+@dataclass
+class TrainResult:
+    """What `Trainer.train` returns (on rank 0; other ranks get the same fields without metrics)."""
+
+    global_step: int
+    final_metrics: dict[str, Any] | None = None
+    best_metrics: dict[str, Any] | None = None
+    best_dir: Path | None = None
+    final_dir: Path | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    """Every record this run's metrics.jsonl holds (train and eval), in order."""
+    interrupted: bool = False
+    signal: int | None = None
+    """The signal (SIGINT, SIGTERM) that stopped the run early, after its checkpoint was written."""
+
+
+@dataclass
+class _Position:
+    """Where the data stream stands: next micro-batch is batch `batch` of epoch `epoch` of phase `phase`."""
+
+    phase: int = 0
+    epoch: int = 0
+    batch: int = 0
+
+
+def _mix(*parts: int) -> int:
+    """A 63-bit seed that is a pure function of the given integers."""
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The module inside a DistributedDataParallel (or compiled) wrapper."""
+    while hasattr(model, "module") and isinstance(getattr(model, "module"), nn.Module):
+        model = model.module
+    return model
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """'auto' -> bf16 on a CUDA GPU that supports it, fp16 on older GPUs, fp32 on CPU; checks the others."""
+    if precision == "auto":
+        if device.type == "cuda":
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return "fp32"
+    if precision == "fp16" and device.type != "cuda":
+        raise ConfigError("TrainingConfig.precision = 'fp16' needs a CUDA GPU (use 'bf16' or 'fp32' on CPU)")
+    return precision
+
+
+def batch_loss(output: Any) -> Tensor:
+    """The loss of a model output: `.loss`, output['loss'], or the output itself when it is a tensor."""
+    loss = output if isinstance(output, Tensor) else getattr(output, "loss", None)
+    if loss is None and isinstance(output, dict):
+        loss = output.get("loss")
+    if loss is None:
+        raise ConfigError("the model returned no loss: the training batches must carry labels")
+    return loss
+
+
+def _to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to_device(v, device) for v in batch)
+    return batch
+
+
+def _count_tokens(batch: Any) -> int:
+    """Real (non-padding) tokens of a batch, for tokens/s; the batch size when it has no token ids."""
+    if isinstance(batch, dict):
+        if "attention_mask" in batch:
+            return int(batch["attention_mask"].sum())
+        if "input_ids" in batch:
+            return int(batch["input_ids"].numel())
+        first = next(iter(batch.values()))
+        return int(first.shape[0]) if isinstance(first, Tensor) else 1
+    if isinstance(batch, (list, tuple)) and batch and isinstance(batch[0], Tensor):
+        return int(batch[0].shape[0])
+    return 1
+
+
+def _forward(model: nn.Module, batch: Any) -> Any:
+    if isinstance(batch, dict):
+        return model(**batch)
+    if isinstance(batch, (list, tuple)):
+        return model(*batch)
+    return model(batch)
+
+
+class Trainer:
+    """Runs the training loop of a config over one or more phases; see the module docstring."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config: TrainingConfig,
+        train_data: Dataset | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
+        save_extra: Callable[[Path], None] | None = None,
+        phases: Sequence[TrainPhase] | None = None,
+        dist_info: DistInfo | None = None,
+    ) -> None:
+        if phases is None:
+            if train_data is None:
+                raise ConfigError("Trainer needs train_data (or phases)")
+            phases = [TrainPhase(train_data, collate_fn)]
+        elif train_data is not None:
+            raise ConfigError("Trainer: pass either train_data or phases, not both")
+        if not phases:
+            raise ConfigError("Trainer: phases is empty")
+        self.config = config
+        self.phases = list(phases)
+        self.evaluate = evaluate
+        self.save_extra = save_extra
+        self.dist = dist_info or setup_distributed(config.device)
+        self.device = self.dist.device
+        self.precision = resolve_precision(config.precision, self.device)
+        self.output_dir = Path(config.output_dir)
+        self.model = model.to(self.device)
+        self._stop_signal: int | None = None
+        for i, ph in enumerate(self.phases):
+            if len(ph.dataset) == 0:  # type: ignore[arg-type]
+                raise ConfigError(f"Trainer: phase {i} ({ph.name}) has an empty dataset")
+        self._batches_per_epoch = [len(self.epoch_batches(i, 0)) for i in range(len(self.phases))]
+        self.phase_steps = [self._phase_steps(i) for i in range(len(self.phases))]
+        self.total_steps = sum(self.phase_steps)
+
+    # --- data ------------------------------------------------------------------------------------------------
+    def _batch_size(self, phase: int) -> int:
+        return self.phases[phase].batch_size or self.config.batch_size
+
+    def epoch_batches(self, phase: int, epoch: int) -> list[list[int]]:
+        """This rank's micro-batches (dataset indices) of one epoch: a pure function of (seed, phase, epoch).
+
+        The global order is one permutation; rank r takes every world_size-th index of it (after dropping the
+        tail that does not divide evenly), so N ranks x batch B see the same samples per step as 1 x N*B.
+        """
+        n = len(self.phases[phase].dataset)  # type: ignore[arg-type]
+        if self.config.shuffle:
+            g = torch.Generator().manual_seed(_mix(self.config.seed, phase, epoch))
+            order = torch.randperm(n, generator=g).tolist()
+        else:
+            order = list(range(n))
+        ws = self.dist.world_size
+        if ws > 1:
+            order = order[: n - n % ws][self.dist.rank :: ws]
+        b = self._batch_size(phase)
+        batches = [order[i : i + b] for i in range(0, len(order), b)]
+        if self.config.drop_last and batches and len(batches[-1]) < b:
+            batches.pop()
+        return batches
+
+    def _phase_steps(self, phase: int) -> int:
+        ph, c = self.phases[phase], self.config
+        steps = ph.max_steps or c.max_steps
+        if steps:
+            return steps
+        per_epoch = self._batches_per_epoch[phase]
+        if per_epoch == 0:
+            raise ConfigError(f"phase {phase}: fewer samples than one batch with drop_last")
+        return max(1, math.ceil(c.epochs * per_epoch / c.grad_accum_steps))
+
+    def _micro_batches(self, pos: _Position) -> Iterator[tuple[Any, _Position, bool]]:
+        """(batch, position after it, whether it ended an epoch), forever, across epochs of one phase."""
+        phase = self.phases[pos.phase]
+        collate = phase.collate_fn or default_collate
+        epoch, start = pos.epoch, pos.batch
+        while True:
+            batches = self.epoch_batches(pos.phase, epoch)
+            if not batches:
+                raise ConfigError(f"phase {pos.phase}: no batches (dataset smaller than the batch with drop_last)")
+            if hasattr(collate, "set_epoch"):  # dynamic masking: masks differ per epoch
+                collate.set_epoch(epoch)
+            loader = DataLoader(
+                phase.dataset,
+                batch_sampler=batches[start:],
+                collate_fn=collate,
+                num_workers=self.config.num_workers,
+                pin_memory=self.device.type == "cuda",
+                generator=torch.Generator().manual_seed(_mix(self.config.seed, pos.phase, epoch, 1)),
+            )
+            for i, batch in enumerate(loader, start=start):
+                yield batch, _Position(pos.phase, epoch, i + 1), i + 1 == len(batches)
+            epoch, start = epoch + 1, 0
+
+    # --- signals ---------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        """SIGINT/SIGTERM ask the loop to write a checkpoint and stop; a second SIGINT interrupts at once."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum: int, frame: Any) -> None:
+            if self._stop_signal is not None and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            self._stop_signal = signum
+
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+    # --- checkpoints -----------------------------------------------------------------------------------------
+    def _meta(self) -> dict[str, Any]:
+        """Settings a resume must match (data position and RNG states mean nothing otherwise)."""
+        return {
+            "world_size": self.dist.world_size,
+            "batch_sizes": [self._batch_size(i) for i in range(len(self.phases))],
+            "grad_accum_steps": self.config.grad_accum_steps,
+            "seed": self.config.seed,
+            "num_phases": len(self.phases),
+            "dataset_sizes": [len(p.dataset) for p in self.phases],  # type: ignore[arg-type]
+        }
+
+    def _collate_generators(self) -> list[torch.Generator | None]:
+        return [getattr(p.collate_fn, "generator", None) for p in self.phases]
+
+    def save_checkpoint(self) -> Path:
+        """Write checkpoints/step-N (every rank must call it: RNG states are gathered) and prune old ones."""
+        folder = ckpt.step_dir(self.output_dir / CHECKPOINTS, self.step)
+        rng = ckpt.capture_rng_state()
+        rng["collate"] = [g.get_state() if isinstance(g, torch.Generator) else None for g in self._collate_generators()]
+        all_rng = all_gather_objects(rng, self.dist)
+        if self.dist.is_main:
+            state = {
+                "model": unwrap(self.model).state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+                "trainer": {
+                    "step": self.step,
+                    "position": [self.pos.phase, self.pos.epoch, self.pos.batch],
+                    "best_value": self.best_value,
+                    "best_step": self.best_step,
+                    "best_metrics": self.best_metrics,
+                    "last_eval_step": self.last_eval_step,
+                    "tokens_seen": self.tokens_seen,
+                },
+                "rng": all_rng,
+            }
+            meta = dict(self._meta(), step=self.step)
+            ckpt.save_training_state(folder, state, meta)
+            ckpt.prune_checkpoints(self.output_dir / CHECKPOINTS, self.config.keep_last)
+        barrier()
+        return folder
+
+    def _load_checkpoint(self, folder: Path) -> None:
+        """Restore everything `save_checkpoint` wrote (on every rank)."""
+        state, meta = ckpt.load_training_state(folder)
+        ckpt.check_compatible(folder, meta, self._meta())
+        path = folder / ckpt.STATE_FILE
+        ckpt.load_model_state(unwrap(self.model), state["model"], path)
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+            sched = dict(state["scheduler"])
+            sched.pop("lr_lambdas", None)  # the schedule comes from this run's config (max_steps may have grown)
+            self.scheduler.load_state_dict(sched)
+            if self.scaler is not None and state.get("scaler"):
+                self.scaler.load_state_dict(state["scaler"])
+        except (ValueError, KeyError, RuntimeError) as e:
+            raise CheckpointError(f"{path}: optimizer/scheduler state does not match this model ({e})") from None
+        t = state["trainer"]
+        self.step = int(t["step"])
+        self.pos = _Position(*t["position"])
+        self.best_value, self.best_step = t["best_value"], t["best_step"]
+        self.best_metrics = t["best_metrics"]
+        self.last_eval_step = t["last_eval_step"]
+        self.tokens_seen = int(t["tokens_seen"])
+        rng = state["rng"][self.dist.rank]
+        ckpt.restore_rng_state(rng)
+        for g, s in zip(self._collate_generators(), rng.get("collate", [])):
+            if isinstance(g, torch.Generator) and s is not None:
+                g.set_state(s)
+
+    def _save_model_folder(self, target: Path) -> None:
+        """best/ or final/: a from_pretrained folder (plus save_extra's files), replacing any older one."""
+        model = unwrap(self.model)
+        with ckpt.atomic_replace_folder(target) as tmp:
+            if hasattr(model, "save_pretrained"):
+                model.save_pretrained(str(tmp))
+            else:
+                with ckpt.atomic_path(tmp / "model.pt") as f:
+                    torch.save(model.state_dict(), f)
+            if self.save_extra is not None:
+                self.save_extra(tmp)
+
+    # --- evaluation ------------------------------------------------------------------------------------------
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def _is_better(self, value: float) -> bool:
+        if self.best_value is None:
+            return True
+        return value > self.best_value if self.config.greater_is_better else value < self.best_value
+
+    def run_evaluation(self) -> dict[str, Any] | None:
+        """Evaluate on rank 0 (RNG untouched, eval mode), log, plot, and keep best/; all ranks wait."""
+        self.last_eval_step = self.step
+        metrics = None
+        if self.evaluate is not None and self.dist.is_main:
+            model = unwrap(self.model)
+            with ckpt.preserved_rng(), torch.no_grad(), self._autocast():
+                model.eval()
+                try:
+                    metrics = {k: (float(v) if isinstance(v, (int, float, Tensor)) else v)
+                               for k, v in self.evaluate(model).items()}
+                finally:
+                    model.train()
+            self.logger.log({"step": self.step, "split": "eval", "epoch": self._epoch_float(), **metrics})
+            self._plot()
+            name = self.config.metric_for_best
+            if name is not None:
+                if name not in metrics:
+                    raise ConfigError(f"TrainingConfig.metric_for_best = {name!r}, but evaluation returned only "
+                                      f"{', '.join(metrics) or 'nothing'}")
+                if self._is_better(float(metrics[name])):
+                    self.best_value, self.best_step = float(metrics[name]), self.step
+                    self.best_metrics = dict(metrics, step=self.step)
+                    self._save_model_folder(self.output_dir / BEST)
+            self.last_metrics = metrics
+        barrier()
+        return metrics
+
+    def _plot(self) -> None:
+        if self.dist.is_main:
+            plot_metrics(self.logger.path, self.output_dir / CURVES, title=self.output_dir.name)
+
+    def _epoch_float(self) -> float:
+        n = self._batches_per_epoch[self.pos.phase]
+        return round(self.pos.epoch + self.pos.batch / max(1, n), 4)
+
+    # --- the loop --------------------------------------------------------------------------------------------
+    def _setup(self, resume: bool) -> None:
+        c = self.config
+        self.optimizer = build_optimizer(unwrap(self.model), c)
+        self.scheduler = build_scheduler(self.optimizer, c.warmup, self.total_steps)
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
+        self.step, self.pos, self.tokens_seen = 0, _Position(), 0
+        self.best_value: float | None = None
+        self.best_step: int | None = None
+        self.best_metrics: dict[str, Any] | None = None
+        self.last_metrics: dict[str, Any] | None = None
+        self.last_eval_step: int | None = None
+        self.logger = MetricsLogger(self.output_dir, enabled=self.dist.is_main, tensorboard=c.tensorboard)
+        latest = ckpt.latest_checkpoint(self.output_dir / CHECKPOINTS)
+        if resume and latest is not None:
+            self._load_checkpoint(latest)
+            if self.dist.is_main:
+                truncate_metrics(self.logger.path, self.step)
+                self._print(f"resumed from {latest} at step {self.step}")
+            return
+        if latest is not None:
+            raise ConfigError(f"{self.output_dir / CHECKPOINTS} already holds checkpoints ({latest.name}): resume "
+                              "them (resume=True / --resume) or choose another output_dir")
+        if resume:
+            self._print(f"no checkpoint in {self.output_dir / CHECKPOINTS}: starting from step 0")
+        if self.dist.is_main:
+            truncate_metrics(self.logger.path, -1)
+        # Dropout differs per rank; shuffling and masking come from their own seeded generators.
+        seed = c.seed + self.dist.rank
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+
+    def _print(self, text: str) -> None:
+        if self.dist.is_main:
+            from tqdm import tqdm
+
+            tqdm.write(text)
+
+    def _wrap_ddp(self) -> nn.Module:
+        if not self.dist.distributed:
+            return self.model
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return DDP(self.model, device_ids=ids)
+
+    def train(self, resume: bool = False) -> TrainResult:
+        """Train to the end of the last phase (or until SIGINT/SIGTERM); `resume` continues the latest checkpoint."""
+        from tqdm import tqdm
+
+        c = self.config
+        if self.dist.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+        barrier()
+        self._setup(resume)
+        model = self._wrap_ddp()
+        model.train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        bar = tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True,
+                   disable=not (self.dist.is_main and c.progress_bar), desc=self.output_dir.name)
+        ends = np.cumsum(self.phase_steps).tolist()
+        loss_sum, loss_count, window_tokens, window_start = torch.zeros((), device=self.device), 0, 0, time.perf_counter()
+        stream: Iterator[tuple[Any, _Position, bool]] | None = None
+        with self._signals():
+            while self.step < self.total_steps:
+                if self.step >= ends[self.pos.phase] or stream is None:
+                    while self.step >= ends[self.pos.phase]:
+                        self.pos = _Position(self.pos.phase + 1, 0, 0)
+                    stream = self._micro_batches(self.pos)
+                epoch_ended = False
+                for micro in range(c.grad_accum_steps):
+                    batch, self.pos, ended = next(stream)
+                    epoch_ended |= ended
+                    tokens = _count_tokens(batch)
+                    batch = _to_device(batch, self.device)
+                    last = micro == c.grad_accum_steps - 1
+                    sync = contextlib.nullcontext() if last or not self.dist.distributed else model.no_sync()
+                    with sync:
+                        with self._autocast():
+                            loss = batch_loss(_forward(model, batch))
+                        scaled = loss / c.grad_accum_steps
+                        (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+                    loss_sum += loss.detach().float()
+                    loss_count += 1
+                    window_tokens += tokens * self.dist.world_size
+                if self.scaler is not None:
+                    self.scaler.unscale_(self.optimizer)
+                grad_norm = (torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
+                             if c.max_grad_norm is not None else None)
+                lr = self.optimizer.param_groups[0]["lr"]
+                if self.scaler is not None:
+                    self.scaler.step(self.optimizer)
+                    self.scaler.update()
+                else:
+                    self.optimizer.step()
+                self.scheduler.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                self.step += 1
+                bar.update(1)
+
+                if self.step % c.log_every == 0 or self.step == self.total_steps:
+                    elapsed = time.perf_counter() - window_start
+                    mean_loss = float(loss_sum) / max(1, loss_count)
+                    record = {"step": self.step, "split": "train", "epoch": self._epoch_float(),
+                              "phase": self.pos.phase, "loss": mean_loss, "lr": lr,
+                              "tokens_per_s": window_tokens / max(elapsed, 1e-9)}
+                    if grad_norm is not None:
+                        record["grad_norm"] = float(grad_norm)
+                    self.tokens_seen += window_tokens
+                    self.logger.log(record)
+                    bar.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{record['tokens_per_s']:.0f}")
+                    loss_sum.zero_()
+                    loss_count, window_tokens, window_start = 0, 0, time.perf_counter()
+
+                done = self.step >= self.total_steps
+                due = (self.step % c.eval_every == 0) if c.eval_every else epoch_ended
+                if due and not done:
+                    self.run_evaluation()
+                if c.save_every and self.step % c.save_every == 0 and not done:
+                    self.save_checkpoint()
+                if any_rank(self._stop_signal is not None, self.dist):
+                    signum = self._stop_signal or signal.SIGTERM
+                    folder = self.save_checkpoint()
+                    bar.close()
+                    self._print(f"stopped by signal {signum} at step {self.step}; checkpoint written to {folder}")
+                    self.logger.close()
+                    return self._result(interrupted=True, signum=signum)
+        bar.close()
+        if self.last_eval_step != self.step:
+            self.run_evaluation()
+        self.save_checkpoint()
+        final_dir = None
+        if self.dist.is_main:
+            final_dir = self.output_dir / FINAL
+            self._save_model_folder(final_dir)
+            self._plot()
+        barrier()
+        self.logger.close()
+        return self._result(final_dir=final_dir)
+
+    def _result(self, interrupted: bool = False, signum: int | None = None, final_dir: Path | None = None) -> TrainResult:
+        best_dir = self.output_dir / BEST
+        return TrainResult(
+            global_step=self.step,
+            final_metrics=self.last_metrics,
+            best_metrics=self.best_metrics,
+            best_dir=best_dir if self.dist.is_main and best_dir.is_dir() else None,
+            final_dir=final_dir,
+            history=read_metrics(self.logger.path) if self.dist.is_main else [],
+            interrupted=interrupted,
+            signal=signum,
+        )
