@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from bertkit.inference.embed import pad_batch
 from bertkit.inference.encoder import Encoder
 from bertkit.inference.fill_mask import MASK, fill_mask_batch
-from bertkit.inference.loading import base_model, load_model, load_tokenizer
+from bertkit.inference import loading
 from bertkit.model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertkit.serve.batching import DynamicBatcher
 
@@ -113,8 +113,8 @@ class Predictor:
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
-        self.model = load_model(self.folder)
-        self.tokenizer = load_tokenizer(self.folder)
+        self.model = loading.load_model(self.folder)
+        self.tokenizer = loading.load_tokenizer(self.folder)
         self.encoder = Encoder(self.model, self.tokenizer, device="cpu")
         self.config = self.model.config
         self.max_length = self.config.max_position_embeddings

@@ -1,0 +1,135 @@
+"""The real server on a loopback port, called over HTTP: endpoints per head, limits, bad input, a bounded load test."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "inference"))
+from inference_helpers import DATA, REPO, minilm_folder, patch_tokenizer_loader, tiny_folder  # noqa: E402
+
+uvicorn = pytest.importorskip("uvicorn")
+from bertkit.serve import ServeSettings, create_app  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """uvicorn in a thread on 127.0.0.1; stopped gracefully at the end."""
+
+    def __init__(self, folder: Path | str, **settings: object) -> None:
+        self.app = create_app(folder, ServeSettings(**settings))  # type: ignore[arg-type]
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "Server":
+        self.thread.start()
+        deadline = time.time() + 30
+        while not self.server.started:
+            assert time.time() < deadline, "server did not start"
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def minilm_server() -> Iterator[Server]:
+    mp = pytest.MonkeyPatch()
+    patch_tokenizer_loader(mp)
+    with Server(minilm_folder(), max_request_texts=8, max_text_chars=500) as server:
+        yield server
+    mp.undo()
+
+
+def test_health_openapi_and_embed_equals_direct_call(minilm_server: Server) -> None:
+    c = httpx.Client(base_url=minilm_server.url)
+    health = c.get("/health").json()
+    assert health["status"] == "ok" and health["model"] == "BertModel" and "embed" in health["endpoints"]
+    assert "/embed" in c.get("/openapi.json").json()["paths"]
+    texts = ["The cat sat on the mat.", "A second, longer sentence about lobsters in the Atlantic."]
+    r = c.post("/embed", json={"texts": texts})
+    assert r.status_code == 200
+    direct = minilm_server.app.state.predictor.encoder.encode(texts)
+    assert (torch.tensor(r.json()["embeddings"]) - direct).abs().max() <= 1e-5
+
+
+def test_bad_requests_are_clear_4xx_and_the_server_keeps_serving(minilm_server: Server) -> None:
+    c = httpx.Client(base_url=minilm_server.url)
+    r = c.post("/embed", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "JSON" in r.text
+    r = c.post("/embed", json={"texts": "not a list"})
+    assert r.status_code == 422 and "texts" in r.text
+    r = c.post("/embed", json={"texts": ["x"] * 9})
+    assert r.status_code == 413 and "limit is 8" in r.json()["detail"]
+    r = c.post("/embed", json={"texts": ["x" * 501]})
+    assert r.status_code == 413 and "500" in r.json()["detail"]
+    r = c.post("/embed", json={"texts": []})
+    assert r.status_code == 400
+    r = c.post("/fill-mask", json={"texts": ["a [MASK]"]})
+    assert r.status_code == 404 and "no head for /fill-mask" in r.json()["detail"]
+    assert c.post("/embed", json={"texts": ["still alive"]}).status_code == 200
+
+
+def test_bounded_load_from_a_second_process(minilm_server: Server, tmp_path: Path) -> None:
+    if not (DATA / "wikitext2" / "valid.txt").is_file():
+        pytest.skip(f"WikiText-2 not found under {DATA}")
+    dump = tmp_path / "load.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_serve.py"), "--url", minilm_server.url,
+                           "--requests", "200", "--concurrency", "32", "--timeout", "100", "--dump", str(dump)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    print(proc.stdout)
+    result = json.loads(dump.read_text())
+    encoder = minilm_server.app.state.predictor.encoder
+    unique = sorted({t for body in result["texts"] for t in body})
+    direct = dict(zip(unique, encoder.encode(unique)))
+    for body, answer in zip(result["texts"], result["embeddings"]):
+        got = torch.tensor(answer)
+        want = torch.stack([direct[t] for t in body])
+        assert (got - want).abs().max() <= 1e-5
+    assert sum(minilm_server.app.state.batchers["embed"].batches for _ in [0]) < 200 * 2  # batching happened
+
+
+@pytest.mark.parametrize("class_name,endpoint,body", [
+    ("BertForMaskedLM", "/fill-mask", {"texts": ["Paris is the [MASK] of France."], "top_k": 3}),
+    ("BertForSequenceClassification", "/classify", {"texts": ["good movie"], "pairs": ["really"]}),
+    ("BertForTokenClassification", "/ner", {"texts": ["John lives in Paris"]}),
+    ("BertForQuestionAnswering", "/qa", {"question": "Where does John live?", "context": "John lives in Paris."}),
+])
+def test_head_endpoints(class_name: str, endpoint: str, body: dict, tmp_path: Path,
+                        monkeypatch: pytest.MonkeyPatch) -> None:
+    patch_tokenizer_loader(monkeypatch)
+    with Server(tiny_folder(tmp_path, class_name)) as server:
+        c = httpx.Client(base_url=server.url)
+        r = c.post(endpoint, json=body)
+        assert r.status_code == 200, r.text
+        data = r.json()
+        if endpoint == "/fill-mask":
+            assert len(data["results"][0][0]) == 3
+            assert c.post(endpoint, json={"texts": ["no mask"]}).status_code == 400
+        elif endpoint == "/classify":
+            assert data["results"][0]["label"] in ("neg", "pos")
+        elif endpoint == "/ner":
+            assert [t["token"] for t in data["results"][0]] == ["john", "lives", "in", "paris"]
+        else:
+            assert data["start_token"] <= data["end_token"]
+        assert c.post("/classify" if endpoint != "/classify" else "/qa", json=body).status_code in (404, 422)
