@@ -13,10 +13,7 @@ from safetensors.torch import load_file, save_file
 from bertkit.errors import CheckpointError
 from bertkit.model import MODEL_CLASSES, BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel
 from bertkit.model.checkpoint import load_model, save_pretrained
-
-# google-research/bert modeling_test.py's tiny config.
-TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
-
+from model_helpers import TINY, write_vocab
 
 def tiny_config(**overrides) -> BertConfig:
     return BertConfig(**{**TINY, **overrides})
@@ -36,11 +33,6 @@ def outputs(model: torch.nn.Module, x: dict[str, torch.Tensor]) -> list[torch.Te
     with torch.no_grad():
         out = model(**x)
     return [v for v in vars(out).values() if isinstance(v, torch.Tensor)]
-
-
-def write_vocab(folder: Path, size: int) -> None:
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(size - 5)]
-    (folder / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
 
 
 @pytest.mark.parametrize("name", list(MODEL_CLASSES))
