@@ -58,9 +58,16 @@ def minilm(minilm_dir: Path) -> BertModel:
     return model
 
 
+@pytest.fixture(scope="module")
+def hf_minilm(minilm_dir: Path) -> dict[str, Any]:
+    """transformers' BertModel on the same weights, with each attention implementation (loaded once)."""
+    return {attn: transformers.BertModel.from_pretrained(str(minilm_dir), attn_implementation=attn).eval()
+            for attn in ("sdpa", "eager")}
+
+
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
-def test_real_weights_match_transformers(attn: str, minilm: BertModel, minilm_dir: Path, real_batch) -> None:
-    hf = transformers.BertModel.from_pretrained(str(minilm_dir), attn_implementation=attn).eval()
+def test_real_weights_match_transformers(attn: str, minilm: BertModel, hf_minilm, real_batch) -> None:
+    hf = hf_minilm[attn]
     with torch.no_grad():
         ours = minilm(**real_batch, output_hidden_states=True)
         ref = hf(**real_batch, output_hidden_states=True)
@@ -76,8 +83,8 @@ def test_real_weights_match_transformers(attn: str, minilm: BertModel, minilm_di
     assert torch.all(ours.last_hidden_state[~real] == 0)  # bertkit's documented zeros at padding
 
 
-def test_attention_probabilities_match_eager(minilm: BertModel, minilm_dir: Path, real_batch) -> None:
-    hf = transformers.BertModel.from_pretrained(str(minilm_dir), attn_implementation="eager").eval()
+def test_attention_probabilities_match_eager(minilm: BertModel, hf_minilm, real_batch) -> None:
+    hf = hf_minilm["eager"]
     with torch.no_grad():
         ours = minilm(**real_batch, output_attentions=True).attentions
         ref = hf(**real_batch, output_attentions=True).attentions
