@@ -180,16 +180,26 @@ def load_model_state(model: nn.Module, state_dict: dict[str, torch.Tensor], sour
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def _bytes(t: torch.Tensor) -> list[int]:
+    """An RNG state tensor as plain ints (gathers across ranks and loads with weights_only=True)."""
+    return t.tolist()
+
+
+def _tensor(values: list[int]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.uint8)
+
+
 def capture_rng_state() -> dict[str, Any]:
-    """Every global RNG state of this process."""
+    """Every global RNG state of this process, as plain Python values."""
     kind, keys, pos, has_gauss, cached = np.random.get_state()
+    py = random.getstate()
     state = {
-        "python": random.getstate(),
-        "numpy": [kind, torch.from_numpy(keys.copy()), int(pos), int(has_gauss), float(cached)],
-        "torch": torch.get_rng_state(),
+        "python": [py[0], list(py[1]), py[2]],
+        "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "torch": _bytes(torch.get_rng_state()),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = [_bytes(s) for s in torch.cuda.get_rng_state_all()]
     return state
 
 
@@ -198,10 +208,21 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     py = state["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
     kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(_tensor(state["torch"]))
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([_tensor(s) for s in state["cuda"]])
+
+
+def generator_state(g: Any) -> list[int] | None:
+    """A torch.Generator's state as plain ints (None for anything else)."""
+    return _bytes(g.get_state()) if isinstance(g, torch.Generator) else None
+
+
+def set_generator_state(g: Any, state: list[int] | None) -> None:
+    """Inverse of `generator_state`."""
+    if isinstance(g, torch.Generator) and state is not None:
+        g.set_state(_tensor(state))
 
 
 @contextlib.contextmanager

@@ -279,7 +279,7 @@ class Trainer:
         """Write checkpoints/step-N (every rank must call it: RNG states are gathered) and prune old ones."""
         folder = ckpt.step_dir(self.output_dir / CHECKPOINTS, self.step)
         rng = ckpt.capture_rng_state()
-        rng["collate"] = [g.get_state() if isinstance(g, torch.Generator) else None for g in self._collate_generators()]
+        rng["collate"] = [ckpt.generator_state(g) for g in self._collate_generators()]
         all_rng = all_gather_objects(rng, self.dist)
         if self.dist.is_main:
             state = {
@@ -313,7 +313,8 @@ class Trainer:
         try:
             self.optimizer.load_state_dict(state["optimizer"])
             sched = dict(state["scheduler"])
-            sched.pop("lr_lambdas", None)  # the schedule comes from this run's config (max_steps may have grown)
+            # The schedule's shape comes from this run's config (max_steps may have grown), not the checkpoint.
+            sched["lr_lambdas"] = [None] * len(self.scheduler.lr_lambdas)
             self.scheduler.load_state_dict(sched)
             if self.scaler is not None and state.get("scaler"):
                 self.scaler.load_state_dict(state["scaler"])
@@ -329,8 +330,7 @@ class Trainer:
         rng = state["rng"][self.dist.rank]
         ckpt.restore_rng_state(rng)
         for g, s in zip(self._collate_generators(), rng.get("collate", [])):
-            if isinstance(g, torch.Generator) and s is not None:
-                g.set_state(s)
+            ckpt.set_generator_state(g, s)
 
     def _save_model_folder(self, target: Path) -> None:
         """best/ or final/: a from_pretrained folder (plus save_extra's files), replacing any older one."""

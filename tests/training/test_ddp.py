@@ -1,0 +1,39 @@
+"""Real DDP on CPU (gloo): 2 processes x batch B end with the weights of 1 process x batch 2B."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).parent
+
+
+def _final_weights(out: Path) -> dict[str, torch.Tensor]:
+    return torch.load(out / "final" / "model.pt", weights_only=True)
+
+
+def test_two_processes_match_one_process_with_twice_the_batch(tmp_path: Path) -> None:
+    script = str(HERE / "trainer_toy.py")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    one = subprocess.run([sys.executable, script, "--out", str(tmp_path / "one"), "--batch-size", "8", "--steps", "6"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          script, "--out", str(tmp_path / "two"), "--batch-size", "4", "--steps", "6"],
+                         env=env, capture_output=True, text=True, timeout=180)
+    assert two.returncode == 0, two.stderr[-3000:]
+    a, b = _final_weights(tmp_path / "one"), _final_weights(tmp_path / "two")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.allclose(a[name], b[name], atol=1e-5, rtol=0), name
+    initial = {k: v for k, v in __import__("trainer_toy").make_model(0.0).state_dict().items()}
+    assert not torch.allclose(initial["inp.weight"], a["inp.weight"])  # it did train
+    # Only rank 0 wrote: one metrics file, every step logged once.
+    lines = (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
+    assert len([x for x in lines if '"train"' in x]) == 6

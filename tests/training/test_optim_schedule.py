@@ -1,0 +1,94 @@
+"""Pure pieces of the trainer: LR schedule values, weight-decay groups, the LAMB update, the config round trip."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from bertkit.errors import ConfigError
+from bertkit.training import Lamb, TrainingConfig, build_optimizer, linear_warmup_decay, resolve_warmup
+from bertkit.training.optim import split_decay_names
+from bertkit.training.schedule import build_scheduler
+
+
+def test_warmup_then_linear_decay_at_hand_computed_steps() -> None:
+    # warmup 4 of 10 steps: (s+1)/4 for s < 4, then (10 - s)/6.
+    expected = {0: 0.25, 1: 0.5, 3: 1.0, 4: 1.0, 5: 5 / 6, 7: 0.5, 9: 1 / 6, 10: 0.0, 12: 0.0}
+    for step, value in expected.items():
+        assert linear_warmup_decay(step, 4, 10) == pytest.approx(value)
+
+
+def test_warmup_as_fraction_and_steps() -> None:
+    assert resolve_warmup(0.1, 1000) == 100
+    assert resolve_warmup(10_000, 1000) == 10_000
+    assert resolve_warmup(0, 50) == 0
+    assert linear_warmup_decay(0, 0, 10) == 1.0  # no warm-up: the first update runs at the peak
+
+
+def test_scheduler_drives_the_optimizer_lr() -> None:
+    p = nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=1.0)
+    sched = build_scheduler(opt, 0.25, 8)  # 2 warm-up steps
+    seen = []
+    for _ in range(8):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert seen == pytest.approx([0.5, 1.0, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6])
+    assert opt.param_groups[0]["lr"] == 0.0
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(10, 4)
+        self.dense = nn.Linear(4, 4)
+        self.LayerNorm = nn.LayerNorm(4)
+        self.norm = nn.LayerNorm(4)  # a norm layer not called LayerNorm is still excluded
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.word_embeddings.weight  # tied: listed once
+
+
+def test_weight_decay_groups_exclude_biases_and_layernorm() -> None:
+    decay, no_decay = split_decay_names(_Block())
+    assert decay == ["word_embeddings.weight", "dense.weight"]
+    assert no_decay == ["dense.bias", "LayerNorm.weight", "LayerNorm.bias", "norm.weight", "norm.bias"]
+
+
+def test_adamw_uses_the_paper_settings() -> None:
+    opt = build_optimizer(_Block(), TrainingConfig())
+    assert isinstance(opt, torch.optim.AdamW)
+    g_decay, g_none = opt.param_groups
+    assert (g_decay["weight_decay"], g_none["weight_decay"]) == (0.01, 0.0)
+    assert g_decay["betas"] == (0.9, 0.999) and g_decay["eps"] == 1e-6 and g_decay["lr"] == 1e-4
+
+
+def test_lamb_step_matches_a_hand_computed_update() -> None:
+    w = nn.Parameter(torch.tensor([3.0, 4.0]))  # ||w|| = 5
+    opt = Lamb([w], lr=0.1, betas=(0.9, 0.999), eps=0.0, weight_decay=0.1)
+    w.grad = torch.tensor([0.5, -2.0])
+    opt.step()
+    # Step 1: m_hat = g, v_hat = g^2, so the Adam direction is sign(g) = (1, -1); plus 0.1 * w = (0.3, 0.4).
+    r = torch.tensor([1.3, -0.6])
+    ratio = 5.0 / math.sqrt(1.3**2 + 0.6**2)
+    assert torch.allclose(w.detach(), torch.tensor([3.0, 4.0]) - 0.1 * ratio * r, atol=1e-6)
+    assert isinstance(build_optimizer(_Block(), TrainingConfig(optimizer="lamb")), Lamb)
+
+
+def test_config_round_trips_through_json_and_yaml(tmp_path) -> None:
+    cfg = TrainingConfig(lr=3e-5, max_steps=100, eval_every=None, precision="bf16", warmup=0.1)
+    for name in ("c.json", "c.yaml"):
+        cfg.save(tmp_path / name)
+        assert TrainingConfig.load(tmp_path / name) == cfg
+    (tmp_path / "odd.yaml").write_text("lr: 1e-4\nbatch_size: 8\n")  # YAML 1.1 reads 1e-4 as a string
+    assert TrainingConfig.load(tmp_path / "odd.yaml").lr == 1e-4
+
+
+@pytest.mark.parametrize("bad, field", [({"lr": -1.0}, "lr"), ({"batch_size": "x"}, "batch_size"),
+                                        ({"precision": "fp8"}, "precision"), ({"learning_rate": 1}, "learning_rate")])
+def test_config_errors_name_the_field(bad, field) -> None:
+    with pytest.raises(ConfigError, match=field):
+        TrainingConfig.from_dict(bad)

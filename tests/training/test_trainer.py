@@ -1,0 +1,123 @@
+"""The trainer on a toy model: exact resume, checkpoints, signals, metrics and plots."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from trainer_toy import ToyData, ToyModel, evaluate_fn, make_model
+
+from bertkit.errors import CheckpointError, ConfigError
+from bertkit.training import Trainer, TrainingConfig
+from bertkit.training.checkpoint import list_checkpoints
+
+HERE = Path(__file__).parent
+
+
+def _config(out: Path, **kw) -> TrainingConfig:
+    base = dict(output_dir=str(out), lr=0.05, batch_size=4, warmup=3, progress_bar=False, log_every=1,
+                metric_for_best="mse", keep_last=2)
+    base.update(kw)
+    return TrainingConfig(**base)
+
+
+def _signal_at_first_eval(data: ToyData):
+    """An evaluate callback that sends this process SIGTERM the first time (an interruption mid-run)."""
+    calls = []
+
+    def evaluate(model):
+        calls.append(1)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return evaluate_fn(data)(model)
+
+    return evaluate
+
+
+def test_interrupted_and_resumed_run_ends_bitwise_equal(tmp_path: Path) -> None:
+    """N steps straight vs k steps, SIGTERM, resume to N: same weights, with dropout on, accumulation, 2 epochs+."""
+    data = ToyData(36)  # 9 batches of 4 per epoch: epochs end mid-accumulation
+    kw = dict(max_steps=11, grad_accum_steps=2, eval_every=4, save_every=3)
+    straight = make_model(dropout=0.3)
+    Trainer(straight, _config(tmp_path / "a", **kw), data, evaluate=evaluate_fn(data)).train()
+
+    model = make_model(dropout=0.3)
+    first = Trainer(model, _config(tmp_path / "b", **kw), data, evaluate=_signal_at_first_eval(data)).train()
+    assert first.interrupted and first.signal == signal.SIGTERM and first.global_step == 4
+    assert [s for s, _ in list_checkpoints(tmp_path / "b" / "checkpoints")] == [3, 4]
+    torch.manual_seed(999)  # resuming must not depend on the state the process happens to be in
+    resumed = make_model(dropout=0.3)
+    torch.manual_seed(999)
+    result = Trainer(resumed, _config(tmp_path / "b", **kw), data, evaluate=evaluate_fn(data)).train(resume=True)
+    assert result.global_step == 11 and not result.interrupted
+    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
+    steps = [r["step"] for r in result.history if r["split"] == "train"]
+    assert steps == list(range(1, 12))  # the replayed records were not duplicated
+
+
+def test_metrics_plot_best_and_final(tmp_path: Path) -> None:
+    data = ToyData(32)
+    result = Trainer(make_model(), _config(tmp_path, epochs=2, eval_every=None), data,
+                     evaluate=evaluate_fn(data)).train()
+    assert result.global_step == 16
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if r["split"] == "eval"]
+    assert [r["step"] for r in evals] == [8, 16]  # every epoch
+    assert {"loss", "lr", "tokens_per_s"} <= set(records[0])
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert result.best_metrics["mse"] == min(r["mse"] for r in evals)
+    assert (tmp_path / "best" / "model.pt").is_file() and (tmp_path / "final" / "model.pt").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folders left
+
+
+def test_keep_last_prunes_old_checkpoints(tmp_path: Path) -> None:
+    Trainer(make_model(), _config(tmp_path, max_steps=10, save_every=2, keep_last=3, metric_for_best=None),
+            ToyData(32)).train()
+    assert [s for s, _ in list_checkpoints(tmp_path / "checkpoints")] == [6, 8, 10]
+
+
+def test_corrupted_or_mismatched_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, max_steps=4, metric_for_best=None)
+    Trainer(make_model(), cfg, ToyData(32)).train()
+    state = tmp_path / "checkpoints" / "step-4" / "state.pt"
+    with pytest.raises(CheckpointError, match="batch_sizes"):
+        Trainer(make_model(), _config(tmp_path, max_steps=8, batch_size=8, metric_for_best=None),
+                ToyData(32)).train(resume=True)
+
+    class Wider(ToyModel):
+        def __init__(self) -> None:
+            super().__init__()
+            self.out = torch.nn.Linear(16, 2)
+
+    with pytest.raises(CheckpointError, match=r"state.pt.*out.weight"):
+        Trainer(Wider(), _config(tmp_path, max_steps=8, metric_for_best=None), ToyData(32)).train(resume=True)
+    raw = bytearray(state.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    state.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match=r"step-4/state.pt: corrupted"):
+        Trainer(make_model(), _config(tmp_path, max_steps=8, metric_for_best=None), ToyData(32)).train(resume=True)
+    with pytest.raises(ConfigError, match="already holds checkpoints"):
+        Trainer(make_model(), cfg, ToyData(32)).train()
+
+
+def test_sigterm_writes_a_checkpoint_and_exits_cleanly(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(HERE / "trainer_toy.py"), "--out", str(out), "--steps", "1000",
+                             "--delay", "0.02"], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (out / "metrics.jsonl").is_file() and time.time() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err
+    steps = [s for s, _ in list_checkpoints(out / "checkpoints")]
+    assert len(steps) == 1 and 1 <= steps[0] < 1000
