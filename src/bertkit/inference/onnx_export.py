@@ -1,8 +1,8 @@
 """ONNX export of any bertkit head with dynamic batch and sequence axes (torch.onnx, TorchScript exporter).
 
 BertModel packs real tokens with a data-dependent `nonzero`, which a traced graph would freeze to the example's
-padding. For export the model runs with `PaddedPacking` instead: every position is computed (padded ones too) and
-the masked positions are zeroed where the model would unpack, so every output equals the packed model's.
+padding. For export the model runs with `BertModel.export_padded` set: every position is computed (padded ones
+too) and the masked positions are zeroed where the model would unpack, so every output equals the packed model's.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-import bertkit.model.bert as bert_module
+from bertkit.inference.loading import base_model
 from bertkit.errors import ConfigError
 from bertkit.model import BertForMultipleChoice, BertForPreTraining, BertForQuestionAnswering, BertModel, \
     BertPreTrainedModel
@@ -23,34 +23,16 @@ from bertkit.model import BertForMultipleChoice, BertForPreTraining, BertForQues
 OPSET = 17
 
 
-class PaddedPacking:
-    """Drop-in for bert.Packing without data-dependent shapes: 'packed' is just (batch * seq, ...)."""
-
-    def __init__(self, attention_mask: Tensor) -> None:
-        self.batch, self.seq_len = attention_mask.shape
-        self.mask = attention_mask.reshape(-1, 1)  # (batch * seq, 1)
-        self.key_mask = attention_mask[:, None, None, :].bool()  # (batch, 1, 1, seq)
-        self.indices = None
-
-    def pack(self, x: Tensor) -> Tensor:
-        """(batch, seq, ...) -> (batch * seq, ...)"""
-        return x.reshape(-1, *x.shape[2:])
-
-    def unpack(self, x: Tensor) -> Tensor:
-        """(batch * seq, ...) -> (batch, seq, ...), zeros at padded positions as the packed model gives."""
-        x = x * self.mask.to(x.dtype).reshape(-1, *([1] * (x.dim() - 1)))
-        return x.reshape(self.batch, self.seq_len, *x.shape[1:])
-
-
 @contextlib.contextmanager
-def padded_packing() -> Iterator[None]:
-    """Run BertModel with PaddedPacking inside the block (export only; not thread-safe)."""
-    original = bert_module.Packing
-    bert_module.Packing = PaddedPacking  # type: ignore[misc, assignment]
+def padded_packing(model: BertPreTrainedModel) -> Iterator[None]:
+    """Run the model's BertModel without data-dependent shapes inside the block (see bert.Packing)."""
+    bert = base_model(model)
+    previous = bert.export_padded
+    bert.export_padded = True
     try:
         yield
     finally:
-        bert_module.Packing = original  # type: ignore[misc]
+        bert.export_padded = previous
 
 
 def output_names(model: BertPreTrainedModel) -> list[str]:
@@ -105,7 +87,7 @@ def export_onnx(model: BertPreTrainedModel, path: str | Path, opset: int = OPSET
         sequence_level = name in ("pooler_output", "seq_relationship_logits") or not per_token
         dynamic_axes[name] = {0: "batch"} if sequence_level else {0: "batch", 1: "sequence"}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with padded_packing(), torch.no_grad(), warnings.catch_warnings():
+    with padded_packing(model), torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about shape checks that hold for every input
         torch.onnx.export(wrapper, example_inputs(model), str(path), input_names=["input_ids", "attention_mask",
                           "token_type_ids"], output_names=wrapper.names, dynamic_axes=dynamic_axes,

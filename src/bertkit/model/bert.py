@@ -113,15 +113,19 @@ class BertEmbeddings(nn.Module):
 class Packing:
     """Where the real tokens of a padded batch sit, to move between (batch, seq, ...) and packed (tokens, ...).
 
-    With no padding in the batch, `indices` is None and both moves are reshapes.
+    With no padding in the batch, `indices` is None and both moves are reshapes. `padded=True` keeps every
+    position (no data-dependent shapes, for graph export) and zeroes the padded ones on unpacking instead, so
+    the outputs are the same as the packed path's.
     """
 
-    def __init__(self, attention_mask: Tensor) -> None:
+    def __init__(self, attention_mask: Tensor, padded: bool = False) -> None:
         self.batch, self.seq_len = attention_mask.shape
         flat = attention_mask.reshape(-1).bool()
-        self.indices = None if bool(flat.all()) else flat.nonzero().squeeze(1)  # (tokens,)
-        # Additive mask for the attention logits, (batch, 1, 1, seq); None when nothing is masked.
-        self.key_mask = None if self.indices is None else attention_mask[:, None, None, :].bool()
+        self.keep = flat[:, None] if padded else None  # (batch * seq, 1), only in padded mode
+        self.indices = None if padded or bool(flat.all()) else flat.nonzero().squeeze(1)  # (tokens,)
+        # Boolean mask of the keys each query may attend to, (batch, 1, 1, seq); None when nothing is masked.
+        masked = padded or self.indices is not None
+        self.key_mask = attention_mask[:, None, None, :].bool() if masked else None
 
     def pack(self, x: Tensor) -> Tensor:
         """(batch, seq, ...) -> (tokens, ...)"""
@@ -133,6 +137,8 @@ class Packing:
         if self.indices is not None:
             out = x.new_zeros(self.batch * self.seq_len, *x.shape[1:])
             x = out.index_copy(0, self.indices, x)
+        elif self.keep is not None:
+            x = x * self.keep.reshape(-1, *([1] * (x.dim() - 1))).to(x.dtype)
         return x.reshape(self.batch, self.seq_len, *x.shape[1:])
 
 
@@ -329,6 +335,7 @@ class BertModel(BertPreTrainedModel):
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
+        self.export_padded = False  # True: no data-dependent shapes (ONNX export); same outputs
         self.post_init()
 
     def forward(
@@ -350,7 +357,7 @@ class BertModel(BertPreTrainedModel):
             attention_mask = torch.ones_like(input_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        packing = Packing(attention_mask)
+        packing = Packing(attention_mask, padded=self.export_padded)
         x = packing.pack(self.embeddings(input_ids, token_type_ids))  # (tokens, hidden)
         x, hidden_states, attentions = self.encoder(x, packing, output_hidden_states, output_attentions)
         last_hidden_state = packing.unpack(x)  # (batch, seq, hidden)
