@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_toy import ToyData, ToyModel, evaluate_fn, make_model
+from trainer_toy import ToyData, ToyModel, evaluate_fn, make_model, signal_at_first_eval
 
 from bertkit.errors import CheckpointError, ConfigError
 from bertkit.training import Trainer, TrainingConfig
@@ -28,19 +27,6 @@ def _config(out: Path, **kw) -> TrainingConfig:
     return TrainingConfig(**base)
 
 
-def _signal_at_first_eval(data: ToyData):
-    """An evaluate callback that sends this process SIGTERM the first time (an interruption mid-run)."""
-    calls = []
-
-    def evaluate(model):
-        calls.append(1)
-        if len(calls) == 1:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return evaluate_fn(data)(model)
-
-    return evaluate
-
-
 def test_interrupted_and_resumed_run_ends_bitwise_equal(tmp_path: Path) -> None:
     """N steps straight vs k steps, SIGTERM, resume to N: same weights, with dropout on, accumulation, 2 epochs+."""
     data = ToyData(36)  # 9 batches of 4 per epoch: epochs end mid-accumulation
@@ -49,7 +35,7 @@ def test_interrupted_and_resumed_run_ends_bitwise_equal(tmp_path: Path) -> None:
     Trainer(straight, _config(tmp_path / "a", **kw), data, evaluate=evaluate_fn(data)).train()
 
     model = make_model(dropout=0.3)
-    first = Trainer(model, _config(tmp_path / "b", **kw), data, evaluate=_signal_at_first_eval(data)).train()
+    first = Trainer(model, _config(tmp_path / "b", **kw), data, evaluate=signal_at_first_eval(evaluate_fn(data))).train()
     assert first.interrupted and first.signal == signal.SIGTERM and first.global_step == 4
     assert [s for s, _ in list_checkpoints(tmp_path / "b" / "checkpoints")] == [3, 4]
     torch.manual_seed(999)  # resuming must not depend on the state the process happens to be in

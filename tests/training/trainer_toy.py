@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import time
 
@@ -56,6 +58,19 @@ def evaluate_fn(data: ToyData):
     def evaluate(model: nn.Module) -> dict[str, float]:
         return {"mse": float(model(data.x, data.y)["loss"])}
     return evaluate
+
+
+def signal_at_first_eval(evaluate):
+    """Wrap an evaluate callback so its first call sends this process SIGTERM (an interruption mid-run)."""
+    calls = []
+
+    def wrapped(model: nn.Module) -> dict[str, float]:
+        calls.append(1)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return evaluate(model)
+
+    return wrapped
 
 
 def main(argv: list[str] | None = None) -> int:

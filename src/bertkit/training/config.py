@@ -12,8 +12,11 @@ the field's name.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
 import json
+import textwrap
 import os
 import types
 import typing
@@ -244,6 +247,21 @@ def config_from_dict(cls: type[T], d: dict[str, Any], where: str | None = None) 
         return cls(**kwargs)
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of a dataclass (for generated command-line help)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for stmt, nxt in zip(body, body[1:]):
+        if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+            docs[stmt.target.id] = " ".join(nxt.value.value.split())
+    return docs
 
 
 def read_config_file(path: str | os.PathLike) -> dict[str, Any]:

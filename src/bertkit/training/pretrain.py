@@ -1,0 +1,215 @@
+"""The pre-training job: BertForPreTraining on prepared shards (masked LM + next sentence), one or two phases.
+
+The paper (Devlin et al. 2019, appendix A.2) trains 90% of the steps at sequence length 128 and the last 10% at
+512, under one learning-rate schedule: here each phase names its own prepared folder, step count and batch size.
+Evaluation on a held-out prepared folder reports MLM loss, MLM accuracy, NSP accuracy and perplexity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertkit.errors import ConfigError
+from bertkit.training.config import TrainingConfig, config_from_dict, read_config_file, save_config
+from bertkit.training.trainer import Trainer, TrainPhase, TrainResult
+
+CONFIG_COPY = "pretrain_config.yaml"
+
+
+@dataclass
+class PhaseConfig:
+    """One phase of pre-training: its prepared data folder, its optimizer steps and its micro-batch size."""
+
+    data: str = ""
+    """Folder written by `bertkit prepare-pretraining` (e.g. max_seq_length 128, then 512)."""
+    max_steps: int | None = None
+    """Optimizer updates in this phase (paper: 900,000 at 128 then 100,000 at 512); None = training.max_steps."""
+    batch_size: int | None = None
+    """Micro-batch size of this phase; None = training.batch_size (length 512 usually needs a smaller one)."""
+
+
+def _paper_training() -> TrainingConfig:
+    """The paper's pre-training run: 1M steps, lr 1e-4, 10k warm-up (batch 256 = batch_size x accumulation)."""
+    return TrainingConfig(output_dir="runs/pretrain", max_steps=1_000_000, eval_every=10_000, save_every=10_000,
+                          log_every=100, metric_for_best="loss", greater_is_better=False)
+
+
+@dataclass
+class PretrainConfig:
+    """Everything `bertkit pretrain` needs: model, data, evaluation and the trainer's config."""
+
+    model: str = "mini"
+    """A size preset (tiny, mini, small, medium, base, large) or a model folder to continue from."""
+    model_overrides: dict[str, Any] = field(default_factory=dict)
+    """BertConfig fields changed from the preset/folder (e.g. {hidden_dropout_prob: 0.0}). vocab_size defaults
+    to the data's tokenizer; set explicitly it must match it."""
+    train_data: str | None = None
+    """One prepared folder for a single-phase run (steps from training.max_steps or epochs)."""
+    phases: list[PhaseConfig] = field(default_factory=list)
+    """Two-phase (or more) schedule, run as one run with one LR schedule; used instead of train_data."""
+    eval_data: str | None = None
+    """Held-out prepared folder; None = no evaluation (and no best/ model)."""
+    eval_batches: int = 50
+    """Batches of eval_data per evaluation (None-like 0 = all of it)."""
+    eval_batch_size: int | None = None
+    """Batch size of evaluation; None = training.batch_size."""
+    pad_to_multiple_of: int | None = 8
+    """Pad each batch's length to a multiple of this (tensor-core friendly); None = to the longest."""
+    verify_checksums: bool = True
+    """Check the shards' sha256 against index.json when opening the data."""
+    training: TrainingConfig = field(default_factory=_paper_training)
+    """Optimizer, schedule, batching, precision, checkpoints (see TrainingConfig)."""
+
+    def __post_init__(self) -> None:
+        if self.train_data and self.phases:
+            raise ConfigError("PretrainConfig: give either train_data or phases, not both")
+        if self.eval_batches < 0:
+            raise ConfigError(f"PretrainConfig.eval_batches = {self.eval_batches}: expected >= 0")
+
+    def phase_list(self) -> list[PhaseConfig]:
+        """The phases to run (train_data as a single phase)."""
+        if self.phases:
+            return self.phases
+        if not self.train_data:
+            raise ConfigError("PretrainConfig: no training data; set train_data or phases")
+        return [PhaseConfig(self.train_data)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of every field (JSON/YAML-ready)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "PretrainConfig") -> "PretrainConfig":
+        """Inverse of `to_dict`; fields missing from `training` keep the paper's pre-training defaults."""
+        d = dict(d)
+        if isinstance(d.get("training"), dict):
+            d["training"] = config_from_dict(TrainingConfig, {**_paper_training().to_dict(), **d["training"]},
+                                             f"{where}.training")
+        return config_from_dict(cls, d, where)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "PretrainConfig":
+        """Read a YAML or JSON config file."""
+        return cls.from_dict(read_config_file(path), str(path))
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write YAML (or JSON for a .json path) atomically."""
+        save_config(self, path)
+
+
+def _open_dataset(folder: str, verify: bool):  # noqa: ANN202 (a PretrainingDataset)
+    from bertkit.data import PretrainingDataset
+
+    if not Path(folder).is_dir():
+        raise ConfigError(f"{folder}: no such prepared data folder (run `bertkit prepare-pretraining` first)")
+    return PretrainingDataset(folder, verify_checksums=verify)
+
+
+def _collator(dataset: Any, seed: int, pad_to_multiple_of: int | None):  # noqa: ANN202
+    from bertkit.data import PretrainingCollator
+
+    return PretrainingCollator(dataset.vocab_info(), dynamic_masking=dataset.dynamic_masking, config=dataset.config,
+                               seed=seed, pad_to_multiple_of=pad_to_multiple_of)
+
+
+def build_model(config: PretrainConfig, vocab_size: int, vocab_source: Path, max_seq_length: int):  # noqa: ANN201
+    """BertForPreTraining from a preset (vocab_size from the tokenizer) or a folder; checks vocab and length."""
+    from bertkit.model import PRESETS, BertConfig, BertForPreTraining
+
+    overrides = dict(config.model_overrides)
+    if config.model in PRESETS:
+        overrides.setdefault("vocab_size", vocab_size)
+        model = BertForPreTraining(BertConfig.preset(config.model, **overrides))
+        where = f"preset {config.model!r} with model_overrides"
+    elif Path(config.model).is_dir():
+        model = BertForPreTraining.from_pretrained(config.model, **overrides)
+        where = f"{config.model}/config.json"
+    else:
+        raise ConfigError(f"PretrainConfig.model = {config.model!r}: neither a preset ({', '.join(PRESETS)}) "
+                          "nor a model folder")
+    mc = model.config
+    if mc.vocab_size != vocab_size:
+        raise ConfigError(f"model vocab_size is {mc.vocab_size} ({where}) but the data's tokenizer has {vocab_size} "
+                          f"tokens ({vocab_source}); they must be equal")
+    if max_seq_length > mc.max_position_embeddings:
+        raise ConfigError(f"the data has sequences of {max_seq_length} tokens but the model's "
+                          f"max_position_embeddings is {mc.max_position_embeddings}")
+    return model
+
+
+def make_evaluate(dataset: Any, collate: Any, batch_size: int, max_batches: int):  # noqa: ANN201
+    """An evaluate callback: MLM loss/accuracy, NSP loss/accuracy, perplexity over the first batches of `dataset`."""
+
+    def evaluate(model: torch.nn.Module) -> dict[str, float]:
+        device = next(model.parameters()).device
+        n = len(dataset)
+        if max_batches:
+            n = min(n, max_batches * batch_size)
+        mlm_loss = mlm_correct = mlm_count = 0.0
+        nsp_loss = nsp_correct = nsp_count = 0.0
+        for start in range(0, n, batch_size):
+            batch = collate([dataset[i] for i in range(start, min(n, start + batch_size))])
+            batch = {k: v.to(device) for k, v in batch.items()}
+            out = model(**batch)
+            labels = batch["labels"][batch["labels"] != -100]  # the logits are at the masked positions only
+            k = labels.numel()
+            if k:
+                mlm_loss += float(out.mlm_loss) * k
+                mlm_correct += float((out.prediction_logits.argmax(-1) == labels).sum())
+                mlm_count += k
+            b = batch["next_sentence_label"].numel()
+            nsp_loss += float(out.nsp_loss) * b
+            nsp_correct += float((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
+            nsp_count += b
+        mlm = mlm_loss / max(mlm_count, 1)
+        nsp = nsp_loss / max(nsp_count, 1)
+        return {"loss": mlm + nsp, "mlm_loss": mlm, "mlm_accuracy": mlm_correct / max(mlm_count, 1),
+                "nsp_loss": nsp, "nsp_accuracy": nsp_correct / max(nsp_count, 1),
+                "perplexity": math.exp(min(mlm, 50.0))}
+
+    return evaluate
+
+
+def run_pretraining(config: PretrainConfig, resume: bool = False) -> TrainResult:
+    """Build model, data and evaluation from `config`, then train; final/ is a from_pretrained folder + tokenizer."""
+    from bertkit.tokenizer import BertTokenizer
+    from bertkit.training.distributed import setup_distributed
+
+    t = config.training
+    dist_info = setup_distributed(t.device)
+    phase_cfgs = config.phase_list()
+    datasets = [_open_dataset(p.data, config.verify_checksums) for p in phase_cfgs]
+    tok_dir = datasets[0].tokenizer_dir
+    vocab_text = (tok_dir / "vocab.txt").read_text(encoding="utf-8")
+    eval_ds = _open_dataset(config.eval_data, config.verify_checksums) if config.eval_data else None
+    for ds in datasets[1:] + ([eval_ds] if eval_ds is not None else []):
+        if (ds.tokenizer_dir / "vocab.txt").read_text(encoding="utf-8") != vocab_text:
+            raise ConfigError(f"{ds.tokenizer_dir / 'vocab.txt'} differs from {tok_dir / 'vocab.txt'}: every data "
+                              "folder of a run must be prepared with the same tokenizer")
+    tokenizer = BertTokenizer.from_pretrained(tok_dir)
+    torch.manual_seed(t.seed)  # the initial weights are a function of the seed
+    max_len = max(ds.config.max_seq_length for ds in datasets)
+    model = build_model(config, tokenizer.vocab_size, tok_dir / "vocab.txt", max_len)
+
+    phases = [
+        TrainPhase(ds, _collator(ds, t.seed, config.pad_to_multiple_of), p.max_steps, p.batch_size,
+                   name=Path(p.data).name)
+        for ds, p in zip(datasets, phase_cfgs)
+    ]
+    evaluate = None
+    if eval_ds is not None:
+        # Evaluation masks are drawn once (epoch 0 of a fixed seed), so every evaluation sees the same task.
+        evaluate = make_evaluate(eval_ds, _collator(eval_ds, t.seed, config.pad_to_multiple_of),
+                                 config.eval_batch_size or t.batch_size, config.eval_batches)
+    if dist_info.is_main:
+        save_config(config, Path(t.output_dir) / CONFIG_COPY)
+    trainer = Trainer(model, t, phases=phases, evaluate=evaluate,
+                      save_extra=lambda folder: tokenizer.save_pretrained(folder), dist_info=dist_info)
+    return trainer.train(resume=resume)
