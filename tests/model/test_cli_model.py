@@ -61,9 +61,13 @@ def test_info_missing_folder_is_a_clear_error(tmp_path: Path, capsys) -> None:
     assert "nope: no such model folder" in capsys.readouterr().err
 
 
-def test_convert_to_hf_loads_in_transformers(minilm_dir: Path, tmp_path: Path) -> None:
-    out = tmp_path / "hf"
-    assert run_cli(["convert", "--to-hf", str(minilm_dir), "--out", str(out)]) == 0
+def test_convert_round_trip_loads_in_transformers(minilm_dir: Path, tmp_path: Path) -> None:
+    """HF folder -> bertkit folder -> HF folder: transformers loads the result with identical tokens and outputs."""
+    bk, out = tmp_path / "bk", tmp_path / "hf"
+    assert run_cli(["convert", "--from-hf", str(minilm_dir), "--out", str(bk)]) == 0
+    assert {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json",
+            "sentence_bert_config.json"} <= {p.name for p in bk.iterdir()}
+    assert run_cli(["convert", "--to-hf", str(bk), "--out", str(out)]) == 0
     assert {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"} <= {p.name for p in out.iterdir()}
     assert json.loads((out / "config.json").read_text())["architectures"] == ["BertModel"]
     tok = transformers.AutoTokenizer.from_pretrained(str(out))
