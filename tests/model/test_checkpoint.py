@@ -237,3 +237,14 @@ def test_vocab_size_differs_from_config(good_folder: Path) -> None:
 def test_unknown_override(good_folder: Path) -> None:
     with pytest.raises(CheckpointError, match="hiden_size"):
         BertModel.from_pretrained(good_folder, hiden_size=3)
+
+
+def test_half_precision_file_and_dtype_option(tmp_path: Path) -> None:
+    """A float16 file loads into a float32 model; dtype= converts after loading; an empty target folder is filled."""
+    model = BertModel(tiny_config()).half()
+    (tmp_path / "empty").mkdir()
+    model.save_pretrained(tmp_path / "empty")
+    loaded = BertModel.from_pretrained(tmp_path / "empty")
+    assert loaded.embeddings.word_embeddings.weight.dtype == torch.float32
+    assert torch.equal(loaded.embeddings.word_embeddings.weight.half(), model.embeddings.word_embeddings.weight)
+    assert BertModel.from_pretrained(tmp_path / "empty", dtype=torch.bfloat16).pooler.dense.weight.dtype == torch.bfloat16
