@@ -227,11 +227,16 @@ def test_config_shapes_do_not_match_weights(good_folder: Path) -> None:
     assert "'encoder.layer.0.intermediate.dense.weight': shape (37, 32) in the file, (40, 32) expected" in msg
 
 
-def test_vocab_size_differs_from_config(good_folder: Path) -> None:
-    write_vocab(good_folder, 98)
-    with pytest.raises(CheckpointError, match=r"vocab.txt: the vocabulary has 98 tokens but .*config.json says "
+def test_vocab_larger_than_config_is_an_error(good_folder: Path) -> None:
+    write_vocab(good_folder, 100)
+    with pytest.raises(CheckpointError, match=r"vocab.txt: the vocabulary has 100 tokens but .*config.json says "
                                               r"vocab_size 99"):
         BertModel.from_pretrained(good_folder)
+
+
+def test_vocab_smaller_than_padded_vocab_size_loads(good_folder: Path) -> None:
+    write_vocab(good_folder, 98)  # e.g. a checkpoint whose vocab_size was padded past its vocab.txt
+    assert BertModel.from_pretrained(good_folder).config.vocab_size == 99
 
 
 def test_unknown_override(good_folder: Path) -> None:

@@ -162,15 +162,22 @@ def read_vocab_size(path: Path) -> int:
 
 
 def check_vocab(folder: Path, config: BertConfig) -> None:
-    """Raise CheckpointError if the folder's vocab.txt does not have config.vocab_size entries."""
+    """Raise CheckpointError if the folder's vocab.txt has more tokens than the model has embeddings.
+
+    Fewer is allowed with a log line: some published checkpoints pad vocab_size (e.g. to a multiple of 8) and
+    the extra embedding rows are simply never used.
+    """
     path = folder / VOCAB_NAME
     if path.is_file():
         size = read_vocab_size(path)
-        if size != config.vocab_size:
+        if size > config.vocab_size:
             raise CheckpointError(
                 f"{path}: the vocabulary has {size} tokens but {folder / CONFIG_NAME} says vocab_size "
                 f"{config.vocab_size}; the tokenizer and the model do not belong together"
             )
+        if size < config.vocab_size:
+            logger.info("%s: %d tokens for vocab_size %d; embedding rows past the vocabulary are unused",
+                        path, size, config.vocab_size)
 
 
 def read_config(folder: Path) -> tuple[BertConfig, dict[str, Any]]:
