@@ -1,0 +1,278 @@
+"""What every fine-tuning task shares: the Task protocol, file readers with line numbers, padding collation and
+batched inference.
+
+A task module (classification, ner, qa, multiple_choice) subclasses `Task` and supplies its reader, its feature
+conversion, its decoding of model outputs into one prediction per example, its metric and its prediction file.
+The runner (`bertkit.tasks.runner`) and the one Trainer do everything else.
+
+Settings: every task keeps its choices (label names, max length, columns, doc stride, ...) in one JSON-ready dict
+that is stored in the fine-tuned model's `config.task_settings`, so `evaluate` and `predict` read a file exactly as
+`finetune` did.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from bertkit.errors import ConfigError, data_error
+
+logger = logging.getLogger(__name__)
+
+IGNORE_INDEX = -100  # label value no loss counts (torch.nn.CrossEntropyLoss's ignore_index)
+
+Settings = dict[str, Any]
+Feature = dict[str, Any]
+
+
+class Task:
+    """One fine-tuning task: how to read it, turn it into model inputs, decode outputs, score and write predictions."""
+
+    name: str = ""
+    model_class_name: str = ""  # the head in bertkit.model that serves the task
+    main_metric: str = "accuracy"  # the metric that picks the best checkpoint
+    greater_is_better: bool = True
+    default_lr: float = 3e-5
+    default_max_length: int = 128
+    output_keys: tuple[str, ...] = ("logits",)  # what batched inference keeps of the model's output
+    per_token_outputs: bool = False  # outputs are (seq, ...) per feature (tagging, QA) rather than per sequence
+
+    # --- what the runner calls, in order ---------------------------------------------------------------------
+    def settings(self, options: dict[str, Any]) -> Settings:
+        """Task settings from the runner's options (CLI arguments); only JSON-ready values."""
+        return {"max_length": options.get("max_length") or self.default_max_length}
+
+    def read(self, path: str | os.PathLike, settings: Settings, labelled: bool = True) -> list:
+        """Read a data file into examples; raise DataError naming the file and line of anything malformed."""
+        raise NotImplementedError
+
+    def fit_labels(self, examples: Sequence, settings: Settings) -> Settings:
+        """Learn what the training data defines (the label set) and return the updated settings."""
+        return settings
+
+    def check_examples(self, examples: Sequence, settings: Settings, path: str | os.PathLike) -> None:
+        """Raise DataError if evaluation examples hold something training never had (an unseen label)."""
+
+    def num_labels(self, settings: Settings) -> int | None:
+        """Output size of the head the task needs (None: the head's own)."""
+        return None
+
+    def features(self, examples: Sequence, tokenizer: Any, settings: Settings, training: bool) -> list[Feature]:
+        """Model inputs (lists of ints, labels) for the examples; feature keys not in `collate`'s list are metadata."""
+        raise NotImplementedError
+
+    def collator(self, tokenizer: Any) -> "Collator":
+        """The function that pads a list of features into a batch of tensors."""
+        return Collator(pad_token_id=getattr(tokenizer, "pad_token_id", 0) or 0)
+
+    def decode(self, examples: Sequence, features: Sequence[Feature], outputs: list[dict[str, np.ndarray]],
+               settings: Settings) -> list:
+        """One prediction per example from the per-feature model outputs."""
+        raise NotImplementedError
+
+    def score(self, examples: Sequence, predictions: Sequence, settings: Settings) -> dict[str, float]:
+        """The task's metrics for predictions against the examples' references."""
+        raise NotImplementedError
+
+    def write_predictions(self, path: str | os.PathLike, examples: Sequence, predictions: Sequence,
+                          settings: Settings) -> None:
+        """Write predictions in the task's file format, atomically."""
+        raise NotImplementedError
+
+    # --- shared ------------------------------------------------------------------------------------------------
+    def predict(self, model: torch.nn.Module, examples: Sequence, features: Sequence[Feature], settings: Settings,
+                batch_size: int, tokenizer: Any = None) -> list:
+        """Run the model over the features and decode one prediction per example."""
+        outputs = run_model(model, features, self.collator(tokenizer), batch_size, self.output_keys,
+                            self.per_token_outputs)
+        return self.decode(examples, features, outputs, settings)
+
+    def evaluate(self, model: torch.nn.Module, examples: Sequence, features: Sequence[Feature], settings: Settings,
+                 batch_size: int, tokenizer: Any = None) -> dict[str, float]:
+        """Predict and score: the Trainer's evaluation callback."""
+        return self.score(examples, self.predict(model, examples, features, settings, batch_size, tokenizer),
+                          settings)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reading files.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """A data file's text (UTF-8, a byte-order mark dropped); DataError if it is missing or not UTF-8."""
+    path = Path(path)
+    if not path.is_file():
+        raise data_error(path, None, "no such file")
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise data_error(path, None, f"not UTF-8 text ({e})") from None
+
+
+def read_table(path: str | os.PathLike, delimiter: str | None = None) -> list[tuple[int, list[str]]]:
+    """Non-blank rows of a TSV or CSV file with their 1-based line numbers.
+
+    TSV is split on tabs only, with no quoting (GLUE files hold unescaped quotes); CSV follows RFC 4180 quoting.
+    The delimiter defaults from the suffix: .csv -> ',', anything else -> tab.
+    """
+    text = read_text(path)
+    if delimiter is None:
+        delimiter = "," if str(path).lower().endswith(".csv") else "\t"
+    lines = text.splitlines()
+    if delimiter == "\t":
+        return [(i, line.split("\t")) for i, line in enumerate(lines, 1) if line.strip()]
+    rows = []
+    reader = csv.reader(lines, delimiter=delimiter)
+    try:
+        for row in reader:
+            if any(cell.strip() for cell in row):
+                rows.append((reader.line_num, row))
+    except csv.Error as e:
+        raise data_error(path, reader.line_num, f"malformed CSV ({e})") from None
+    return rows
+
+
+def read_jsonl(path: str | os.PathLike) -> list[tuple[int, dict[str, Any]]]:
+    """Objects of a JSON-lines file with their 1-based line numbers; DataError on a line that is not an object."""
+    rows = []
+    for i, line in enumerate(read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise data_error(path, i, f"not valid JSON ({e.msg})") from None
+        if not isinstance(obj, dict):
+            raise data_error(path, i, f"expected a JSON object, found {type(obj).__name__}")
+        rows.append((i, obj))
+    return rows
+
+
+def is_jsonl(path: str | os.PathLike) -> bool:
+    """Whether a path names a JSON-lines file (by suffix)."""
+    return str(path).lower().endswith((".jsonl", ".ndjson"))
+
+
+def require_field(path: str | os.PathLike, line: int | None, obj: dict[str, Any], name: str) -> Any:
+    """obj[name], or a DataError naming the file, line and the missing field."""
+    if name not in obj:
+        raise data_error(path, line, f"missing field {name!r} (fields: {', '.join(map(str, obj)) or 'none'})")
+    return obj[name]
+
+
+def require_examples(examples: Sequence, path: str | os.PathLike, what: str = "examples") -> None:
+    """DataError if a file yielded no examples (an empty dev set cannot pick a best checkpoint)."""
+    if not examples:
+        raise data_error(path, None, f"no {what} found (the file is empty or holds only blank lines)")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Batches.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _pad(rows: list, pad: int | float) -> list:
+    """Pad a list of int lists (or of lists of int lists, for multiple choice) to a rectangle."""
+    if rows and isinstance(rows[0][0], list):
+        width = max(len(seq) for row in rows for seq in row)
+        return [[seq + [pad] * (width - len(seq)) for seq in row] for row in rows]
+    width = max(len(row) for row in rows)
+    return [row + [pad] * (width - len(row)) for row in rows]
+
+
+@dataclass
+class Collator:
+    """Pads features into tensors: input_ids with [PAD], token types with 0, token labels with -100; builds the
+    attention mask. Keys a model does not read (example ids, offsets) are left out of the batch."""
+
+    pad_token_id: int = 0
+    model_keys: tuple[str, ...] = ("input_ids", "token_type_ids", "labels", "start_positions", "end_positions")
+
+    def __call__(self, features: Sequence[Feature]) -> dict[str, Tensor]:
+        batch: dict[str, Tensor] = {}
+        first = features[0]
+        for key in self.model_keys:
+            if key not in first:
+                continue
+            values = [f[key] for f in features]
+            if isinstance(values[0], list) and values[0] and isinstance(values[0][0], float):
+                batch[key] = torch.tensor(values, dtype=torch.float32)  # multi-label targets
+            elif isinstance(values[0], list):
+                pad = {"input_ids": self.pad_token_id, "labels": IGNORE_INDEX}.get(key, 0)
+                batch[key] = torch.tensor(_pad(values, pad), dtype=torch.long)
+            elif isinstance(values[0], float):
+                batch[key] = torch.tensor(values, dtype=torch.float32)  # regression targets
+            else:
+                batch[key] = torch.tensor(values, dtype=torch.long)
+        lengths = [[len(s) for s in f["input_ids"]] if isinstance(f["input_ids"][0], list) else len(f["input_ids"])
+                   for f in features]
+        batch["attention_mask"] = torch.tensor(_pad([_ones(n) for n in lengths], 0), dtype=torch.long)
+        return batch
+
+
+def _ones(n: int | list[int]) -> list:
+    return [[1] * k for k in n] if isinstance(n, list) else [1] * n
+
+
+def feature_length(feature: Feature) -> int:
+    """Tokens in a feature (the longest choice for multiple choice): what batching by length sorts on."""
+    ids = feature["input_ids"]
+    return max(len(s) for s in ids) if isinstance(ids[0], list) else len(ids)
+
+
+@torch.no_grad()
+def run_model(model: torch.nn.Module, features: Sequence[Feature], collate: Collator, batch_size: int,
+              output_keys: Sequence[str] = ("logits",), per_token: bool = False) -> list[dict[str, np.ndarray]]:
+    """Model outputs for every feature, in the features' order, as float32 arrays (per-token ones cut to the
+    feature's own length).
+
+    Features are batched by length (less padding, same results) and the model is put back in its former mode.
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    order = sorted(range(len(features)), key=lambda i: feature_length(features[i]))
+    results: list[dict[str, np.ndarray] | None] = [None] * len(features)
+    try:
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            batch = collate([features[i] for i in idx])
+            inputs = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask",
+                                                                          "token_type_ids")}
+            out = model(**inputs)
+            arrays = {k: getattr(out, k).float().cpu().numpy() for k in output_keys}
+            for row, i in enumerate(idx):
+                n = len(features[i]["input_ids"])
+                results[i] = {k: v[row, :n] if per_token else v[row] for k, v in arrays.items()}
+    finally:
+        model.train(was_training)
+    return results  # type: ignore[return-value]
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Numerically stable softmax."""
+    z = x - x.max(axis=axis, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def iter_batches(items: Sequence, size: int) -> Iterator[Sequence]:
+    """Consecutive slices of at most `size` items."""
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def check_positive(name: str, value: int | float | None) -> None:
+    """ConfigError if an option that must be positive is not."""
+    if value is not None and value <= 0:
+        raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {value}")

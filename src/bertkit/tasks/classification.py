@@ -1,0 +1,342 @@
+"""Sequence classification of single sentences and pairs: GLUE and any TSV/CSV/JSONL file of labelled texts.
+
+GLUE layouts are recognised from a file's header (or, for CoLA, its header-less four columns); other files name
+their columns with `text_column` / `text_pair_column` / `label_column` (a name, or a 0-based index for files
+without a header). Labels may be strings or numbers (single-label, names kept as they appear in the training
+file), real numbers (`problem: regression`, STS-B) or several per example (`problem: multi_label`; a JSON list, or
+a string split on `label_separator`, default ",").
+
+Metrics by default: accuracy everywhere single-label, binary F1 of the positive class for MRPC/QQP (and any
+two-class file; macro F1 for more classes), Matthews correlation for CoLA, Pearson/Spearman for regression,
+micro F1 for multi-label. Predictions: the input rows with one more column, the predicted label as it appeared in
+the training data (JSONL input: each object with a "prediction" field).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from bertkit.errors import data_error
+from bertkit.io import atomic_open
+from bertkit.tasks import metrics
+from bertkit.tasks.base import (
+    Feature,
+    Settings,
+    Task,
+    is_jsonl,
+    read_jsonl,
+    read_table,
+    require_field,
+)
+
+Column = str | int
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a file keeps its text, optional second text and label, and the metric its benchmark reports."""
+
+    text: Column
+    pair: Column | None
+    label: Column | None
+    header: bool = True
+    main_metric: str = "accuracy"
+    problem: str = "single_label"
+
+
+# The GLUE files as distributed (Wang et al. 2019, https://gluebenchmark.com/tasks), in detection order.
+GLUE_LAYOUTS: dict[str, Layout] = {
+    "mnli": Layout("sentence1", "sentence2", "gold_label"),
+    "stsb": Layout("sentence1", "sentence2", "score", main_metric="pearson", problem="regression"),
+    "qqp": Layout("question1", "question2", "is_duplicate", main_metric="f1"),
+    "mrpc": Layout("#1 String", "#2 String", "Quality", main_metric="f1"),
+    "qnli": Layout("question", "sentence", "label"),
+    "rte": Layout("sentence1", "sentence2", "label"),
+    "wnli": Layout("sentence1", "sentence2", "label"),
+    "sst2": Layout("sentence", None, "label"),
+    "cola": Layout(3, None, 1, header=False, main_metric="matthews"),  # source, label, mark, sentence
+}
+# JSONL defaults when no column is named.
+JSONL_TEXT = ("text", "sentence", "sentence1", "question", "premise")
+JSONL_PAIR = {"sentence1": "sentence2", "question": "sentence", "premise": "hypothesis", "text": "text_pair"}
+
+
+@dataclass
+class TextExample:
+    """One row: the text(s), the raw label (None when unlabelled), and the row itself for the prediction file."""
+
+    line: int
+    text: str
+    pair: str | None
+    label: Any
+    row: list[str] | dict[str, Any]
+    header: list[str] | None = None
+
+
+def _column(spec: str | None) -> Column | None:
+    """A column option: digits are a 0-based index, anything else a header name."""
+    if spec is None or spec == "":
+        return None
+    return int(spec) if str(spec).isdigit() else spec
+
+
+def detect_layout(path: str | os.PathLike, first_row: list[str], settings: Settings) -> Layout:
+    """The layout of a table: named columns if given, else a GLUE header, else CoLA's header-less layout."""
+    text, pair, label = (_column(settings.get(k)) for k in ("text_column", "text_pair_column", "label_column"))
+    if text is not None:
+        named = [c for c in (text, pair, label) if c is not None]
+        return Layout(text, pair, label, header=not all(isinstance(c, int) for c in named),
+                      main_metric=settings.get("main_metric", "accuracy"), problem=settings.get("problem",
+                                                                                                "single_label"))
+    glue = settings.get("glue")
+    for name, layout in GLUE_LAYOUTS.items():
+        if layout.header and layout.text in first_row and (layout.pair is None or layout.pair in first_row):
+            if glue in (None, name) or GLUE_LAYOUTS.get(glue, layout).text == layout.text:
+                return layout
+    if len(first_row) == 4 and first_row[1] in ("0", "1") and glue in (None, "cola"):
+        return GLUE_LAYOUTS["cola"]
+    raise data_error(path, 1, f"cannot tell which column holds the text (first row: {first_row[:6]}); "
+                     "pass --text-column (and --text-pair-column, --label-column) with header names or 0-based "
+                     "indices")
+
+
+def glue_name(layout: Layout) -> str | None:
+    """The GLUE task a layout belongs to (None for a user-named layout)."""
+    return next((name for name, known in GLUE_LAYOUTS.items() if known == layout), None)
+
+
+class ClassificationTask(Task):
+    """Single sentences or pairs -> one label, several labels, or a real number."""
+
+    name = "classification"
+    model_class_name = "BertForSequenceClassification"
+    main_metric = "accuracy"
+    default_lr = 3e-5
+    default_max_length = 128
+
+    def settings(self, options: dict[str, Any]) -> Settings:
+        s = super().settings(options)
+        for key in ("text_column", "text_pair_column", "label_column", "glue"):
+            if options.get(key) is not None:
+                s[key] = str(options[key])
+        if options.get("regression"):
+            s["problem"] = "regression"
+        elif options.get("multi_label"):
+            s["problem"] = "multi_label"
+        s["label_separator"] = options.get("label_separator") or ","
+        return s
+
+    # --- reading -----------------------------------------------------------------------------------------------
+    def read(self, path: str | os.PathLike, settings: Settings, labelled: bool = True) -> list[TextExample]:
+        if is_jsonl(path):
+            return self._read_jsonl(path, settings, labelled)
+        rows = read_table(path)
+        if not rows:
+            return []
+        layout = detect_layout(path, rows[0][1], settings)
+        header = rows[0][1] if layout.header else None
+        if header is not None:
+            rows = rows[1:]
+        settings.setdefault("problem", layout.problem)
+        if layout.label is not None and "main_metric" not in settings and glue_name(layout):
+            settings["glue"] = glue_name(layout)
+            settings["main_metric"] = layout.main_metric
+        text_i = _index(path, header, layout.text, True)
+        pair_i = _index(path, header, layout.pair, True) if layout.pair is not None else None
+        label_i = _index(path, header, layout.label, labelled) if layout.label is not None else None
+        if labelled and label_i is None:
+            raise data_error(path, None, "no label column; pass --label-column")
+        need = max(i for i in (text_i, pair_i, label_i) if i is not None)
+        examples = []
+        for line, row in rows:
+            if header is not None and len(row) != len(header):
+                raise data_error(path, line, f"{len(row)} tab-separated fields, the header has {len(header)} "
+                                 f"(a tab inside a text?)")
+            if len(row) <= need:
+                raise data_error(path, line, f"{len(row)} fields, column {need} (0-based) needed")
+            label = row[label_i].strip() if label_i is not None else None
+            examples.append(TextExample(
+                line, row[text_i].strip(), row[pair_i].strip() if pair_i is not None else None,
+                self._parse_label(path, line, label, settings) if label not in (None, "") else None, row, header))
+            if labelled and examples[-1].label is None:
+                raise data_error(path, line, f"empty label in column {layout.label!r}")
+        return examples
+
+    def _read_jsonl(self, path: str | os.PathLike, settings: Settings, labelled: bool) -> list[TextExample]:
+        rows = read_jsonl(path)
+        if not rows:
+            return []
+        first = rows[0][1]
+        text = settings.get("text_column") or next((k for k in JSONL_TEXT if k in first), "text")
+        pair = settings.get("text_pair_column") or (JSONL_PAIR.get(text) if JSONL_PAIR.get(text) in first else None)
+        label = settings.get("label_column") or "label"
+        settings.setdefault("problem", "single_label")
+        examples = []
+        for line, obj in rows:
+            raw = obj.get(label)
+            if labelled and raw is None:
+                require_field(path, line, obj, label)
+            examples.append(TextExample(
+                line, str(require_field(path, line, obj, text)),
+                str(require_field(path, line, obj, pair)) if pair else None,
+                self._parse_label(path, line, raw, settings) if raw is not None else None, obj))
+        return examples
+
+    @staticmethod
+    def _parse_label(path: str | os.PathLike, line: int, raw: Any, settings: Settings) -> Any:
+        """A raw label as the problem type wants it: str (single-label), float (regression), list (multi-label)."""
+        problem = settings.get("problem", "single_label")
+        if problem == "regression":
+            try:
+                value = float(raw)
+            except (TypeError, ValueError):
+                raise data_error(path, line, f"label {raw!r} is not a number (regression)") from None
+            if not math.isfinite(value):
+                raise data_error(path, line, f"label {raw!r} is not a finite number")
+            return value
+        if problem == "multi_label":
+            parts = raw if isinstance(raw, list) else str(raw).split(settings.get("label_separator", ","))
+            return sorted({_label_str(p).strip() for p in parts if _label_str(p).strip()})
+        if isinstance(raw, (list, dict)):
+            raise data_error(path, line, f"label {raw!r} is a list; pass --multi-label for several labels")
+        return _label_str(raw)
+
+    # --- labels -----------------------------------------------------------------------------------------------
+    def fit_labels(self, examples: Sequence[TextExample], settings: Settings) -> Settings:
+        if settings.get("problem") == "regression":
+            settings["label_names"] = None
+            settings.setdefault("main_metric", "pearson")
+            return settings
+        seen = {lab for ex in examples for lab in (ex.label if isinstance(ex.label, list) else [ex.label])}
+        settings["label_names"] = sorted(seen, key=_label_sort_key)
+        if settings.get("problem") == "multi_label":
+            settings.setdefault("main_metric", "micro_f1")
+        settings.setdefault("main_metric", "accuracy")
+        return settings
+
+    def check_examples(self, examples: Sequence[TextExample], settings: Settings, path: str | os.PathLike) -> None:
+        names = settings.get("label_names")
+        if names is None:
+            return
+        known = set(names)
+        for ex in examples:
+            for lab in ex.label if isinstance(ex.label, list) else [ex.label]:
+                if lab is not None and lab not in known:
+                    raise data_error(path, ex.line, f"label {lab!r} never occurs in the training data "
+                                     f"(labels: {', '.join(names)})")
+
+    def num_labels(self, settings: Settings) -> int:
+        names = settings.get("label_names")
+        return 1 if settings.get("problem") == "regression" else len(names or [])
+
+    def problem_type(self, settings: Settings) -> str:
+        """BertConfig.problem_type for the head's loss."""
+        return {"regression": "regression", "multi_label": "multi_label_classification"}.get(
+            settings.get("problem", "single_label"), "single_label_classification")
+
+    # --- features and decoding --------------------------------------------------------------------------------
+    def features(self, examples: Sequence[TextExample], tokenizer: Any, settings: Settings,
+                 training: bool) -> list[Feature]:
+        names = settings.get("label_names") or []
+        index = {name: i for i, name in enumerate(names)}
+        problem = settings.get("problem", "single_label")
+        out = []
+        for ex in examples:
+            enc = tokenizer.encode(ex.text, ex.pair, max_length=settings["max_length"], truncation="longest_first")
+            feature: Feature = {"input_ids": list(enc.input_ids), "token_type_ids": list(enc.token_type_ids)}
+            if ex.label is not None:
+                if problem == "regression":
+                    feature["labels"] = float(ex.label)
+                elif problem == "multi_label":
+                    hot = [0.0] * len(names)
+                    for lab in ex.label:
+                        if lab in index:
+                            hot[index[lab]] = 1.0
+                    feature["labels"] = hot
+                elif ex.label in index:
+                    feature["labels"] = index[ex.label]
+            out.append(feature)
+        return out
+
+    def decode(self, examples: Sequence[TextExample], features: Sequence[Feature],
+               outputs: list[dict[str, np.ndarray]], settings: Settings) -> list:
+        names = settings.get("label_names") or []
+        problem = settings.get("problem", "single_label")
+        preds: list = []
+        for out in outputs:
+            logits = out["logits"]
+            if problem == "regression":
+                preds.append(float(logits.reshape(-1)[0]))
+            elif problem == "multi_label":
+                preds.append([names[i] for i in np.flatnonzero(logits > 0.0)])  # sigmoid > 0.5
+            else:
+                preds.append(names[int(logits.argmax())])
+        return preds
+
+    def score(self, examples: Sequence[TextExample], predictions: Sequence, settings: Settings) -> dict[str, float]:
+        refs = [ex.label for ex in examples]
+        problem = settings.get("problem", "single_label")
+        if problem == "regression":
+            mse = sum((p - r) ** 2 for p, r in zip(predictions, refs)) / len(refs)
+            return {"pearson": metrics.pearson(predictions, refs), "spearman": metrics.spearman(predictions, refs),
+                    "mse": mse}
+        if problem == "multi_label":
+            return metrics.multilabel_scores([set(p) for p in predictions], [set(r) for r in refs])
+        names = settings.get("label_names") or []
+        result = {"accuracy": metrics.accuracy(predictions, refs),
+                  "matthews": metrics.matthews_corrcoef(predictions, refs)}
+        if len(names) == 2:  # binary F1 of the positive class, the second name ("1", "not_entailment", ...)
+            result["f1"] = metrics.f1_score(predictions, refs, "binary", positive=names[1])
+        else:
+            result["f1"] = metrics.f1_score(predictions, refs, "macro")
+        return result
+
+    def write_predictions(self, path: str | os.PathLike, examples: Sequence[TextExample], predictions: Sequence,
+                          settings: Settings) -> None:
+        sep = settings.get("label_separator", ",")
+        with atomic_open(path) as f:
+            if examples and isinstance(examples[0].row, dict):
+                for ex, pred in zip(examples, predictions):
+                    f.write(json.dumps({**ex.row, "prediction": pred}, ensure_ascii=False) + "\n")
+                return
+            if examples and examples[0].header is not None:
+                f.write("\t".join(examples[0].header + ["prediction"]) + "\n")
+            for ex, pred in zip(examples, predictions):
+                text = sep.join(pred) if isinstance(pred, list) else (f"{pred:.6g}" if isinstance(pred, float)
+                                                                      else str(pred))
+                f.write("\t".join(list(ex.row) + [text]) + "\n")
+
+
+def _label_str(raw: Any) -> str:
+    """Labels compare as the strings the training file wrote (JSON 1 and "1" are the same label)."""
+    if isinstance(raw, bool):
+        return str(int(raw))
+    if isinstance(raw, float) and raw.is_integer():
+        return str(int(raw))
+    return str(raw).strip()
+
+
+def _label_sort_key(name: str) -> tuple:
+    """Numeric labels in numeric order ("0" < "1" < "10"), others alphabetically."""
+    try:
+        return (0, float(name), name)
+    except ValueError:
+        return (1, 0.0, name)
+
+
+def _index(path: str | os.PathLike, header: list[str] | None, column: Column, required: bool) -> int | None:
+    """0-based position of a column given by index or header name; DataError if required and absent."""
+    if isinstance(column, int):
+        return column
+    if header is not None and column in header:
+        return header.index(column)
+    if required:
+        where = f"header: {header}" if header is not None else "the file has no header; use 0-based indices"
+        raise data_error(path, 1, f"no column {column!r} ({where})")
+    return None

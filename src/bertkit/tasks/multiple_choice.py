@@ -1,0 +1,109 @@
+"""Multiple choice (SWAG-style): score each (context, choice) pair from its [CLS] vector, softmax over the choices.
+
+Input: JSON lines, one question per line, with the fields
+  - `context` (or `sent1`): the first segment, e.g. the situation or passage;
+  - `question` (optional; or `sent2`): text put before every choice in the second segment ("question choice");
+  - `choices` (or `endings`): a list of at least two strings, the same number on every line;
+  - `label`: the 0-based index of the right choice (omitted in files to predict);
+  - `id` (optional): carried to the prediction file.
+Each choice becomes `[CLS] context [SEP] question choice [SEP]`, truncated longest-first to max_length.
+Metric: accuracy. Predictions: JSON lines `{"id": ..., "label": k, "choice": text}`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from bertkit.errors import data_error
+from bertkit.io import atomic_open
+from bertkit.tasks import metrics
+from bertkit.tasks.base import Feature, Settings, Task, read_jsonl
+
+
+@dataclass
+class ChoiceExample:
+    """One question: its context, optional question stem, the choices and the index of the right one."""
+
+    line: int
+    id: str
+    context: str
+    question: str
+    choices: list[str]
+    label: int | None
+
+
+def _first(obj: dict[str, Any], *names: str) -> Any:
+    return next((obj[n] for n in names if n in obj), None)
+
+
+class MultipleChoiceTask(Task):
+    """Pick one of several candidate continuations or answers."""
+
+    name = "multiple-choice"
+    model_class_name = "BertForMultipleChoice"
+    main_metric = "accuracy"
+    default_lr = 3e-5
+    default_max_length = 128
+
+    def read(self, path: str | os.PathLike, settings: Settings, labelled: bool = True) -> list[ChoiceExample]:
+        examples = []
+        for line, obj in read_jsonl(path):
+            context = _first(obj, "context", "sent1")
+            choices = _first(obj, "choices", "endings")
+            if not isinstance(context, str):
+                raise data_error(path, line, "missing field 'context' (a string)")
+            if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) for c in choices):
+                raise data_error(path, line, "field 'choices' must be a list of at least two strings")
+            if examples and len(choices) != len(examples[0].choices):
+                raise data_error(path, line, f"{len(choices)} choices, the first line has {len(examples[0].choices)}")
+            label = obj.get("label")
+            if label is not None and (isinstance(label, bool) or not isinstance(label, int)
+                                      or not 0 <= label < len(choices)):
+                raise data_error(path, line, f"label {label!r} is not a choice index 0..{len(choices) - 1}")
+            if labelled and label is None:
+                raise data_error(path, line, "missing field 'label' (the index of the right choice)")
+            examples.append(ChoiceExample(line, str(obj.get("id", line)), context,
+                                          str(_first(obj, "question", "sent2") or ""), choices, label))
+        return examples
+
+    def fit_labels(self, examples: Sequence[ChoiceExample], settings: Settings) -> Settings:
+        settings["num_choices"] = len(examples[0].choices) if examples else None
+        settings["main_metric"] = "accuracy"
+        return settings
+
+    def check_examples(self, examples: Sequence[ChoiceExample], settings: Settings, path: str | os.PathLike) -> None:
+        want = settings.get("num_choices")
+        if examples and want and len(examples[0].choices) != want:
+            raise data_error(path, examples[0].line, f"{len(examples[0].choices)} choices, training had {want}")
+
+    def features(self, examples: Sequence[ChoiceExample], tokenizer: Any, settings: Settings,
+                 training: bool) -> list[Feature]:
+        out = []
+        for ex in examples:
+            encs = [tokenizer.encode(ex.context, f"{ex.question} {c}".strip(), max_length=settings["max_length"],
+                                     truncation="longest_first") for c in ex.choices]
+            feature: Feature = {"input_ids": [list(e.input_ids) for e in encs],
+                                "token_type_ids": [list(e.token_type_ids) for e in encs]}
+            if ex.label is not None:
+                feature["labels"] = ex.label
+            out.append(feature)
+        return out
+
+    def decode(self, examples: Sequence[ChoiceExample], features: Sequence[Feature],
+               outputs: list[dict[str, np.ndarray]], settings: Settings) -> list[int]:
+        return [int(out["logits"].argmax()) for out in outputs]
+
+    def score(self, examples: Sequence[ChoiceExample], predictions: Sequence[int],
+              settings: Settings) -> dict[str, float]:
+        return {"accuracy": metrics.accuracy(predictions, [ex.label for ex in examples])}
+
+    def write_predictions(self, path: str | os.PathLike, examples: Sequence[ChoiceExample],
+                          predictions: Sequence[int], settings: Settings) -> None:
+        with atomic_open(path) as f:
+            for ex, k in zip(examples, predictions):
+                f.write(json.dumps({"id": ex.id, "label": k, "choice": ex.choices[k]}, ensure_ascii=False) + "\n")

@@ -1,0 +1,192 @@
+"""Token classification (NER) on CoNLL column files.
+
+Reading: one token per line, columns separated by spaces or tabs, the tag in the last column (CoNLL-2003:
+`token POS chunk NER`); a blank line ends a sentence and `-DOCSTART-` lines (document boundaries) are skipped.
+Tags in IOB1 (I- may start an entity) are converted to IOB2 on reading; predictions are written in IOB2.
+
+Features follow the BERT paper (section 4.3): each word is split into word pieces, the word's label goes on its
+first piece and -100 (ignored by the loss) on the rest. A sentence longer than max_length pieces is truncated; its
+lost words are predicted "O", counted, and reported in a warning. Predictions: one tag per original word, written
+as `token<TAB>tag` lines with a blank line between sentences. Metric: entity-level precision/recall/F1 counted as
+seqeval (conlleval) counts them, plus per-type scores.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from bertkit.errors import data_error
+from bertkit.io import atomic_open
+from bertkit.tasks import metrics
+from bertkit.tasks.base import IGNORE_INDEX, Feature, Settings, Task, read_text
+
+logger = logging.getLogger(__name__)
+
+DOCSTART = "-DOCSTART-"
+OUTSIDE = "O"
+
+
+@dataclass
+class TaggedSentence:
+    """A sentence: its words, their tags (None when unlabelled) and the line of its first word."""
+
+    line: int
+    words: list[str]
+    tags: list[str] | None
+
+
+def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
+    """IOB2 tags from IOB1 ones: an I-X that does not continue an X entity starts one, so it becomes B-X."""
+    out = []
+    for i, tag in enumerate(tags):
+        if tag.startswith("I-"):
+            prev = out[i - 1] if i else OUTSIDE
+            if prev == OUTSIDE or prev[2:] != tag[2:]:
+                tag = "B-" + tag[2:]
+        out.append(tag)
+    return out
+
+
+def is_iob1(sentences: Sequence[Sequence[str]]) -> bool:
+    """Whether any entity starts with I- (IOB1); IOB2 always starts entities with B-."""
+    return any(iob1_to_iob2(tags) != list(tags) for tags in sentences)
+
+
+def read_conll(path: str | os.PathLike, labelled: bool = True) -> list[TaggedSentence]:
+    """Sentences of a CoNLL column file; DataError naming the line where the column count changes."""
+    sentences: list[TaggedSentence] = []
+    words: list[str] = []
+    tags: list[str] = []
+    start = 0
+    columns: int | None = None
+
+    def flush() -> None:
+        if words:
+            sentences.append(TaggedSentence(start, list(words), list(tags) if columns and columns > 1 else None))
+        words.clear()
+        tags.clear()
+
+    for number, line in enumerate(read_text(path).splitlines(), 1):
+        fields = line.split()
+        if not fields:
+            flush()
+            continue
+        if fields[0] == DOCSTART:
+            flush()
+            continue
+        if columns is None:
+            columns = len(fields)
+            if labelled and columns < 2:
+                raise data_error(path, number, "one column only: expected `token ... tag` (the tag last)")
+        elif len(fields) != columns:
+            raise data_error(path, number, f"{len(fields)} columns, expected {columns} as on the file's first "
+                             "token line")
+        if not words:
+            start = number
+        words.append(fields[0])
+        if columns > 1:
+            tag = fields[-1]
+            if tag != OUTSIDE and not (tag[:2] in ("B-", "I-") and len(tag) > 2):
+                raise data_error(path, number, f"tag {tag!r} is not O, B-TYPE or I-TYPE")
+            tags.append(tag)
+    flush()
+    return sentences
+
+
+class NerTask(Task):
+    """Named-entity recognition: one tag per word."""
+
+    name = "ner"
+    model_class_name = "BertForTokenClassification"
+    main_metric = "f1"
+    default_lr = 5e-5
+    default_max_length = 128
+    per_token_outputs = True
+
+    def read(self, path: str | os.PathLike, settings: Settings, labelled: bool = True) -> list[TaggedSentence]:
+        sentences = read_conll(path, labelled)
+        labelled_tags = [s.tags for s in sentences if s.tags is not None]
+        if labelled_tags and is_iob1(labelled_tags):
+            settings.setdefault("source_scheme", "iob1")
+            for s in sentences:
+                if s.tags is not None:
+                    s.tags = iob1_to_iob2(s.tags)
+        return sentences
+
+    def fit_labels(self, examples: Sequence[TaggedSentence], settings: Settings) -> Settings:
+        seen = {t for s in examples for t in (s.tags or [])} | {OUTSIDE}
+        # O first, then each type's B- before its I-.
+        settings["label_names"] = sorted(seen, key=lambda t: (t != OUTSIDE, t[2:], t[:2]))
+        settings.setdefault("main_metric", "f1")
+        return settings
+
+    def check_examples(self, examples: Sequence[TaggedSentence], settings: Settings,
+                       path: str | os.PathLike) -> None:
+        known = set(settings["label_names"])
+        for s in examples:
+            for i, tag in enumerate(s.tags or []):
+                if tag not in known:
+                    raise data_error(path, s.line + i, f"tag {tag!r} never occurs in the training data "
+                                     f"(tags: {', '.join(settings['label_names'])})")
+
+    def num_labels(self, settings: Settings) -> int:
+        return len(settings["label_names"])
+
+    def features(self, examples: Sequence[TaggedSentence], tokenizer: Any, settings: Settings,
+                 training: bool) -> list[Feature]:
+        index = {t: i for i, t in enumerate(settings["label_names"])}
+        room = settings["max_length"] - 2  # [CLS] ... [SEP]
+        cache: dict[str, list[int]] = {}
+        out, lost = [], 0
+        for s in examples:
+            ids = [tokenizer.cls_token_id]
+            labels = [IGNORE_INDEX]
+            word_starts: list[int | None] = []
+            for i, word in enumerate(s.words):
+                pieces = cache.get(word)
+                if pieces is None:
+                    pieces = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(word)) or [tokenizer.unk_token_id]
+                    cache[word] = pieces
+                if len(ids) - 1 + len(pieces) > room:
+                    word_starts.append(None)
+                    continue
+                word_starts.append(len(ids))
+                labels += [index.get(s.tags[i], IGNORE_INDEX) if s.tags else IGNORE_INDEX]
+                labels += [IGNORE_INDEX] * (len(pieces) - 1)
+                ids += pieces
+            ids.append(tokenizer.sep_token_id)
+            labels.append(IGNORE_INDEX)
+            lost += sum(w is None for w in word_starts)
+            feature: Feature = {"input_ids": ids, "token_type_ids": [0] * len(ids), "word_starts": word_starts}
+            if s.tags is not None:
+                feature["labels"] = labels
+            out.append(feature)
+        if lost:
+            logger.warning("%d word(s) did not fit in max_length=%d word pieces; they are predicted %r",
+                           lost, settings["max_length"], OUTSIDE)
+        return out
+
+    def decode(self, examples: Sequence[TaggedSentence], features: Sequence[Feature],
+               outputs: list[dict[str, np.ndarray]], settings: Settings) -> list[list[str]]:
+        names = settings["label_names"]
+        preds = []
+        for feature, out in zip(features, outputs):
+            best = out["logits"].argmax(-1)
+            preds.append([names[int(best[p])] if p is not None else OUTSIDE for p in feature["word_starts"]])
+        return preds
+
+    def score(self, examples: Sequence[TaggedSentence], predictions: Sequence[list[str]],
+              settings: Settings) -> dict[str, float]:
+        return metrics.entity_scores(predictions, [s.tags for s in examples])
+
+    def write_predictions(self, path: str | os.PathLike, examples: Sequence[TaggedSentence],
+                          predictions: Sequence[list[str]], settings: Settings) -> None:
+        with atomic_open(path) as f:
+            for s, tags in zip(examples, predictions):
+                f.writelines(f"{w}\t{t}\n" for w, t in zip(s.words, tags))
+                f.write("\n")

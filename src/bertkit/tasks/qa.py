@@ -1,0 +1,260 @@
+"""Extractive question answering on SQuAD v1.1 and v2.0 files.
+
+Windows: each (question, context) pair is encoded as `[CLS] question [SEP] context-window [SEP]`, truncating only
+the context; a context longer than the room left is covered by several windows that OVERLAP by `doc_stride`
+tokens (the Hugging Face fast tokenizer's `stride`; with max_length 384, doc_stride 128, as in the BERT paper's
+SQuAD runs). A window that does not contain the whole answer is labelled with start = end = 0 ([CLS]).
+
+Decoding (Devlin et al. 2019, section 4.2; the reference run_squad.py): in each window the n_best highest start
+and end logits are paired; a span is kept if both ends lie in the context, the start token has its maximum
+context in this window (the window where it is farthest from either edge), end >= start and it is at most
+max_answer_length tokens long; its score is start + end logit. The best span over all windows is cut from the
+original context by character offsets. SQuAD v2.0: the no-answer score is the smallest [CLS] score
+(start[0] + end[0]) over the windows, and the answer is "" when it beats the best span by more than
+`null_threshold`.
+
+Reading a selection of articles: `FILE#START:END` reads articles START..END-1 (Python slice; e.g.
+`dev-v1.1.json#:38` and `dev-v1.1.json#38:`). Predictions: `{id: answer}` JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from bertkit.errors import ConfigError, data_error
+from bertkit.io import atomic_write_json
+from bertkit.tasks import metrics
+from bertkit.tasks.base import Feature, Settings, Task, read_text
+
+# Reference settings of run_squad.py (google-research/bert) and transformers' run_qa.py.
+DOC_STRIDE = 128
+N_BEST = 20
+MAX_ANSWER_LENGTH = 30
+QA_MAX_LENGTH = 384
+CLS_INDEX = 0  # unanswerable windows point start and end at [CLS]
+
+
+@dataclass
+class QAExample:
+    """One question with its context; answers are (text, character start) pairs; `where` names it in the file."""
+
+    id: str
+    question: str
+    context: str
+    answers: list[tuple[str, int]] = field(default_factory=list)
+    is_impossible: bool = False
+    where: str = ""
+
+
+def split_selection(path: str | os.PathLike) -> tuple[Path, slice]:
+    """`FILE#START:END` -> (FILE, slice of articles); a plain path selects every article."""
+    text = str(path)
+    if "#" not in text:
+        return Path(text), slice(None)
+    name, _, sel = text.rpartition("#")
+    try:
+        parts = [int(p) if p.strip() else None for p in sel.split(":")]
+        if len(parts) != 2:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"{text}: expected FILE#START:END to select articles, found {sel!r}") from None
+    return Path(name), slice(parts[0], parts[1])
+
+
+def read_squad(path: str | os.PathLike, labelled: bool = True) -> list[QAExample]:
+    """Questions of a SQuAD JSON file (v1.1 or v2.0), checking that every answer_start points at its text."""
+    file, articles = split_selection(path)
+    try:
+        doc = json.loads(read_text(file))
+    except json.JSONDecodeError as e:
+        raise data_error(file, e.lineno, f"not valid JSON ({e.msg})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
+        raise data_error(file, None, "expected a SQuAD object with a 'data' list of articles")
+    examples = []
+    all_articles = list(enumerate(doc["data"]))[articles]
+    for a, article in all_articles:
+        for p, para in enumerate(article.get("paragraphs", [])):
+            context = para.get("context")
+            if not isinstance(context, str):
+                raise data_error(file, None, f"data[{a}].paragraphs[{p}]: missing field 'context'")
+            for q, qa in enumerate(para.get("qas", [])):
+                where = f"data[{a}].paragraphs[{p}].qas[{q}]"
+                for key in ("id", "question"):
+                    if key not in qa:
+                        raise data_error(file, None, f"{where}: missing field {key!r}")
+                impossible = bool(qa.get("is_impossible", False))
+                answers = []
+                for k, ans in enumerate(qa.get("answers", [])):
+                    text, start = ans.get("text"), ans.get("answer_start")
+                    if not isinstance(text, str) or not isinstance(start, int):
+                        raise data_error(file, None, f"{where}.answers[{k}]: needs 'text' (string) and "
+                                         "'answer_start' (integer)")
+                    found = context[start:start + len(text)]
+                    if found != text:
+                        raise data_error(file, None, f"{where}.answers[{k}] (id {qa['id']}): answer_start {start} "
+                                         f"points at {found!r}, but the answer text is {text!r}")
+                    answers.append((text, start))
+                if labelled and not answers and not impossible:
+                    raise data_error(file, None, f"{where} (id {qa['id']}): no answers and not is_impossible")
+                examples.append(QAExample(str(qa["id"]), qa["question"], context, answers, impossible, where))
+    return examples
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Windows and labels.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def context_offsets(encoding: Any) -> list[tuple[int, int] | None]:
+    """Character span of each token of a window that belongs to the context (sequence 1), None elsewhere."""
+    return [tuple(off) if seq == 1 else None for off, seq in zip(encoding.offsets, encoding.sequence_ids)]
+
+
+def answer_tokens(offsets: Sequence[tuple[int, int] | None], char_start: int, char_end: int) -> tuple[int, int]:
+    """Token start/end of the answer characters [char_start, char_end) in a window, or (0, 0) if not inside it."""
+    ctx = [i for i, off in enumerate(offsets) if off is not None]
+    if not ctx or offsets[ctx[0]][0] > char_start or offsets[ctx[-1]][1] < char_end:
+        return CLS_INDEX, CLS_INDEX
+    start = max(i for i in ctx if offsets[i][0] <= char_start)
+    end = min(i for i in ctx if offsets[i][1] >= char_end)
+    return (start, end) if start <= end else (CLS_INDEX, CLS_INDEX)
+
+
+def max_context_flags(windows: Sequence[Sequence[tuple[int, int] | None]]) -> list[list[bool]]:
+    """For every window and token: is this the window where the context token has most context on both sides?
+
+    Score of a token in a window = min(tokens to its left, tokens to its right) + 0.01 * window length (the
+    reference's rule); the first window wins ties. Tokens are identified across windows by their character start.
+    """
+    best: dict[int, tuple[float, int]] = {}
+    for w, offsets in enumerate(windows):
+        ctx = [i for i, off in enumerate(offsets) if off is not None]
+        for k, i in enumerate(ctx):
+            score = min(k, len(ctx) - 1 - k) + 0.01 * len(ctx)
+            key = offsets[i][0]
+            if key not in best or score > best[key][0]:
+                best[key] = (score, w)
+    return [[off is not None and best[off[0]][1] == w for off in offsets] for w, offsets in enumerate(windows)]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Decoding.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def window_spans(start_logits: np.ndarray, end_logits: np.ndarray, offsets: Sequence[tuple[int, int] | None],
+                 max_context: Sequence[bool], n_best: int = N_BEST,
+                 max_answer_length: int = MAX_ANSWER_LENGTH) -> list[tuple[float, int, int]]:
+    """Candidate answers of one window: (score, start char, end char), for the valid pairs of n-best ends."""
+    starts = np.argsort(start_logits)[::-1][:n_best]
+    ends = np.argsort(end_logits)[::-1][:n_best]
+    out = []
+    for s in starts:
+        if s >= len(offsets) or offsets[s] is None or not max_context[s]:
+            continue
+        for e in ends:
+            if e >= len(offsets) or offsets[e] is None or e < s or e - s + 1 > max_answer_length:
+                continue
+            out.append((float(start_logits[s] + end_logits[e]), offsets[s][0], offsets[e][1]))
+    return out
+
+
+def decode_answer(context: str, windows: Sequence[dict[str, Any]], n_best: int = N_BEST,
+                  max_answer_length: int = MAX_ANSWER_LENGTH, version_2: bool = False,
+                  null_threshold: float = 0.0) -> tuple[str, list[tuple[float, str]]]:
+    """The answer text of one question from its windows' logits, and the n-best (score, text) list.
+
+    Each window is a dict with start_logits, end_logits, offsets (context char spans or None) and max_context.
+    """
+    candidates: list[tuple[float, int, int]] = []
+    null_score = float("inf")
+    for w in windows:
+        candidates += window_spans(w["start_logits"], w["end_logits"], w["offsets"], w["max_context"], n_best,
+                                   max_answer_length)
+        null_score = min(null_score, float(w["start_logits"][CLS_INDEX] + w["end_logits"][CLS_INDEX]))
+    candidates.sort(key=lambda c: -c[0])
+    nbest = [(score, context[a:b]) for score, a, b in candidates[:n_best]]
+    if version_2 and (not nbest or null_score - nbest[0][0] > null_threshold):
+        return "", [(null_score, "")] + nbest
+    return (nbest[0][1] if nbest else ""), nbest
+
+
+class QATask(Task):
+    """SQuAD-style extractive QA."""
+
+    name = "qa"
+    model_class_name = "BertForQuestionAnswering"
+    main_metric = "f1"
+    default_lr = 5e-5
+    default_max_length = QA_MAX_LENGTH
+    output_keys = ("start_logits", "end_logits")
+    per_token_outputs = True
+
+    def settings(self, options: dict[str, Any]) -> Settings:
+        s = super().settings(options)
+        s["doc_stride"] = options.get("doc_stride") or DOC_STRIDE
+        s["n_best"] = options.get("n_best") or N_BEST
+        s["max_answer_length"] = options.get("max_answer_length") or MAX_ANSWER_LENGTH
+        s["version_2"] = bool(options.get("version_2", False))
+        s["null_threshold"] = float(options.get("null_threshold") or 0.0)
+        if s["doc_stride"] >= s["max_length"] // 2:
+            raise ConfigError(f"--doc-stride {s['doc_stride']} must be well below --max-length {s['max_length']} "
+                              "(it is the overlap between windows)")
+        return s
+
+    def read(self, path: str | os.PathLike, settings: Settings, labelled: bool = True) -> list[QAExample]:
+        examples = read_squad(path, labelled)
+        if any(ex.is_impossible for ex in examples):
+            settings["version_2"] = True
+        return examples
+
+    def fit_labels(self, examples: Sequence[QAExample], settings: Settings) -> Settings:
+        settings["main_metric"] = "f1"
+        return settings
+
+    def features(self, examples: Sequence[QAExample], tokenizer: Any, settings: Settings,
+                 training: bool) -> list[Feature]:
+        out = []
+        for n, ex in enumerate(examples):
+            enc = tokenizer.encode(ex.question, ex.context, max_length=settings["max_length"],
+                                   truncation="only_second", stride=settings["doc_stride"], return_overflowing=True)
+            windows = [enc, *enc.overflowing]
+            offsets = [context_offsets(w) for w in windows]
+            flags = max_context_flags(offsets)
+            for w, offs, flag in zip(windows, offsets, flags):
+                feature: Feature = {"input_ids": list(w.input_ids), "token_type_ids": list(w.token_type_ids),
+                                    "example": n, "offsets": offs, "max_context": flag}
+                if training:
+                    if ex.answers and not ex.is_impossible:
+                        text, start = ex.answers[0]
+                        s, e = answer_tokens(offs, start, start + len(text))
+                    else:
+                        s, e = CLS_INDEX, CLS_INDEX
+                    feature["start_positions"], feature["end_positions"] = s, e
+                out.append(feature)
+        return out
+
+    def decode(self, examples: Sequence[QAExample], features: Sequence[Feature],
+               outputs: list[dict[str, np.ndarray]], settings: Settings) -> list[str]:
+        per_example: list[list[dict[str, Any]]] = [[] for _ in examples]
+        for feature, out in zip(features, outputs):
+            per_example[feature["example"]].append({**out, "offsets": feature["offsets"],
+                                                    "max_context": feature["max_context"]})
+        return [decode_answer(ex.context, windows, settings["n_best"], settings["max_answer_length"],
+                              settings["version_2"], settings["null_threshold"])[0]
+                for ex, windows in zip(examples, per_example)]
+
+    def score(self, examples: Sequence[QAExample], predictions: Sequence[str], settings: Settings) -> dict[str, float]:
+        refs = {ex.id: [] if ex.is_impossible else [text for text, _ in ex.answers] for ex in examples}
+        preds = {ex.id: p for ex, p in zip(examples, predictions)}
+        return metrics.squad_scores(preds, refs, version_2=settings.get("version_2", False))
+
+    def write_predictions(self, path: str | os.PathLike, examples: Sequence[QAExample], predictions: Sequence[str],
+                          settings: Settings) -> None:
+        atomic_write_json(path, {ex.id: p for ex, p in zip(examples, predictions)})

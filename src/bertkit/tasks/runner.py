@@ -1,0 +1,239 @@
+"""Fine-tune, evaluate and predict: the functions behind `bertkit finetune | evaluate | predict`.
+
+Each function's typed arguments are the CLI's options one to one. Training is the one Trainer's
+(AdamW with decoupled weight decay, linear warm-up and decay, gradient clipping at 1.0, bf16 autocast where
+supported, evaluation every epoch or every N steps, `best/` kept by the task's main metric, metrics.jsonl,
+resume); this module only wires a task's data, head and metric into it. The fine-tuned folder (`OUTPUT/best`)
+loads with `from_pretrained` and carries the tokenizer, the label names, the task and its settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from bertkit.errors import CheckpointError, ConfigError
+from bertkit.io import atomic_write_json
+from bertkit.tasks import get_task
+from bertkit.tasks.base import Settings, Task, check_positive, require_examples
+
+logger = logging.getLogger(__name__)
+
+RESULTS_NAME = "results.json"
+
+
+def load_tokenizer(folder: str | os.PathLike) -> Any:
+    """The tokenizer saved in a model folder (vocab.txt + tokenizer_config.json)."""
+    from bertkit.tokenizer import BertTokenizer
+
+    if not (Path(folder) / "vocab.txt").is_file():
+        raise CheckpointError(f"{folder}: no vocab.txt (a model folder for fine-tuning needs its tokenizer)")
+    return BertTokenizer.from_pretrained(folder)
+
+
+def read_folder_config(folder: str | os.PathLike) -> Any:
+    """The BertConfig of a model folder (CheckpointError naming what is wrong)."""
+    from bertkit.model.checkpoint import read_config
+
+    return read_config(Path(folder))[0]
+
+
+def config_task_name(task: Task) -> str:
+    """The name stored in config.task (the checkpoint module's spelling: 'multiple_choice')."""
+    return task.name.replace("-", "_")
+
+
+def subset(examples: list, limit: int | None, seed: int) -> list:
+    """At most `limit` examples: a seeded random sample kept in file order (all when limit is None)."""
+    if limit is None or limit >= len(examples):
+        return examples
+    keep = np.random.default_rng(seed).choice(len(examples), size=limit, replace=False)
+    return [examples[i] for i in sorted(keep)]
+
+
+def _check_same_task(task: Task, config: Any, folder: str | os.PathLike) -> None:
+    """CheckpointError when a fine-tuned folder was trained for another task (an NER model given to classify)."""
+    if config.task and get_task(config.task).name != task.name:
+        raise CheckpointError(f"{folder}: a model fine-tuned for task {config.task!r} "
+                              f"({task.model_class_name} is needed for --task {task.name}); "
+                              "start from a pre-trained folder or pass the matching --task")
+
+
+def _check_head(task: Task, config: Any, settings: Settings, folder: str | os.PathLike) -> None:
+    """CheckpointError when a fine-tuned head's labels differ from the label set of the training data."""
+    if not config.task or task.num_labels(settings) is None:
+        return
+    names = settings.get("label_names")
+    if names is not None and config.label_names is not None and list(config.label_names) != list(names):
+        raise CheckpointError(f"{folder}: the head has {config.num_labels} labels {config.label_names}, the "
+                              f"training data has {len(names)}: {names}")
+    if config.num_labels != task.num_labels(settings):
+        raise CheckpointError(f"{folder}: the head has {config.num_labels} outputs, the task needs "
+                              f"{task.num_labels(settings)}")
+
+
+def build_model(task: Task, folder: str | os.PathLike, settings: Settings) -> Any:
+    """The task's head on the folder's weights, its config carrying task, settings and label names."""
+    from bertkit.model import bert
+
+    cls = bert.MODEL_CLASSES[task.model_class_name]
+    overrides: dict[str, Any] = {"task": config_task_name(task), "task_settings": settings}
+    n = task.num_labels(settings)
+    if n is not None:
+        overrides.update(num_labels=n, label_names=settings.get("label_names"))
+        if hasattr(task, "problem_type"):
+            overrides["problem_type"] = task.problem_type(settings)
+    return cls.from_pretrained(str(folder), **overrides)
+
+
+def finetune(
+    task: str,
+    model: str,
+    train: str,
+    dev: str,
+    output: str,
+    epochs: float = 3.0,
+    lr: float | None = None,
+    batch_size: int = 32,
+    eval_batch_size: int = 64,
+    max_length: int | None = None,
+    seed: int = 42,
+    warmup: float = 0.1,
+    weight_decay: float = 0.01,
+    max_grad_norm: float = 1.0,
+    eval_every: int | None = None,
+    max_train_examples: int | None = None,
+    max_eval_examples: int | None = None,
+    precision: str = "auto",
+    resume: bool = False,
+    progress: bool = True,
+    text_column: str | None = None,
+    text_pair_column: str | None = None,
+    label_column: str | None = None,
+    glue: str | None = None,
+    regression: bool = False,
+    multi_label: bool = False,
+    doc_stride: int | None = None,
+    version_2: bool = False,
+    null_threshold: float = 0.0,
+) -> dict[str, Any]:
+    """Fine-tune `model` on `train`, evaluating on `dev`; the best model by the task's main metric -> OUTPUT/best."""
+    from bertkit.training import Trainer, TrainingConfig
+
+    for name, value in (("epochs", epochs), ("lr", lr), ("batch_size", batch_size), ("max_length", max_length),
+                        ("max_train_examples", max_train_examples), ("eval_every", eval_every)):
+        check_positive(name, value)
+    started = time.perf_counter()
+    t = get_task(task)
+    config = read_folder_config(model)
+    _check_same_task(t, config, model)
+    options = dict(max_length=max_length, text_column=text_column, text_pair_column=text_pair_column,
+                   label_column=label_column, glue=glue, regression=regression, multi_label=multi_label,
+                   doc_stride=doc_stride, version_2=version_2, null_threshold=null_threshold)
+    settings = t.settings(options)
+    tokenizer = load_tokenizer(model)
+
+    train_examples = t.read(train, settings)
+    require_examples(train_examples, train, "training examples")
+    train_examples = subset(train_examples, max_train_examples, seed)
+    settings = t.fit_labels(train_examples, settings)
+    _check_head(t, config, settings, model)
+    dev_examples = t.read(dev, settings)
+    require_examples(dev_examples, dev, "dev examples")
+    t.check_examples(dev_examples, settings, dev)
+    dev_examples = subset(dev_examples, max_eval_examples, seed)
+
+    train_features = t.features(train_examples, tokenizer, settings, training=True)
+    dev_features = t.features(dev_examples, tokenizer, settings, training=False)
+    net = build_model(t, model, settings)
+    main = settings.get("main_metric", t.main_metric)
+    cfg = TrainingConfig(output_dir=output, lr=lr or t.default_lr, batch_size=batch_size, epochs=epochs,
+                         warmup=warmup, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
+                         precision=precision, eval_every=eval_every, seed=seed, metric_for_best=main,
+                         greater_is_better=t.greater_is_better, progress_bar=progress, tensorboard=False)
+    trainer = Trainer(net, cfg, train_features, t.collator(tokenizer),
+                      evaluate=lambda m: t.evaluate(m, dev_examples, dev_features, settings, eval_batch_size,
+                                                    tokenizer),
+                      save_extra=lambda folder: tokenizer.save_pretrained(folder))
+    result = trainer.train(resume=resume)
+    summary = {
+        "task": t.name, "model": str(model), "train": str(train), "dev": str(dev),
+        "train_examples": len(train_examples), "train_features": len(train_features),
+        "dev_examples": len(dev_examples), "main_metric": main,
+        "best_metrics": result.best_metrics, "final_metrics": result.final_metrics,
+        "best_dir": str(result.best_dir) if result.best_dir else None,
+        "seconds": round(time.perf_counter() - started, 1),
+        "training": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "output_dir"},
+    }
+    atomic_write_json(Path(output) / RESULTS_NAME, summary)
+    return summary
+
+
+def _load_finetuned(model: str) -> tuple[Task, Settings, Any, Any]:
+    """Task, settings, model and tokenizer of a fine-tuned folder."""
+    from bertkit.model.checkpoint import load_model
+
+    config = read_folder_config(model)
+    if not config.task:
+        raise CheckpointError(f"{model}/config.json: no bertkit task; this is not a fine-tuned model folder "
+                              "(fine-tune it first with `bertkit finetune`)")
+    t = get_task(config.task)
+    settings = dict(config.task_settings or {})
+    if config.label_names is not None and t.num_labels(settings) is not None:
+        settings["label_names"] = list(config.label_names)
+    net = load_model(model)
+    if type(net).__name__ != t.model_class_name:
+        raise CheckpointError(f"{model}: config.json says task {config.task!r} but its architecture is "
+                              f"{type(net).__name__}, not {t.model_class_name}")
+    n = t.num_labels(settings)
+    if n is not None and n != config.num_labels:
+        raise CheckpointError(f"{model}: the head has {config.num_labels} outputs but {n} label names")
+    return t, settings, net, load_tokenizer(model)
+
+
+def evaluate(model: str, input: str, output: str | None = None, batch_size: int = 64,
+             max_examples: int | None = None, seed: int = 42) -> dict[str, float]:
+    """Score a fine-tuned folder on a labelled file; the metrics are returned and written as JSON to `output`."""
+    t, settings, net, tokenizer = _load_finetuned(model)
+    examples = t.read(input, settings)
+    require_examples(examples, input)
+    t.check_examples(examples, settings, input)
+    examples = subset(examples, max_examples, seed)
+    features = t.features(examples, tokenizer, settings, training=False)
+    result = t.evaluate(net, examples, features, settings, batch_size, tokenizer)
+    result = {**result, "examples": len(examples)}
+    if output:
+        atomic_write_json(output, result)
+    return result
+
+
+def predict(model: str, input: str, output: str, batch_size: int = 64) -> int:
+    """Write the predictions of a fine-tuned folder for every example of `input`; returns how many."""
+    t, settings, net, tokenizer = _load_finetuned(model)
+    examples = t.read(input, settings, labelled=False)
+    require_examples(examples, input)
+    features = t.features(examples, tokenizer, settings, training=False)
+    predictions = t.predict(net, examples, features, settings, batch_size, tokenizer)
+    t.write_predictions(output, examples, predictions, settings)
+    return len(predictions)
+
+
+def format_metrics(metrics: dict[str, Any], keys: Sequence[str] | None = None) -> str:
+    """One line of `name value` pairs for the terminal."""
+    items = [(k, metrics[k]) for k in (keys or metrics) if k in metrics]
+    return "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in items)
+
+
+def dumps(obj: Any) -> str:
+    """Indented JSON for the terminal."""
+    return json.dumps(obj, indent=2, ensure_ascii=False, default=str)
+
+
+__all__ = ["ConfigError", "evaluate", "finetune", "predict"]
