@@ -1,0 +1,106 @@
+"""`bertkit tokenize` (text lines -> JSON ids/offsets) and `bertkit train-tokenizer` (text -> WordPiece folder)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from bertkit.errors import CheckpointError, DataError, data_error
+from bertkit.io import atomic_open
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `tokenize` and `train-tokenizer` verbs."""
+    p = subparsers.add_parser(
+        "tokenize",
+        help="tokenize text lines into JSON (ids, token types, offsets)",
+        description="Write one JSON object per input line: input_ids, token_type_ids and offsets (character "
+        "spans in the line). With --pairs each line is 'text<TAB>pair'.",
+    )
+    p.add_argument("input", metavar="INPUT", help="text file, one text per line ('-' for standard input)")
+    p.add_argument("--model", required=True, help="tokenizer or model folder (vocab.txt, tokenizer_config.json)")
+    p.add_argument("--pairs", action="store_true", help="each line holds two texts separated by a tab")
+    p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens (default: no limit)")
+    p.add_argument("-o", "--output", default=None, help="output JSONL file (default: standard output)")
+    p.set_defaults(func=tokenize_command)
+
+    t = subparsers.add_parser(
+        "train-tokenizer",
+        help="train a WordPiece vocabulary and write a tokenizer folder",
+        description="Learn a WordPiece vocabulary from text files with the WordPiece likelihood criterion "
+        "(merge the pair maximising count(ab)/(count(a)count(b))) and write a folder BertTokenizer loads.",
+    )
+    t.add_argument("files", nargs="+", metavar="FILE", help="UTF-8 text files")
+    t.add_argument("-o", "--output", required=True, help="output tokenizer folder")
+    t.add_argument("--vocab-size", type=int, required=True, help="entries in the vocabulary, special tokens included")
+    t.add_argument("--min-frequency", type=int, default=2, help="least count of a pair to merge (default %(default)s)")
+    t.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case, strip accents)")
+    t.add_argument("--limit-alphabet", type=int, default=None, help="keep only the N most frequent characters")
+    t.set_defaults(func=train_tokenizer_command)
+
+
+def _read_lines(path: str) -> list[str]:
+    """The lines of a UTF-8 file (or stdin for '-') without their line endings."""
+    if path == "-":
+        return sys.stdin.read().splitlines()
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"{p}: no such input file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{p}: not UTF-8 text ({e})") from None
+    return [line.rstrip("\r") for line in text.split("\n")][: -1 if text.endswith("\n") else None]
+
+
+def tokenize_command(args: argparse.Namespace) -> int:
+    """Handler of `bertkit tokenize`."""
+    from bertkit.tokenizer import BertTokenizer
+
+    if not Path(args.model).exists():
+        raise CheckpointError(f"{args.model}: no such tokenizer folder")
+    tok = BertTokenizer.from_pretrained(args.model)
+    lines = _read_lines(args.input)
+    texts, pairs = lines, None
+    if args.pairs:
+        texts, pairs = [], []
+        for i, line in enumerate(lines, 1):
+            if "\t" not in line:
+                raise data_error(args.input, i, "expected two texts separated by a tab (--pairs)")
+            a, b = line.split("\t", 1)
+            texts.append(a)
+            pairs.append(b)
+    truncation = "longest_first" if args.max_length is not None else False
+    batch = tok(texts, pairs, max_length=args.max_length, truncation=truncation)
+
+    def write(f: IO[str]) -> None:
+        for enc in batch:
+            f.write(json.dumps({"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids,
+                                "offsets": [list(o) for o in enc.offsets]}) + "\n")
+
+    if args.output:
+        with atomic_open(args.output) as f:
+            write(f)
+    else:
+        write(sys.stdout)
+    return 0
+
+
+def train_tokenizer_command(args: argparse.Namespace) -> int:
+    """Handler of `bertkit train-tokenizer`."""
+    from bertkit.tokenizer.trainer import train_tokenizer
+
+    for f in args.files:
+        if not Path(f).is_file():
+            raise DataError(f"{f}: no such input file")
+    start = time.perf_counter()
+    tok = train_tokenizer([Path(f) for f in args.files], vocab_size=args.vocab_size,
+                          min_frequency=args.min_frequency, lowercase=not args.cased,
+                          limit_alphabet=args.limit_alphabet, progress=True)
+    tok.save_pretrained(args.output)
+    print(f"wrote {args.output}: {tok.vocab_size} tokens in {time.perf_counter() - start:.1f}s", file=sys.stderr)
+    return 0
