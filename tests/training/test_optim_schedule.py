@@ -92,3 +92,24 @@ def test_config_round_trips_through_json_and_yaml(tmp_path) -> None:
 def test_config_errors_name_the_field(bad, field) -> None:
     with pytest.raises(ConfigError, match=field):
         TrainingConfig.from_dict(bad)
+
+
+def test_example_configs_load_and_cli_overrides_apply() -> None:
+    import argparse
+    from pathlib import Path
+
+    from bertkit.cli import pretrain as cli_pretrain
+    from bertkit.training.pretrain import PretrainConfig
+
+    root = Path(__file__).resolve().parents[2] / "configs"
+    base = PretrainConfig.load(root / "pretrain-base-gpu.yaml")
+    assert [p.max_steps for p in base.phases] == [900_000, 100_000] and base.training.lr == 1e-4
+    parser = argparse.ArgumentParser()
+    cli_pretrain.register(parser.add_subparsers())
+    args = parser.parse_args(["pretrain", "--config", str(root / "pretrain-mini-cpu.yaml"), "--training.lr", "3e-4",
+                              "--max-steps", "10", "--model_overrides", "{hidden_dropout_prob: 0.0}", "--resume"])
+    cfg = cli_pretrain.resolve_config(args)
+    assert (cfg.training.lr, cfg.training.max_steps, cfg.model, args.resume) == (3e-4, 10, "mini", True)
+    assert cfg.model_overrides == {"hidden_dropout_prob": 0.0} and cfg.training.eval_every == 250
+    with pytest.raises(ConfigError, match="training.batch_size"):
+        cli_pretrain.resolve_config(parser.parse_args(["pretrain", "--batch_size", "many"]))

@@ -117,8 +117,9 @@ def read_meta(folder: str | os.PathLike) -> dict[str, Any]:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}: corrupted ({e})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a bertkit training checkpoint (format {meta.get('format')!r})")
+    found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+    if found != FORMAT:
+        raise CheckpointError(f"{path}: not a bertkit training checkpoint (format {found!r}, expected {FORMAT!r})")
     if meta.get("version") != VERSION:
         raise CheckpointError(f"{path}: format version {meta.get('version')!r}, this bertkit reads {VERSION}")
     return meta
