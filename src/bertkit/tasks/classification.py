@@ -95,10 +95,11 @@ def detect_layout(path: str | os.PathLike, first_row: list[str], settings: Setti
                       main_metric=settings.get("main_metric", "accuracy"), problem=settings.get("problem",
                                                                                                 "single_label"))
     glue = settings.get("glue")
-    for name, layout in GLUE_LAYOUTS.items():
-        if layout.header and layout.text in first_row and (layout.pair is None or layout.pair in first_row):
-            if glue in (None, name) or GLUE_LAYOUTS.get(glue, layout).text == layout.text:
-                return layout
+    matches = [(name, layout) for name, layout in GLUE_LAYOUTS.items() if layout.header
+               and layout.text in first_row and (layout.pair is None or layout.pair in first_row)]
+    # A named GLUE task first, then a layout whose label column is there too (train/dev), then any (test files).
+    if matches:
+        return min(matches, key=lambda m: (m[0] != glue, m[1].label not in first_row))[1]
     if len(first_row) == 4 and first_row[1] in ("0", "1") and glue in (None, "cola"):
         return GLUE_LAYOUTS["cola"]
     raise data_error(path, 1, f"cannot tell which column holds the text (first row: {first_row[:6]}); "
