@@ -1,0 +1,126 @@
+"""Bad input: each a clear error naming the file, line or field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bertkit.errors import CheckpointError, DataError
+from bertkit.tasks import get_task
+from bertkit.tasks.runner import evaluate, finetune
+
+
+def test_dev_label_that_train_never_had(tmp_path: Path) -> None:
+    task = get_task("classification")
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\ngood\t1\nbad\t0\n")
+    (tmp_path / "dev.tsv").write_text("sentence\tlabel\nfine\t1\nodd\t2\n")
+    settings = task.settings({})
+    settings = task.fit_labels(task.read(tmp_path / "train.tsv", settings), settings)
+    dev = task.read(tmp_path / "dev.tsv", settings)
+    with pytest.raises(DataError, match=r"dev\.tsv:3: label '2' never occurs in the training data"):
+        task.check_examples(dev, settings, tmp_path / "dev.tsv")
+
+
+def test_ner_dev_tag_that_train_never_had(tmp_path: Path) -> None:
+    task = get_task("ner")
+    (tmp_path / "train.txt").write_text("John B-PER\nran O\n")
+    (tmp_path / "dev.txt").write_text("-DOCSTART- O\n\nParis B-LOC\n")
+    settings = task.fit_labels(task.read(tmp_path / "train.txt", {}), {"max_length": 16})
+    with pytest.raises(DataError, match=r"dev\.txt:3: tag 'B-LOC' never occurs"):
+        task.check_examples(task.read(tmp_path / "dev.txt", settings), settings, tmp_path / "dev.txt")
+
+
+def test_conll_wrong_column_count(tmp_path: Path) -> None:
+    (tmp_path / "bad.txt").write_text("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\nGerman JJ B-ORG\n")
+    with pytest.raises(DataError, match=r"bad\.txt:5: 3 columns, expected 4"):
+        get_task("ner").read(tmp_path / "bad.txt", {})
+
+
+def test_conll_bad_tag(tmp_path: Path) -> None:
+    (tmp_path / "bad.txt").write_text("EU ORG\n")
+    with pytest.raises(DataError, match=r"bad\.txt:1: tag 'ORG' is not O, B-TYPE or I-TYPE"):
+        get_task("ner").read(tmp_path / "bad.txt", {})
+
+
+def test_tsv_row_with_a_stray_tab(tmp_path: Path) -> None:
+    (tmp_path / "t.tsv").write_text("sentence\tlabel\nok\t1\nbroken\ttext\t0\n")
+    with pytest.raises(DataError, match=r"t\.tsv:3: 3 tab-separated fields, the header has 2"):
+        get_task("classification").read(tmp_path / "t.tsv", {})
+
+
+def test_missing_file_and_bad_json_line(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"nope\.tsv: no such file"):
+        get_task("classification").read(tmp_path / "nope.tsv", {})
+    (tmp_path / "x.jsonl").write_text('{"text": "a", "label": 1}\n{"text": \n')
+    with pytest.raises(DataError, match=r"x\.jsonl:2: not valid JSON"):
+        get_task("classification").read(tmp_path / "x.jsonl", {})
+    (tmp_path / "mc.jsonl").write_text('{"context": "a", "choices": ["x", "y"], "label": 2}\n')
+    with pytest.raises(DataError, match=r"mc\.jsonl:1: label 2 is not a choice index 0\.\.1"):
+        get_task("multiple-choice").read(tmp_path / "mc.jsonl", {})
+
+
+def test_empty_dev_set(tmp_path: Path, minilm_dir: Path) -> None:
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\ngood\t1\nbad\t0\n")
+    (tmp_path / "dev.tsv").write_text("")
+    with pytest.raises(DataError, match=r"dev\.tsv: no dev examples found"):
+        finetune("classification", str(minilm_dir), str(tmp_path / "train.tsv"), str(tmp_path / "dev.tsv"),
+                 str(tmp_path / "out"))
+
+
+def _finetuned_folder(tmp_path: Path, tokenizer, task: str, cls_name: str, labels: list[str]) -> Path:
+    """A tiny fine-tuned-looking folder: task, label names, tokenizer."""
+    from bertkit.model import BertConfig, bert
+
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                        intermediate_size=37, num_labels=len(labels), label_names=labels, task=task,
+                        task_settings={"max_length": 32, "label_names": labels})
+    folder = tmp_path / f"{task}_model"
+    bert.MODEL_CLASSES[cls_name](config).save_pretrained(str(folder))
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_task_model_mismatch(tmp_path: Path, tokenizer) -> None:
+    folder = _finetuned_folder(tmp_path, tokenizer, "ner", "BertForTokenClassification", ["O", "B-PER", "I-PER"])
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\ngood\t1\nbad\t0\n")
+    with pytest.raises(CheckpointError, match=r"ner_model: a model fine-tuned for task 'ner'"):
+        finetune("classification", str(folder), str(tmp_path / "train.tsv"), str(tmp_path / "train.tsv"),
+                 str(tmp_path / "out"))
+
+
+def test_head_size_does_not_match_the_label_set(tmp_path: Path, tokenizer) -> None:
+    folder = _finetuned_folder(tmp_path, tokenizer, "classification", "BertForSequenceClassification", ["0", "1"])
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\ngood\t1\nbad\t0\nmeh\t2\n")
+    with pytest.raises(CheckpointError, match=r"the head has 2 labels \['0', '1'\], the training data has 3"):
+        finetune("classification", str(folder), str(tmp_path / "train.tsv"), str(tmp_path / "train.tsv"),
+                 str(tmp_path / "out"))
+
+
+def test_head_weights_that_do_not_match_config(tmp_path: Path, tokenizer) -> None:
+    import json
+
+    folder = _finetuned_folder(tmp_path, tokenizer, "classification", "BertForSequenceClassification", ["0", "1"])
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(num_labels=3, label_names=["0", "1", "2"], id2label={"0": "0", "1": "1", "2": "2"}, label2id={"0": 0, "1": 1, "2": 2})
+    (folder / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "dev.tsv").write_text("sentence\tlabel\ngood\t1\n")
+    with pytest.raises(CheckpointError, match=r"classifier\.weight.*\(2, 32\) in the file, \(3, 32\) expected"):
+        evaluate(str(folder), str(tmp_path / "dev.tsv"))
+
+
+def test_evaluate_needs_a_finetuned_folder(tmp_path: Path, minilm_dir: Path) -> None:
+    (tmp_path / "dev.tsv").write_text("sentence\tlabel\ngood\t1\n")
+    with pytest.raises(CheckpointError, match=r"no bertkit task"):
+        evaluate(str(minilm_dir), str(tmp_path / "dev.tsv"))
+
+
+def test_cli_prints_the_error_not_a_traceback(tmp_path: Path, minilm_dir: Path, capsys) -> None:
+    from bertkit.cli import main
+
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\ngood\t1\n")
+    code = main(["finetune", "--task", "classification", "--model", str(minilm_dir), "--train",
+                 str(tmp_path / "train.tsv"), "--dev", str(tmp_path / "missing.tsv"), "--output", str(tmp_path / "o")])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "missing.tsv: no such file" in err and "Traceback" not in err
