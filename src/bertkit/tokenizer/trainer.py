@@ -21,6 +21,7 @@ and popped entries that no longer match the current score are discarded.
 from __future__ import annotations
 
 import heapq
+import gzip
 import os
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -46,7 +47,8 @@ def _iter_texts(inputs: Iterable[str | os.PathLike] | str | os.PathLike, from_fi
             continue
         path = Path(item)
         try:
-            with open(path, encoding="utf-8") as f:
+            opener = gzip.open if path.suffix == ".gz" else open
+            with opener(path, "rt", encoding="utf-8") as f:
                 yield from f
         except FileNotFoundError:
             raise DataError(f"{path}: no such file") from None
