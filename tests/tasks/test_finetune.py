@@ -1,0 +1,126 @@
+"""End to end through the real CLI: finetune -> evaluate -> predict for every task.
+
+Unmarked: a tiny random model on a few real examples (the pipeline, files and formats; seconds each).
+Marked slow: short fine-tunings of the MiniLM weights on small real subsets, asserting the metric is well above
+chance (minutes each on a shared 2-core CPU).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bertkit.cli import main
+from bertkit.model.checkpoint import load_model
+
+
+def finetune(model: Path, out: Path, *args: str) -> dict:
+    code = main(["finetune", "--model", str(model), "--output", str(out), "--no-progress", "--epochs", "1",
+                 "--batch-size", "8", *args])
+    assert code == 0
+    return json.loads((out / "results.json").read_text())
+
+
+def mc_file(path: Path, n: int) -> Path:
+    """A small SWAG-style file: which choice repeats the context's colour word."""
+    colours = ["red", "green", "blue", "black"]
+    with open(path, "w") as f:
+        for i in range(n):
+            c = colours[i % 4]
+            choices = [f"the sky is {x}" for x in colours]
+            f.write(json.dumps({"id": f"q{i}", "context": f"I painted it {c}.", "question": "Then",
+                                "choices": choices, "label": i % 4}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("task, train, dev, extra", [
+    ("classification", "mrpc/train.tsv", "mrpc/dev.tsv", ["--max-length", "32"]),
+    ("ner", "conll2003/train.txt", "conll2003/valid.txt", ["--max-length", "32"]),
+    ("qa", "squad_v1.1/dev-v1.1.json#:38", "squad_v1.1/dev-v1.1.json#38:", ["--max-length", "64",
+                                                                             "--doc-stride", "16"]),
+])
+def test_cli_round_trip_tiny(tmp_path, data_dir, tiny_dir, task, train, dev, extra) -> None:
+    out = tmp_path / "run"
+    summary = finetune(tiny_dir, out, "--task", task, "--train", str(data_dir / train), "--dev", str(data_dir / dev),
+                       "--max-train-examples", "24", "--max-eval-examples", "12", *extra)
+    best = out / "best"
+    assert summary["train_examples"] == 24 and summary["dev_examples"] == 12
+    assert (best / "vocab.txt").is_file() and (out / "metrics.jsonl").is_file()
+    model = load_model(best)
+    assert model.config.task in (task, "multiple_choice") and model.config.task_settings["max_length"]
+    if task == "classification":
+        assert model.config.label_names == ["0", "1"]
+    if task == "ner":
+        assert model.config.label_names[0] == "O" and "B-PER" in model.config.label_names
+    assert main(["evaluate", "--model", str(best), "--input", str(data_dir / dev), "--max-examples", "12",
+                 "--output", str(tmp_path / "m.json")]) == 0
+    metrics = json.loads((tmp_path / "m.json").read_text())
+    assert summary["main_metric"] in metrics
+    # predictions in the task's format
+    small = tmp_path / "small"
+    if task == "classification":
+        lines = (data_dir / dev).read_text(encoding="utf-8-sig").splitlines()[:6]
+        small.write_text("\n".join(lines) + "\n")
+        assert main(["predict", "--model", str(best), "--input", str(small), "--output", str(tmp_path / "p")]) == 0
+        rows = (tmp_path / "p").read_text().splitlines()
+        assert rows[0].endswith("\tprediction") and len(rows) == 6
+        assert all(r.split("\t")[-1] in ("0", "1") and len(r.split("\t")) == 6 for r in rows[1:])
+    elif task == "ner":
+        small.write_text("EU B-ORG\nrejects O\n\nPeter B-PER\n")
+        assert main(["predict", "--model", str(best), "--input", str(small), "--output", str(tmp_path / "p")]) == 0
+        blocks = (tmp_path / "p").read_text().strip().split("\n\n")
+        assert [len(b.splitlines()) for b in blocks] == [2, 1]
+        assert all(len(line.split("\t")) == 2 for b in blocks for line in b.splitlines())
+    else:
+        doc = {"data": [{"paragraphs": [{"context": "Paris is the capital of France.",
+                                         "qas": [{"id": "a1", "question": "What is the capital?"}]}]}]}
+        small.write_text(json.dumps(doc))
+        assert main(["predict", "--model", str(best), "--input", str(small), "--output", str(tmp_path / "p")]) == 0
+        preds = json.loads((tmp_path / "p").read_text())
+        assert set(preds) == {"a1"} and preds["a1"] in doc["data"][0]["paragraphs"][0]["context"]
+
+
+def test_cli_multiple_choice_tiny(tmp_path, tiny_dir) -> None:
+    train, dev = mc_file(tmp_path / "train.jsonl", 16), mc_file(tmp_path / "dev.jsonl", 8)
+    summary = finetune(tiny_dir, tmp_path / "run", "--task", "multiple-choice", "--train", str(train),
+                       "--dev", str(dev), "--max-length", "24")
+    assert "accuracy" in summary["best_metrics"]
+    assert main(["predict", "--model", str(tmp_path / "run" / "best"), "--input", str(dev),
+                 "--output", str(tmp_path / "p.jsonl")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and all(0 <= r["label"] < 4 for r in rows)
+
+
+@pytest.mark.slow
+def test_sst2_minilm_above_chance(tmp_path, data_dir, minilm_dir) -> None:
+    s = finetune(minilm_dir, tmp_path / "run", "--task", "classification", "--train",
+                 str(data_dir / "sst2/train.tsv"), "--dev", str(data_dir / "sst2/dev.tsv"), "--max-train-examples",
+                 "600", "--max-eval-examples", "300", "--max-length", "64", "--lr", "5e-5", "--batch-size", "16")
+    assert s["best_metrics"]["accuracy"] > 0.70
+
+
+@pytest.mark.slow
+def test_conll_minilm_above_chance(tmp_path, data_dir, minilm_dir) -> None:
+    s = finetune(minilm_dir, tmp_path / "run", "--task", "ner", "--train", str(data_dir / "conll2003/train.txt"),
+                 "--dev", str(data_dir / "conll2003/valid.txt"), "--max-train-examples", "600",
+                 "--max-eval-examples", "300", "--max-length", "64", "--lr", "1e-4", "--batch-size", "16")
+    assert s["best_metrics"]["f1"] > 0.30
+
+
+@pytest.mark.slow
+def test_squad_minilm_above_chance(tmp_path, data_dir, minilm_dir) -> None:
+    path = data_dir / "squad_v1.1/dev-v1.1.json"
+    s = finetune(minilm_dir, tmp_path / "run", "--task", "qa", "--train", f"{path}#:38", "--dev", f"{path}#38:",
+                 "--max-train-examples", "800", "--max-eval-examples", "200", "--max-length", "128",
+                 "--doc-stride", "32", "--lr", "1e-4", "--batch-size", "16")
+    assert s["best_metrics"]["f1"] > 15.0
+
+
+@pytest.mark.slow
+def test_multiple_choice_minilm_above_chance(tmp_path, minilm_dir) -> None:
+    train, dev = mc_file(tmp_path / "train.jsonl", 160), mc_file(tmp_path / "dev.jsonl", 40)
+    s = finetune(minilm_dir, tmp_path / "run", "--task", "multiple-choice", "--train", str(train), "--dev", str(dev),
+                 "--max-length", "24", "--lr", "1e-4", "--epochs", "2")
+    assert s["best_metrics"]["accuracy"] > 0.5  # chance is 0.25
