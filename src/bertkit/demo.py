@@ -1,0 +1,348 @@
+"""`bertkit demo`: the whole of BERT on the bundled data, offline, in about ten minutes on a laptop CPU.
+
+1. train a WordPiece vocabulary on public-domain novels and plays;
+2. show how a sentence pair becomes model input (tokens, segment ids, positions);
+3. build masked-LM + next-sentence pre-training instances and pre-train a small BERT (loss curves);
+4. ask the pre-trained model to fill masks and to judge sentence pairs on held-out text;
+5. fine-tune it on a sentiment sample, next to the same model from random initialisation;
+6. write a report: console table, summary.md / summary.html, metrics JSONL and PNG plots.
+
+Every step calls the same library functions the CLI verbs do; nothing here is demo-only machinery.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from bertkit.io import atomic_write_json, atomic_write_text
+
+# The bundled corpus: three novels and the plays for pre-training, a fourth novel held out for evaluation.
+PRETRAIN_FILES = ["austen_prideprejudice.txt.gz", "austen_sensesensibility.txt.gz", "austen_northangerabbey.txt.gz",
+                  "shakespeare.txt.gz"]
+HELDOUT_FILES = ["austen_persuasion.txt.gz"]
+SENTIMENT_TRAIN = "sst2_train_sample.tsv"
+SENTIMENT_DEV = "sst2_dev.tsv"
+
+# Held-out sentences (from Persuasion) for fill-mask; the masked word is what Austen wrote.
+FILL_MASK_PROBES = [
+    "She had been forced into prudence in her youth, she learned [MASK] as she grew older.",
+    "There could have been no two hearts so open, no tastes so similar, no feelings so in [MASK].",
+    "Anne walked to the [MASK] with her sister.",
+    "It was a very fine [MASK] and they went out together.",
+    "He was not a [MASK] man, but he was a kind one.",
+]
+
+
+@dataclass
+class DemoConfig:
+    """Sizes of each step; the defaults take about ten minutes on two CPU cores, `quick()` about one."""
+
+    output_dir: str = "bertkit-demo"
+    """Where the vocabulary, data, checkpoints, metrics, plots and the summary go."""
+    seed: int = 0
+    """One seed for every random choice: the same run gives the same numbers."""
+    vocab_size: int = 8000
+    """WordPiece vocabulary size."""
+    model: str = "mini"
+    """Model size preset (tiny, mini, small, ...)."""
+    max_seq_length: int = 128
+    """Pre-training sequence length."""
+    dupe_factor: int = 2
+    """How many differently masked copies of the corpus to make."""
+    pretrain_steps: int = 600
+    """Optimizer updates of pre-training."""
+    pretrain_batch_size: int = 32
+    pretrain_lr: float = 5e-4
+    """Higher than the paper's 1e-4: a small model, a short run, batch 32 (the paper's is 256)."""
+    finetune_examples: int = 6000
+    """Sentiment training examples (from the bundled SST-2 sample)."""
+    finetune_epochs: float = 2.0
+    finetune_lr: float = 1e-4
+    finetune_max_length: int = 64
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> "DemoConfig":
+        """About a minute on two cores: a tiny model, a small vocabulary, a few hundred steps."""
+        values = dict(vocab_size=3000, model="tiny", max_seq_length=64, dupe_factor=1, pretrain_steps=120,
+                      finetune_examples=1500, finetune_epochs=1.0)
+        values.update(overrides)
+        return cls(**values)
+
+
+@dataclass
+class DemoReport:
+    """What the demo measured, for the console table and the summary files."""
+
+    config: dict[str, Any]
+    timings_s: dict[str, float] = field(default_factory=dict)
+    vocabulary: dict[str, Any] = field(default_factory=dict)
+    pair_example: dict[str, Any] = field(default_factory=dict)
+    pretraining: dict[str, Any] = field(default_factory=dict)
+    fill_mask: list[dict[str, Any]] = field(default_factory=list)
+    nsp: dict[str, Any] = field(default_factory=dict)
+    finetuning: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def bundled_file(name: str) -> Path:
+    """Path of a file shipped in bertkit/demo_data."""
+    return Path(str(resources.files("bertkit") / "demo_data" / name))
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _header(step: int, total: int, title: str) -> None:
+    _say(f"\n=== {step}/{total} {title} " + "=" * max(0, 70 - len(title)))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The steps.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def train_vocabulary(cfg: DemoConfig, out: Path, report: DemoReport) -> Any:
+    """Learn a WordPiece vocabulary from the pre-training corpus; report its size and how it splits held-out text."""
+    from bertkit.tokenizer import BertTokenizer
+    from bertkit.tokenizer.trainer import train_wordpiece
+
+    files = [bundled_file(n) for n in PRETRAIN_FILES]
+    vocab = train_wordpiece(files, vocab_size=cfg.vocab_size, lowercase=True, progress=True)
+    tokenizer = BertTokenizer(vocab, lowercase=True)
+    tokenizer.save_pretrained(out / "tokenizer")
+    heldout = _read_lines(bundled_file(HELDOUT_FILES[0]), limit=2000)
+    words = sum(len(line.split()) for line in heldout)
+    pieces = [p for line in heldout for p in tokenizer.tokenize(line)]
+    report.vocabulary = {
+        "size": tokenizer.vocab_size,
+        "tokens_per_word_heldout": round(len(pieces) / max(1, words), 3),
+        "unk_share_heldout": round(sum(p == "[UNK]" for p in pieces) / max(1, len(pieces)), 5),
+    }
+    _say(f"vocabulary: {tokenizer.vocab_size} word pieces; held-out text (Persuasion): "
+         f"{report.vocabulary['tokens_per_word_heldout']} pieces per word, "
+         f"{100 * report.vocabulary['unk_share_heldout']:.2f}% [UNK]")
+    return tokenizer
+
+
+def show_pair(tokenizer: Any, report: DemoReport) -> None:
+    """Print how `[CLS] A [SEP] B [SEP]` looks to the model: pieces, segment ids and positions."""
+    a = "Elizabeth walked to Netherfield through the mud."
+    b = "Her petticoat was six inches deep in it."
+    enc = tokenizer.encode(a, b)
+    tokens = tokenizer.convert_ids_to_tokens(enc.input_ids)
+    report.pair_example = {"a": a, "b": b, "tokens": tokens, "token_type_ids": list(enc.token_type_ids)}
+    _say(f"A: {a}\nB: {b}")
+    width = max(len(t) for t in tokens) + 1
+    _say("position  " + "".join(f"{i:<{width}}" for i in range(len(tokens))))
+    _say("token     " + "".join(f"{t:<{width}}" for t in tokens))
+    _say("segment   " + "".join(f"{s:<{width}}" for s in enc.token_type_ids))
+
+
+def pretrain(cfg: DemoConfig, tokenizer: Any, out: Path, report: DemoReport) -> Path:
+    """Make MLM + NSP instances from the corpus and pre-train a small BERT; returns its final/ folder."""
+    from bertkit.data import PretrainingDataConfig, prepare_pretraining
+    from bertkit.training import TrainingConfig
+    from bertkit.training.pretrain import PretrainConfig, run_pretraining
+
+    data_cfg = PretrainingDataConfig(max_seq_length=cfg.max_seq_length, dupe_factor=cfg.dupe_factor, seed=cfg.seed,
+                                     max_predictions_per_seq=max(1, round(cfg.max_seq_length * 0.15)))
+    train = prepare_pretraining([bundled_file(n) for n in PRETRAIN_FILES], out / "data" / "train", tokenizer,
+                                data_cfg, workers=2)
+    heldout_cfg = PretrainingDataConfig(**{**asdict(data_cfg), "dupe_factor": 1, "seed": cfg.seed + 1})
+    prepare_pretraining([bundled_file(n) for n in HELDOUT_FILES], out / "data" / "heldout", tokenizer, heldout_cfg)
+    _say(f"pre-training data: {train.shards.instances:,} instances, {train.shards.tokens:,} tokens "
+         f"({train.shards.random_next:,} random-next pairs, {train.shards.masked:,} masked tokens)")
+    training = TrainingConfig(
+        output_dir=str(out / "pretrain"), lr=cfg.pretrain_lr, warmup=0.06, max_steps=cfg.pretrain_steps,
+        batch_size=cfg.pretrain_batch_size, eval_every=max(1, cfg.pretrain_steps // 4), save_every=None,
+        log_every=10, seed=cfg.seed, metric_for_best="loss", greater_is_better=False,
+    )
+    result = run_pretraining(PretrainConfig(model=cfg.model, train_data=str(out / "data" / "train"),
+                                            eval_data=str(out / "data" / "heldout"), eval_batches=20,
+                                            training=training))
+    report.pretraining = {"steps": result.global_step, "instances": train.shards.instances,
+                          "heldout": result.final_metrics or {}}
+    return out / "pretrain" / "final"
+
+
+def probe(model_dir: Path, report: DemoReport, seed: int) -> None:
+    """Fill-mask on held-out sentences and next-sentence decisions on held-out pairs, with the pre-trained model."""
+    import torch
+
+    from bertkit.data import split_sentences
+    from bertkit.inference.fill_mask import fill_mask
+    from bertkit.model import BertForPreTraining
+    from bertkit.tokenizer import BertTokenizer
+
+    model = BertForPreTraining.from_pretrained(str(model_dir)).eval()
+    tokenizer = BertTokenizer.from_pretrained(str(model_dir))
+    for text in FILL_MASK_PROBES:
+        top = fill_mask(model, tokenizer, text, top_k=5)[0]
+        report.fill_mask.append({"text": text, "top": [(p.token, round(p.probability, 3)) for p in top]})
+        _say(f"{text}\n    -> " + ", ".join(f"{p.token} ({p.probability:.2f})" for p in top))
+
+    # Next-sentence prediction: true continuations vs random sentences from elsewhere in the held-out novel.
+    text = " ".join(_read_lines(bundled_file(HELDOUT_FILES[0]), limit=4000))
+    sentences = [s for s in split_sentences(text) if 5 <= len(s.split()) <= 40]
+    rng = random.Random(seed)
+    pairs, labels = [], []
+    for _ in range(200):
+        i = rng.randrange(len(sentences) - 1)
+        if rng.random() < 0.5:
+            pairs.append((sentences[i], sentences[i + 1]))
+            labels.append(0)  # IsNext
+        else:
+            pairs.append((sentences[i], sentences[rng.randrange(len(sentences))]))
+            labels.append(1)  # NotNext
+    batch = tokenizer([a for a, _ in pairs], [b for _, b in pairs], max_length=128, truncation=True,
+                      padding="longest").to_tensors()
+    with torch.inference_mode():
+        logits = model(**batch).seq_relationship_logits
+    predicted = logits.argmax(-1).tolist()
+    accuracy = sum(p == y for p, y in zip(predicted, labels)) / len(labels)
+    report.nsp = {"pairs": len(labels), "accuracy": round(accuracy, 4)}
+    a, b = pairs[0]
+    _say(f"next-sentence prediction on {len(labels)} held-out pairs: accuracy {accuracy:.1%} (chance 50%)")
+    _say(f"  e.g. A: {a[:90]}\n       B: {b[:90]}\n       model says: {'IsNext' if predicted[0] == 0 else 'NotNext'}"
+         f" (truth: {'IsNext' if labels[0] == 0 else 'NotNext'})")
+
+
+def finetune_sentiment(cfg: DemoConfig, pretrained_dir: Path, out: Path, report: DemoReport) -> None:
+    """Fine-tune on the SST-2 sample from the pre-trained weights and from random ones; report dev accuracy."""
+    import torch
+
+    from bertkit.model import BertConfig, BertForPreTraining
+    from bertkit.tasks.runner import finetune
+    from bertkit.tokenizer import BertTokenizer
+
+    # The random-initialisation baseline: the same architecture and vocabulary, untrained weights.
+    random_dir = out / "random-init"
+    torch.manual_seed(cfg.seed)
+    BertForPreTraining(BertConfig.load(pretrained_dir)).save_pretrained(str(random_dir))
+    BertTokenizer.from_pretrained(str(pretrained_dir)).save_pretrained(str(random_dir))
+
+    train = bundled_file(SENTIMENT_TRAIN)
+    dev = bundled_file(SENTIMENT_DEV)
+    for name, start in (("pre-trained", pretrained_dir), ("random init", random_dir)):
+        _say(f"-- fine-tuning from {name}")
+        t0 = time.perf_counter()
+        result = finetune(task="classification", model=str(start), train=str(train), dev=str(dev),
+                          output=str(out / "sentiment" / name.replace(" ", "-")), epochs=cfg.finetune_epochs,
+                          lr=cfg.finetune_lr, batch_size=32, max_length=cfg.finetune_max_length, seed=cfg.seed,
+                          max_train_examples=cfg.finetune_examples)
+        report.finetuning[name] = {"dev_accuracy": round(float(result["best_metrics"]["accuracy"]), 4),
+                                   "seconds": round(time.perf_counter() - t0, 1)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The report.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _read_lines(path: Path, limit: int) -> list[str]:
+    """The first `limit` non-empty lines of a bundled (possibly gzipped) text file."""
+    import gzip
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    lines = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                lines.append(line.strip())
+                if len(lines) >= limit:
+                    break
+    return lines
+
+
+def summary_rows(report: DemoReport) -> list[tuple[str, str]]:
+    """(measure, value) rows of the final table."""
+    rows = [
+        ("vocabulary size", f"{report.vocabulary.get('size', '-')}"),
+        ("held-out pieces per word", f"{report.vocabulary.get('tokens_per_word_heldout', '-')}"),
+        ("pre-training steps", f"{report.pretraining.get('steps', '-')}"),
+    ]
+    heldout = report.pretraining.get("heldout", {})
+    for key in ("mlm_accuracy", "nsp_accuracy", "perplexity"):
+        if key in heldout:
+            rows.append((f"held-out {key.replace('_', ' ')}", f"{heldout[key]:.3f}"))
+    if report.nsp:
+        rows.append(("NSP accuracy, held-out novel pairs", f"{report.nsp['accuracy']:.3f}"))
+    for name, r in report.finetuning.items():
+        rows.append((f"SST-2 dev accuracy, {name}", f"{r['dev_accuracy']:.3f}"))
+    rows.append(("total time", f"{sum(report.timings_s.values()):.0f} s"))
+    return rows
+
+
+def write_summary(out: Path, report: DemoReport) -> None:
+    """summary.json, summary.md and a self-contained summary.html (plots inlined) next to the run's folders."""
+    rows = summary_rows(report)
+    atomic_write_json(out / "summary.json", asdict(report))
+    md = ["# bertkit demo", "", "| measure | value |", "| --- | --- |"]
+    md += [f"| {k} | {v} |" for k, v in rows]
+    md += ["", "## Fill-mask on held-out sentences", ""]
+    md += [f"- {p['text']} → " + ", ".join(f"{t} ({s})" for t, s in p["top"]) for p in report.fill_mask]
+    md += ["", "## Step timings (s)", ""] + [f"- {k}: {v:.1f}" for k, v in report.timings_s.items()]
+    md += ["", "Plots: `pretrain/curves.png`, `sentiment/*/curves.png`. Metrics: `*/metrics.jsonl`."]
+    atomic_write_text(out / "summary.md", "\n".join(md) + "\n")
+
+    images = []
+    for png in [out / "pretrain" / "curves.png", *sorted((out / "sentiment").glob("*/curves.png"))]:
+        if png.is_file():
+            data = base64.b64encode(png.read_bytes()).decode("ascii")
+            images.append(f"<h3>{html.escape(str(png.relative_to(out)))}</h3>"
+                          f"<img alt='curves' src='data:image/png;base64,{data}'>")
+    table = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in rows)
+    probes = "".join(f"<li>{html.escape(p['text'])} &rarr; "
+                     + html.escape(", ".join(f"{t} ({s})" for t, s in p["top"])) + "</li>" for p in report.fill_mask)
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>bertkit demo</title>"
+            f"<style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}}td{{padding:2px 12px}}"
+            f"img{{max-width:100%}}</style></head><body><h1>bertkit demo</h1><table>{table}</table>"
+            f"<h2>Fill-mask on held-out sentences</h2><ul>{probes}</ul><h2>Curves</h2>{''.join(images)}"
+            f"</body></html>")
+    atomic_write_text(out / "summary.html", page)
+
+
+def print_table(rows: list[tuple[str, str]]) -> None:
+    width = max(len(k) for k, _ in rows)
+    _say("\n" + "-" * (width + 14))
+    for k, v in rows:
+        _say(f"{k:<{width}}  {v:>10}")
+    _say("-" * (width + 14))
+
+
+def run_demo(cfg: DemoConfig) -> DemoReport:
+    """Run every step in order and write the report; returns what was measured."""
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report = DemoReport(config=asdict(cfg))
+    steps = 6
+
+    def timed(name: str, fn: Any, *args: Any) -> Any:
+        t0 = time.perf_counter()
+        value = fn(*args)
+        report.timings_s[name] = round(time.perf_counter() - t0, 1)
+        return value
+
+    _header(1, steps, "Train a WordPiece vocabulary on Austen and Shakespeare")
+    tokenizer = timed("vocabulary", train_vocabulary, cfg, out, report)
+    _header(2, steps, "A sentence pair as BERT sees it")
+    show_pair(tokenizer, report)
+    _header(3, steps, f"Pre-train a {cfg.model} BERT with masked LM + next sentence prediction")
+    pretrained = timed("pre-training", pretrain, cfg, tokenizer, out, report)
+    _header(4, steps, "What did it learn? Fill-mask and NSP on a held-out novel")
+    timed("probing", probe, pretrained, report, cfg.seed)
+    _header(5, steps, "Fine-tune on SST-2 sentiment: pre-trained vs random initialisation")
+    timed("fine-tuning", finetune_sentiment, cfg, pretrained, out, report)
+    _header(6, steps, "Report")
+    write_summary(out, report)
+    print_table(summary_rows(report))
+    _say(f"\nwritten: {out / 'summary.md'}, {out / 'summary.html'}, plots and metrics under {out}/")
+    return report
