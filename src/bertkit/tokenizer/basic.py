@@ -233,6 +233,7 @@ _ASCII_PUNCT = "".join(chr(c) for c in range(33, 127) if not chr(c).isalnum())
 # ASCII text without control characters: words are runs of letters/digits, every symbol is a word.
 ASCII_WORD_RE = re.compile(r"[A-Za-z0-9]+|[" + re.escape(_ASCII_PUNCT) + "]")
 ASCII_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CHUNK_RE = re.compile(r"[^ \t\n\r]+")
 
 _CLASS_CACHE: dict[str, int] = {}
 
@@ -286,7 +287,21 @@ def split_words(text: str, lower: bool, strip: bool, chinese_chars: bool, base: 
         if lower:
             text = text.lower()
         return [(m.group(), m.start() + base, None) for m in ASCII_WORD_RE.finditer(text)]
+    # Mixed text: ASCII whitespace always separates words, so plain-ASCII chunks still take the fast path.
+    words: list[Word] = []
+    for m in _CHUNK_RE.finditer(text):
+        chunk, start = m.group(), m.start() + base
+        if chunk.isascii() and not ASCII_CONTROL_RE.search(chunk):
+            if lower:
+                chunk = chunk.lower()
+            words += [(w.group(), w.start() + start, None) for w in ASCII_WORD_RE.finditer(chunk)]
+        else:
+            words += _split_chars(chunk, lower, strip, chinese_chars, start)
+    return words
 
+
+def _split_chars(text: str, lower: bool, strip: bool, chinese_chars: bool, base: int) -> list[Word]:
+    """`split_words` character by character, for text with non-ASCII or control characters."""
     words: list[Word] = []
     cur: list[str] = []
     pos: list[int] = []

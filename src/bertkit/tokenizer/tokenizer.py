@@ -8,6 +8,7 @@ whole; offsets index the original, un-normalised text; overflow windows and thei
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -93,6 +94,7 @@ class BatchEncoding:
 
     def to_tensors(self, pad_to_multiple_of: int | None = None) -> dict[str, Any]:
         """input_ids, token_type_ids and attention_mask as (batch, seq) int64 tensors, padded to the longest."""
+        import numpy as np
         import torch
 
         length = max((len(e) for e in self.encodings), default=0)
@@ -100,10 +102,11 @@ class BatchEncoding:
             length = _round_up(length, pad_to_multiple_of)
         out = {}
         for name, pad in (("input_ids", self.pad_token_id), ("token_type_ids", 0), ("attention_mask", 0)):
-            rows = [getattr(e, name) for e in self.encodings]
-            out[name] = torch.tensor([r + [pad] * (length - len(r)) for r in rows], dtype=torch.long).reshape(
-                len(rows), length
-            )
+            arr = np.full((len(self.encodings), length), pad, dtype=np.int64)
+            for i, e in enumerate(self.encodings):
+                row = getattr(e, name)
+                arr[i, : len(row)] = row
+            out[name] = torch.from_numpy(arr)
         return out
 
 
@@ -134,6 +137,8 @@ def _windows(n: int, max_len: int, stride: int) -> list[tuple[int, int]]:
 
 def _truncation_lengths(n1: int, n2: int | None, room: int, strategy: str) -> tuple[int, int | None]:
     """How many tokens of each sequence to keep per window (HF `truncate_encodings`)."""
+    if room == 0:  # HF empties both sequences (every token goes to the overflow), whatever the strategy
+        return 0, (0 if n2 is not None else None)
     total = n1 + (n2 or 0)
     if total <= room:
         return n1, n2
@@ -443,20 +448,28 @@ class BertTokenizer:
             pairs = [pairs]
         if pairs is not None and len(pairs) != len(texts):
             raise TokenizerError(f"got {len(texts)} texts but {len(pairs)} pairs")
-        a_seqs = self._encode_many([self._check_text(t) for t in texts], num_workers)
-        b_seqs = self._encode_many([self._check_text(t) for t in pairs], num_workers) if pairs is not None else None
-        encodings: list[Encoding] = []
-        mapping: list[int] = []
-        for i, a in enumerate(a_seqs):
-            enc = self._assemble(a, b_seqs[i] if b_seqs is not None else None, max_length, truncation, stride,
-                                 add_special_tokens)
-            encodings.append(enc)
-            mapping.append(i)
-            if return_overflowing and enc.overflowing:
-                encodings += enc.overflowing
-                mapping += [i] * len(enc.overflowing)
-            enc.overflowing = []
-        self._pad(encodings, padding, max_length, pad_to_multiple_of)
+        # Millions of small tuples and lists, none in a reference cycle: the cyclic GC would only rescan them.
+        gc_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            a_seqs = self._encode_many([self._check_text(t) for t in texts], num_workers)
+            b_seqs = (self._encode_many([self._check_text(t) for t in pairs], num_workers)
+                      if pairs is not None else None)
+            encodings: list[Encoding] = []
+            mapping: list[int] = []
+            for i, a in enumerate(a_seqs):
+                enc = self._assemble(a, b_seqs[i] if b_seqs is not None else None, max_length, truncation, stride,
+                                     add_special_tokens)
+                encodings.append(enc)
+                mapping.append(i)
+                if return_overflowing and enc.overflowing:
+                    encodings += enc.overflowing
+                    mapping += [i] * len(enc.overflowing)
+                enc.overflowing = []
+            self._pad(encodings, padding, max_length, pad_to_multiple_of)
+        finally:
+            if gc_enabled:
+                gc.enable()
         return BatchEncoding(encodings, mapping, self.pad_token_id)
 
     def _encode_many(self, texts: list[str], num_workers: int | None) -> list[Sequence_]:
@@ -492,6 +505,9 @@ class BertTokenizer:
         if strategy:
             limit = self.model_max_length if max_length is None else max_length
             room = limit - n_special
+            # HF refuses a stride beyond the room of a single sequence, even for pairs that need no cut.
+            if stride > limit - (2 if add_special_tokens else 0):
+                raise TokenizerError(f"stride {stride} is larger than max_length {limit} minus the special tokens")
             if room < 0:
                 raise TokenizerError(f"max_length {limit} leaves no room beside {n_special} special tokens")
             ka, kb = _truncation_lengths(la, lb, room, strategy)

@@ -1,0 +1,245 @@
+"""Parity with transformers' BertTokenizerFast (Rust tokenizers): ids, token types, masks and offsets.
+
+Every text of the shared data sets is compared in two settings, uncased (the vocabulary's own) and cased
+(do_lower_case=False with the same vocabulary). The full comparison is marked slow; the default run compares
+every 10th text of each set. Plus a Unicode stress set and a hypothesis property test on random Unicode.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from bertkit.errors import TokenizerError
+from bertkit.tokenizer import BertTokenizer
+
+HERE = Path(__file__).parent
+
+transformers = pytest.importorskip("transformers")
+
+SETTINGS = {"uncased": True, "cased": False}
+SAMPLE_EVERY = 10  # the unmarked tests compare every 10th text; -m slow compares all
+
+
+# --- reading the data sets ------------------------------------------------------------------------------------------
+
+
+def _tsv(path: Path, skip_header: bool) -> list[list[str]]:
+    lines = path.read_text(encoding="utf-8-sig").split("\n")
+    rows = [line.rstrip("\r").split("\t") for line in lines if line.strip()]
+    return rows[1:] if skip_header else rows
+
+
+def _singles(data: Path, name: str) -> list[str]:
+    if name == "wikitext2":
+        return [line for split in ("valid", "test")
+                for line in (data / "wikitext2" / f"{split}.txt").read_text(encoding="utf-8").split("\n")]
+    if name == "sst2":
+        out = []
+        for split in ("train", "dev", "test"):
+            rows = _tsv(data / "sst2" / f"{split}.tsv", True)
+            out += [r[1] if split == "test" else r[0] for r in rows]
+        return out
+    if name == "cola":
+        out = [r[3] for split in ("train", "dev") for r in _tsv(data / "cola" / f"{split}.tsv", False)]
+        return out + [r[1] for r in _tsv(data / "cola" / "test.tsv", True)]
+    if name == "conll2003":
+        out, cur = [], []
+        for split in ("train", "valid"):
+            for line in (data / "conll2003" / f"{split}.txt").read_text(encoding="utf-8").split("\n"):
+                if not line.strip() or line.startswith("-DOCSTART-"):
+                    if cur:
+                        out.append(" ".join(cur))
+                        cur = []
+                else:
+                    cur.append(line.split(" ")[0])
+        return out + ([" ".join(cur)] if cur else [])
+    raise KeyError(name)
+
+
+def _pairs(data: Path, name: str) -> tuple[list[str], list[str]]:
+    rows: list[list[str]] = []
+    if name == "mrpc":
+        for split in ("train", "dev", "test"):
+            rows += [[r[3], r[4]] for r in _tsv(data / "mrpc" / f"{split}.tsv", True)]
+    elif name == "rte":
+        for split in ("train", "dev", "test"):
+            rows += [[r[1], r[2]] for r in _tsv(data / "rte" / f"{split}.tsv", True)]
+    elif name == "qnli":
+        for split in ("dev", "test"):
+            rows += [[r[1], r[2]] for r in _tsv(data / "qnli" / f"{split}.tsv", True)]
+    elif name == "squad":
+        d = json.loads((data / "squad_v1.1" / "dev-v1.1.json").read_text(encoding="utf-8"))
+        rows = [[qa["question"], p["context"]] for art in d["data"] for p in art["paragraphs"] for qa in p["qas"]]
+    else:
+        raise KeyError(name)
+    return [r[0] for r in rows], [r[1] for r in rows]
+
+
+# --- the two tokenizers -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenizers(vocab_dir: str) -> dict[str, tuple[BertTokenizer, Any]]:
+    from transformers import BertTokenizerFast
+
+    out = {}
+    for name, lower in SETTINGS.items():
+        ref = BertTokenizerFast.from_pretrained(vocab_dir, do_lower_case=lower)
+        ref.model_max_length = 10**6  # no length warnings; truncation is always explicit here
+        out[name] = (BertTokenizer.from_pretrained(vocab_dir, lowercase=lower), ref)
+    return out
+
+
+def _first_difference(ours: Any, ref: Any, texts: list[str], pairs: list[str] | None) -> str:
+    mapping = ref.get("overflow_to_sample_mapping", list(range(len(ref["input_ids"]))))
+    for i in range(len(ref["input_ids"])):
+        for ours_key, ref_key in (("input_ids", "input_ids"), ("token_type_ids", "token_type_ids"),
+                                  ("offsets", "offset_mapping"), ("attention_mask", "attention_mask")):
+            if ours[i].__getattribute__(ours_key) != ref[ref_key][i]:
+                j = mapping[i]
+                return (f"encoding {i} (text {j}: {texts[j]!r}" + (f", pair {pairs[j]!r}" if pairs else "")
+                        + f"): {ours_key} differ\nours: {getattr(ours[i], ours_key)}\nref:  {ref[ref_key][i]}")
+    return "lengths differ"
+
+
+def assert_parity(tok: BertTokenizer, ref: Any, texts: list[str], pairs: list[str] | None = None,
+                  check_word_ids: bool = True, **kwargs: Any) -> int:
+    """Encode with both (batch calls) and compare every field; returns the number of encodings compared."""
+    ours = tok(texts, pairs, return_overflowing=kwargs.get("return_overflowing_tokens", False),
+               truncation=kwargs.get("truncation", False), max_length=kwargs.get("max_length"),
+               stride=kwargs.get("stride", 0), padding=kwargs.get("padding", False),
+               pad_to_multiple_of=kwargs.get("pad_to_multiple_of"))
+    ref_out = ref(texts, pairs, return_offsets_mapping=True, return_special_tokens_mask=True, **kwargs)
+    same = (ours["input_ids"] == ref_out["input_ids"] and ours["token_type_ids"] == ref_out["token_type_ids"]
+            and ours["attention_mask"] == ref_out["attention_mask"]
+            and ours["offsets"] == ref_out["offset_mapping"]
+            and ours["special_tokens_mask"] == ref_out["special_tokens_mask"])
+    assert same, _first_difference(ours, ref_out, texts, pairs)
+    if "overflow_to_sample_mapping" in ref_out:
+        assert ours.overflow_to_sample_mapping == ref_out["overflow_to_sample_mapping"]
+    if check_word_ids:
+        for i in range(len(ours)):
+            assert ours[i].word_ids == ref_out.word_ids(i), f"word ids differ for encoding {i}"
+            assert ours[i].sequence_ids == ref_out.sequence_ids(i), f"sequence ids differ for encoding {i}"
+    return len(ours)
+
+
+def assert_parity_or_same_refusal(tok: BertTokenizer, ref: Any, texts: list[str], pairs: list[str],
+                                  **kwargs: Any) -> None:
+    """Pair by pair: the same encodings, or both refuse (a sequence too short to truncate, a stride too large)."""
+    for a, b in zip(texts, pairs):
+        try:
+            ref([a], [b], **kwargs)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # tokenizers raises Exception, or panics (stride >= window), on truncation errors
+            with pytest.raises(TokenizerError):
+                tok([a], [b], truncation=kwargs["truncation"], max_length=kwargs["max_length"],
+                    stride=kwargs.get("stride", 0), return_overflowing=True)
+            continue
+        assert_parity(tok, ref, [a], [b], **kwargs)
+
+
+# --- the data sets ------------------------------------------------------------------------------------------------------
+
+SINGLE_SETS = ["wikitext2", "sst2", "cola", "conll2003"]
+PAIR_SETS = ["mrpc", "rte", "qnli"]
+SQUAD = {"truncation": "only_second", "max_length": 384, "stride": 128, "return_overflowing_tokens": True}
+
+
+def _compare_set(tokenizers: dict, data_dir: Path, name: str, setting: str, every: int) -> None:
+    tok, ref = tokenizers[setting]
+    if name in SINGLE_SETS:
+        texts = _singles(data_dir, name)[::every]
+        n = assert_parity(tok, ref, texts, check_word_ids=every > 1)
+    else:
+        texts, pairs = _pairs(data_dir, name)
+        texts, pairs = texts[::every], pairs[::every]
+        kwargs = SQUAD if name == "squad" else {}
+        n = assert_parity(tok, ref, texts, pairs, check_word_ids=every > 1, **kwargs)
+    assert n >= len(texts) > 0
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize("name", SINGLE_SETS + PAIR_SETS + ["squad"])
+def test_parity_sample(tokenizers: dict, data_dir: Path, name: str, setting: str) -> None:
+    """Every 10th text (or pair) of each data set."""
+    _compare_set(tokenizers, data_dir, name, setting, SAMPLE_EVERY)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize("name", SINGLE_SETS + PAIR_SETS + ["squad"])
+def test_parity_full(tokenizers: dict, data_dir: Path, name: str, setting: str) -> None:
+    """Every text (or pair) of each data set."""
+    _compare_set(tokenizers, data_dir, name, setting, 1)
+
+
+# --- the Unicode stress set -------------------------------------------------------------------------------------------
+
+
+def _stress() -> list[str]:
+    return json.loads((HERE / "data" / "unicode_stress.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_unicode_stress_singles_and_pairs(tokenizers: dict, setting: str) -> None:
+    tok, ref = tokenizers[setting]
+    texts = _stress()
+    assert_parity(tok, ref, texts)
+    assert_parity(tok, ref, texts, texts[1:] + texts[:1])
+    for text in texts:
+        assert tok.tokenize(text) == ref.tokenize(text), repr(text)
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize("strategy", ["longest_first", "only_first", "only_second"])
+def test_unicode_stress_windows(tokenizers: dict, setting: str, strategy: str) -> None:
+    """Truncation with overflow windows and padding on long stress pairs."""
+    tok, ref = tokenizers[setting]
+    texts = [t for t in _stress() if len(ref.tokenize(t)) >= 12]
+    pairs = texts[3:] + texts[:3]
+    assert_parity_or_same_refusal(tok, ref, texts, pairs, truncation=strategy, max_length=24, stride=3,
+                                  return_overflowing_tokens=True, padding="longest", pad_to_multiple_of=8)
+
+
+# --- property test on random Unicode ------------------------------------------------------------------------------------
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+# Random code points plus the characters that matter most: accents, CJK, punctuation, spaces, controls, specials.
+_ALPHABET = st.one_of(
+    st.characters(),
+    st.sampled_from(list("aeiouAEIOU éÉüÜñßİıΣσς中文한글ไทย\u0301\u0308\u200b\u00a0\u3000\t\n\r\x00\x85\ufffd.,!?'-[]")),
+)
+_TEXT = st.one_of(st.text(_ALPHABET, max_size=40),
+                  st.lists(st.sampled_from(["[CLS]", "[SEP]", "[MASK]", "word", "Émile", "x", " ", "##"]),
+                           max_size=8).map("".join))
+
+
+@pytest.fixture(scope="module")
+def uncased_pair(tokenizers: dict) -> tuple[BertTokenizer, Any]:
+    return tokenizers["uncased"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=_TEXT, lower=st.booleans())
+def test_random_unicode(tokenizers: dict, text: str, lower: bool) -> None:
+    tok, ref = tokenizers["uncased" if lower else "cased"]
+    assert_parity(tok, ref, [text])
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(a=_TEXT, b=_TEXT, strategy=st.sampled_from(["longest_first", "only_first", "only_second"]),
+       max_length=st.integers(3, 20), stride=st.integers(0, 6))
+def test_random_pair_windows(tokenizers: dict, a: str, b: str, strategy: str, max_length: int, stride: int) -> None:
+    """Random pairs through every truncation strategy with overflow windows: same windows or the same refusal."""
+    tok, ref = tokenizers["uncased"]
+    assert_parity_or_same_refusal(tok, ref, [a], [b], truncation=strategy, max_length=max_length, stride=stride,
+                                  return_overflowing_tokens=True)
