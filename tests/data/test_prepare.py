@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import pickle
 from pathlib import Path
@@ -268,24 +267,13 @@ def test_reading_verifies_shards(tmp_path: Path, tokenizer) -> None:
         PretrainingDataset(out, verify_checksums=False)
 
 
-def test_cli_prepare_pretraining(tmp_path: Path, shared_data: Path, tokenizer, monkeypatch, capsys) -> None:
-    from bertkit.cli import data as cli_data
+def test_cli_prepare_pretraining(tmp_path: Path, shared_data: Path, vocab_folder: str, capsys) -> None:
+    from bertkit.cli import main
 
-    from conftest import vocab_dir
-
-    try:
-        from bertkit.tokenizer import BertTokenizer  # noqa: F401  (the real loader, once it exists)
-    except ImportError:
-        monkeypatch.setattr(cli_data, "_load_tokenizer", lambda folder: tokenizer)
-    parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers()
-    cli_data.register(sub)
     out = tmp_path / "out"
-    args = parser.parse_args(
-        ["prepare-pretraining", str(shared_data / "jane_austen" / "persuasion.txt"), "-o", str(out),
-         "--tokenizer", vocab_dir(), "--dupe-factor", "1", "--whole-word-mask", "--workers", "2", "--seed", "3"]
-    )
-    assert args.func(args) == 0
+    assert main(["prepare-pretraining", str(shared_data / "jane_austen" / "persuasion.txt"), "-o", str(out),
+                 "--tokenizer", vocab_folder, "--dupe-factor", "1", "--whole-word-mask", "--workers", "2",
+                 "--seed", "3"]) == 0
     text = capsys.readouterr().out
     for word in ("documents", "sentences", "instances", "tokens", "shards", "skipped", "peak RSS"):
         assert word in text
