@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "train-tokenizer",
         help="train a WordPiece vocabulary and write a tokenizer folder",
         description="Learn a WordPiece vocabulary from text files with the WordPiece likelihood criterion "
-        "(merge the pair maximising count(ab)/(count(a)count(b))) and write a folder BertTokenizer loads.",
+        "(merge the pair that most raises the unigram likelihood) and write a folder BertTokenizer loads.",
     )
     t.add_argument("files", nargs="+", metavar="FILE", help="UTF-8 text files")
     t.add_argument("-o", "--output", required=True, help="output tokenizer folder")
@@ -40,6 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--min-frequency", type=int, default=2, help="least count of a pair to merge (default %(default)s)")
     t.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case, strip accents)")
     t.add_argument("--limit-alphabet", type=int, default=None, help="keep only the N most frequent characters")
+    t.add_argument("--criterion", choices=("likelihood", "score"), default="likelihood",
+                   help="pair ranking: likelihood gain count(ab)*log(count(ab)N/(count(a)count(b))) (default) "
+                   "or the plain ratio count(ab)/(count(a)count(b))")
     t.set_defaults(func=train_tokenizer_command)
 
 
@@ -100,7 +103,7 @@ def train_tokenizer_command(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     tok = train_tokenizer([Path(f) for f in args.files], vocab_size=args.vocab_size,
                           min_frequency=args.min_frequency, lowercase=not args.cased,
-                          limit_alphabet=args.limit_alphabet, progress=True)
+                          limit_alphabet=args.limit_alphabet, criterion=args.criterion, progress=True)
     tok.save_pretrained(args.output)
     print(f"wrote {args.output}: {tok.vocab_size} tokens in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     return 0
