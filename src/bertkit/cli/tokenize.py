@@ -50,13 +50,9 @@ def _read_lines(path: str) -> list[str]:
     """The lines of a UTF-8 file (or stdin for '-') without their line endings."""
     if path == "-":
         return sys.stdin.read().splitlines()
-    p = Path(path)
-    if not p.is_file():
-        raise DataError(f"{p}: no such input file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{p}: not UTF-8 text ({e})") from None
+    from bertkit.tokenizer.tokenizer import read_utf8
+
+    text = read_utf8(Path(path), DataError, "no such input file")
     return [line.rstrip("\r") for line in text.split("\n")][: -1 if text.endswith("\n") else None]
 
 

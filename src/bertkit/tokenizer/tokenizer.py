@@ -25,8 +25,9 @@ SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]"
 DEFAULT_MODEL_MAX_LENGTH = 512
 # Above this, a folder's model_max_length is transformers' "no limit" placeholder (int(1e30)).
 _NO_LIMIT = 10**9
-# Batches with at least this many texts are split across worker processes when num_workers is not given.
-PARALLEL_MIN_TEXTS = 50_000
+# With the word cache, one process already beats the Rust tokenizer's 2-thread batch on 2 cores, and shipping the
+# results back from workers (pickling millions of small tuples) costs about what it saves (benchmarks/
+# bench_tokenizer.py: 1.21x in one process, 1.06x with 2 workers on WikiText-2), so workers are opt-in.
 
 # One tokenized sequence before special tokens: ids, offsets and word indices, aligned.
 Sequence_ = tuple[list[int], list[tuple[int, int]], list[int]]
@@ -193,15 +194,20 @@ _TEXT_CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"
 # ------------------------------------------------------------------------------------------------------------------
 
 
+def read_utf8(path: Path, error: type[Exception], missing: str = "no such file") -> str:
+    """The text of a UTF-8 file; `error` (naming the file) when it is absent or not UTF-8."""
+    if not path.is_file():
+        raise error(f"{path}: {missing}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not UTF-8 text ({e})") from None
+
+
 def load_vocab(path: str | os.PathLike) -> dict[str, int]:
     """Read vocab.txt (one token per line; the line number is the id), refusing empty or duplicate tokens."""
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: vocabulary file not found (expected vocab.txt, one token per line)")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise CheckpointError(f"{path}: not UTF-8 text ({e})") from None
+    text = read_utf8(path, CheckpointError, "vocabulary file not found (expected vocab.txt, one token per line)")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line
@@ -439,8 +445,7 @@ class BertTokenizer:
         """Encode a batch (same options as `encode`). Overflow windows, when asked for, become encodings of their
         own, in order, with `overflow_to_sample_mapping`. `padding=True`/'longest' pads to the batch's longest.
 
-        `num_workers`: processes to tokenize with (default: 1 for batches under PARALLEL_MIN_TEXTS texts,
-        else up to 2).
+        `num_workers`: processes to tokenize with (default 1; worth trying only for very large batches).
         """
         if isinstance(texts, str):
             texts = [texts]
@@ -475,7 +480,7 @@ class BertTokenizer:
     def _encode_many(self, texts: list[str], num_workers: int | None) -> list[Sequence_]:
         """`_encode_text` over a list, in worker processes when the batch is large."""
         if num_workers is None:
-            num_workers = 1 if len(texts) < PARALLEL_MIN_TEXTS else min(2, os.cpu_count() or 1)
+            num_workers = 1
         if num_workers <= 1 or len(texts) < 2 * num_workers:
             encode = self._encode_text
             return [encode(t) for t in texts]

@@ -29,9 +29,9 @@ and popped entries that no longer match the current score are discarded.
 
 from __future__ import annotations
 
+import gzip
 import heapq
 import math
-import gzip
 import os
 from collections import Counter, defaultdict
 from pathlib import Path
