@@ -57,12 +57,12 @@ class DemoConfig:
     """Pre-training sequence length."""
     dupe_factor: int = 2
     """How many differently masked copies of the corpus to make."""
-    pretrain_steps: int = 600
+    pretrain_steps: int = 300
     """Optimizer updates of pre-training."""
     pretrain_batch_size: int = 32
     pretrain_lr: float = 5e-4
     """Higher than the paper's 1e-4: a small model, a short run, batch 32 (the paper's is 256)."""
-    finetune_examples: int = 6000
+    finetune_examples: int = 4000
     """Sentiment training examples (from the bundled SST-2 sample)."""
     finetune_epochs: float = 2.0
     finetune_lr: float = 1e-4
