@@ -1,15 +1,10 @@
-"""Shared test scaffolding: the MiniLM folder, tiny random head folders, and a tokenizer for them.
-
-Until bertkit.tokenizer provides BertTokenizer, `tokenizer_for` wraps transformers' BertTokenizerFast in the design
-interface (docs/design.md) so the inference code can be tested; the real tokenizer is used as soon as it exists.
-"""
+"""Shared test scaffolding: the MiniLM folder, tiny random head folders, and a tokenizer for them."""
 
 from __future__ import annotations
 
 import os
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -26,62 +21,11 @@ def minilm_folder() -> str:
     return os.path.join(os.path.dirname(gt.__file__), "model")
 
 
-def has_bertkit_tokenizer() -> bool:
-    try:
-        from bertkit.tokenizer import BertTokenizer  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-class HFTokenizerAdapter:
-    """transformers' BertTokenizerFast behind bertkit's tokenizer interface (test stand-in only)."""
-
-    def __init__(self, folder: str | Path) -> None:
-        from transformers import BertTokenizerFast
-
-        self.t = BertTokenizerFast.from_pretrained(str(folder))
-        self.pad_token_id, self.cls_token_id = self.t.pad_token_id, self.t.cls_token_id
-        self.sep_token_id, self.mask_token_id = self.t.sep_token_id, self.t.mask_token_id
-
-    def encode(self, text: str, pair: str | None = None, max_length: int = 512, truncation: Any = True,
-               return_overflowing: bool = False, **_: Any) -> SimpleNamespace:
-        e = self.t(text, pair, max_length=max_length, truncation=truncation, return_special_tokens_mask=True)
-        full = len(self.t(text, pair)["input_ids"])
-        return SimpleNamespace(input_ids=e["input_ids"], token_type_ids=e["token_type_ids"],
-                               special_tokens_mask=e["special_tokens_mask"], sequence_ids=e.sequence_ids(),
-                               overflowing=[None] if full > len(e["input_ids"]) else [])
-
-    def tokenize(self, text: str) -> list[str]:
-        return self.t.tokenize(text)
-
-    def convert_tokens_to_ids(self, tokens: list[str]) -> list[int]:
-        return self.t.convert_tokens_to_ids(tokens)
-
-    def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
-        return self.t.convert_ids_to_tokens(ids)
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        return self.t.decode(ids, skip_special_tokens=skip_special_tokens)
-
-
 def tokenizer_for(folder: str | Path) -> Any:
-    if has_bertkit_tokenizer():
-        from bertkit.tokenizer import BertTokenizer
+    """bertkit's tokenizer for a model folder."""
+    from bertkit.tokenizer import BertTokenizer
 
-        return BertTokenizer.from_pretrained(str(folder))
-    return HFTokenizerAdapter(folder)
-
-
-def patch_tokenizer_loader(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make folder loading use tokenizer_for (a no-op once bertkit.tokenizer exists)."""
-    if not has_bertkit_tokenizer():
-        import bertkit.inference.loading as loading
-
-        monkeypatch.setattr(loading, "load_tokenizer", tokenizer_for)
-        import bertkit.inference.encoder as encoder
-
-        monkeypatch.setattr(encoder, "load_tokenizer", tokenizer_for)
+    return BertTokenizer.from_pretrained(str(folder))
 
 
 def tiny_config(**overrides: Any) -> BertConfig:
@@ -114,12 +58,3 @@ def wikitext_paragraphs(limit: int) -> list[str]:
         pytest.skip(f"WikiText-2 not found at {path}")
     lines = [x.strip() for x in path.read_text(encoding="utf-8").splitlines()]
     return [x for x in lines if x and not x.startswith("=")][:limit]
-
-
-def only_existing_verbs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Register only the verb modules that exist yet (other engineers' verbs may still be in progress)."""
-    import importlib.util
-
-    import bertkit.cli as cli
-
-    monkeypatch.setattr(cli, "VERB_MODULES", [m for m in cli.VERB_MODULES if importlib.util.find_spec(m)])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from inference_helpers import minilm_folder, patch_tokenizer_loader, tokenizer_for, wikitext_paragraphs
+from inference_helpers import minilm_folder, tokenizer_for, wikitext_paragraphs
 
 from bertkit.errors import ConfigError
 from bertkit.inference.embed import embed_texts, reference_embed_texts
@@ -45,7 +45,6 @@ def test_encoder_equals_reference_path_in_input_order(minilm, pooling: str) -> N
 
 def test_encoder_from_folder_matches_sentence_transformers(monkeypatch) -> None:  # noqa: ANN001
     st = pytest.importorskip("sentence_transformers")
-    patch_tokenizer_loader(monkeypatch)
     folder = minilm_folder()
     texts = wikitext_paragraphs(16)
     ours = Encoder(folder).encode(texts, batch_size=4, max_tokens_per_batch=600)  # folder defaults: mean, normalize

@@ -8,18 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from inference_helpers import minilm_folder, only_existing_verbs, patch_tokenizer_loader, tiny_folder, tokenizer_for
+from inference_helpers import minilm_folder, tiny_folder, tokenizer_for
 
 from bertkit.cli import main
 from bertkit.errors import CheckpointError, ConfigError
 from bertkit.inference.fill_mask import fill_mask
 from bertkit.model import MODEL_CLASSES, BertForMaskedLM, BertModel
 
-
-@pytest.fixture(autouse=True)
-def _tokenizer(monkeypatch) -> None:  # noqa: ANN001
-    patch_tokenizer_loader(monkeypatch)
-    only_existing_verbs(monkeypatch)
 
 
 @pytest.fixture(scope="module")

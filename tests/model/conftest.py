@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from model_helpers import HFTokenizer, have_bertkit_tokenizer
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
@@ -41,9 +40,7 @@ def sentences(data_dir: Path) -> dict[str, list]:
 
 @pytest.fixture(scope="session")
 def minilm_tokenizer(minilm_dir: Path) -> Any:
-    """bertkit's BertTokenizer for the MiniLM folder (transformers' behind an adapter until bertkit has one)."""
-    if have_bertkit_tokenizer():
-        from bertkit.tokenizer import BertTokenizer
+    """bertkit's BertTokenizer for the MiniLM folder."""
+    from bertkit.tokenizer import BertTokenizer
 
-        return BertTokenizer.from_pretrained(str(minilm_dir))
-    return HFTokenizer(minilm_dir)
+    return BertTokenizer.from_pretrained(str(minilm_dir))

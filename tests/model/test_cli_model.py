@@ -14,15 +14,8 @@ import bertkit
 from bertkit.model import BertForSequenceClassification, BertModel
 from bertkit.model.checkpoint import load_model
 
-from model_helpers import TINY, HFTokenizer, have_bertkit_tokenizer, run_cli, write_vocab
+from model_helpers import TINY, run_cli, write_vocab
 
-
-
-@pytest.fixture
-def folder_tokenizer(monkeypatch) -> None:
-    """bertkit's tokenizer for model folders; transformers' behind an adapter while bertkit has none."""
-    if not have_bertkit_tokenizer():
-        monkeypatch.setattr("bertkit.api.load_tokenizer", HFTokenizer)
 
 
 def test_verbs_and_options_are_pinned(capsys) -> None:
@@ -114,7 +107,6 @@ def test_embed_empty_line_names_file_and_line(tmp_path: Path, minilm_dir: Path, 
     assert not (tmp_path / "o.npy").exists()
 
 
-@pytest.mark.usefixtures("folder_tokenizer")
 def test_embed_matches_sentence_transformers(tmp_path: Path, minilm_dir: Path, sentences) -> None:
     st = pytest.importorskip("sentence_transformers")
     texts = sentences["sst2"][:12]
@@ -132,7 +124,6 @@ def test_embed_matches_sentence_transformers(tmp_path: Path, minilm_dir: Path, s
     assert not np.allclose(np.load(tmp_path / "c.npy"), ours)
 
 
-@pytest.mark.usefixtures("folder_tokenizer")
 def test_python_api(minilm_dir: Path, tmp_path: Path) -> None:
     bert = bertkit.load(minilm_dir)
     assert isinstance(bert.model, bertkit.BertModel)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "inference"))
-from inference_helpers import DATA, REPO, minilm_folder, patch_tokenizer_loader, tiny_folder  # noqa: E402
+from inference_helpers import DATA, REPO, minilm_folder, tiny_folder  # noqa: E402
 
 uvicorn = pytest.importorskip("uvicorn")
 from bertkit.serve import ServeSettings, create_app  # noqa: E402
@@ -53,11 +53,8 @@ class Server:
 
 @pytest.fixture(scope="module")
 def minilm_server() -> Iterator[Server]:
-    mp = pytest.MonkeyPatch()
-    patch_tokenizer_loader(mp)
     with Server(minilm_folder(), max_request_texts=8, max_text_chars=500) as server:
         yield server
-    mp.undo()
 
 
 def test_health_openapi_and_embed_equals_direct_call(minilm_server: Server) -> None:
@@ -117,7 +114,6 @@ def test_bounded_load_from_a_second_process(minilm_server: Server, tmp_path: Pat
 ])
 def test_head_endpoints(class_name: str, endpoint: str, body: dict, tmp_path: Path,
                         monkeypatch: pytest.MonkeyPatch) -> None:
-    patch_tokenizer_loader(monkeypatch)
     with Server(tiny_folder(tmp_path, class_name)) as server:
         c = httpx.Client(base_url=server.url)
         r = c.post(endpoint, json=body)
