@@ -57,7 +57,9 @@ def time_steps(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], w
     from bertkit.training.optim import parameter_groups
 
     model.train()
-    opt = torch.optim.AdamW(parameter_groups(model, 0.01), lr=1e-4, betas=(0.9, 0.999), eps=1e-6)
+    # The fused AdamW kernel for both: bertkit's build_optimizer uses it, and so does the transformers Trainer's
+    # default optimizer ("adamw_torch_fused" with torch >= 2.8).
+    opt = torch.optim.AdamW(parameter_groups(model, 0.01), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, fused=True)
 
     def step(b: dict[str, torch.Tensor]) -> None:
         loss = model(**b).loss

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from bertkit.errors import ConfigError
-from bertkit.training import Lamb, TrainingConfig, build_optimizer, linear_warmup_decay, resolve_warmup
+from bertkit.training import (Lamb, TrainingConfig, build_optimizer, linear_warmup_decay, parameter_groups,
+                              resolve_warmup)
 from bertkit.training.optim import split_decay_names
 from bertkit.training.schedule import build_scheduler
 
@@ -64,6 +65,29 @@ def test_adamw_uses_the_paper_settings() -> None:
     g_decay, g_none = opt.param_groups
     assert (g_decay["weight_decay"], g_none["weight_decay"]) == (0.01, 0.0)
     assert g_decay["betas"] == (0.9, 0.999) and g_decay["eps"] == 1e-6 and g_decay["lr"] == 1e-4
+    assert g_decay["fused"]  # one kernel per step on CPU and CUDA
+
+
+def test_fused_adamw_steps_equal_the_loop_implementation() -> None:
+    torch.manual_seed(0)
+    fused, loop = _Block(), _Block()
+    loop.load_state_dict(fused.state_dict())
+    start = {k: v.clone() for k, v in fused.state_dict().items()}
+
+    def loss(m: _Block, x: torch.Tensor) -> torch.Tensor:
+        return m.head(m.norm(m.LayerNorm(m.dense(m.word_embeddings(x))))).square().mean()
+    opt_fused = build_optimizer(fused, TrainingConfig(lr=1e-2))
+    opt_loop = torch.optim.AdamW(parameter_groups(loop, 0.01), lr=1e-2, betas=(0.9, 0.999), eps=1e-6,
+                                 foreach=False, fused=False)
+    x = torch.randint(0, 10, (4, 3))
+    for _ in range(5):
+        for model, opt in ((fused, opt_fused), (loop, opt_loop)):
+            loss(model, x).backward()
+            opt.step()
+            opt.zero_grad()
+    for (name, a), b in zip(fused.named_parameters(), loop.parameters()):
+        assert (a - b).abs().max() < 1e-6, name
+        assert not torch.equal(a, start[name])  # the weights did move
 
 
 def test_lamb_step_matches_a_hand_computed_update() -> None:

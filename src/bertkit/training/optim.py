@@ -103,4 +103,15 @@ def build_optimizer(model: nn.Module, config: TrainingConfig) -> Optimizer:
     betas = (config.adam_beta1, config.adam_beta2)
     if config.optimizer == "lamb":
         return Lamb(groups, lr=config.lr, betas=betas, eps=config.adam_eps, weight_decay=config.weight_decay)
-    return torch.optim.AdamW(groups, lr=config.lr, betas=betas, eps=config.adam_eps, weight_decay=config.weight_decay)
+    return torch.optim.AdamW(groups, lr=config.lr, betas=betas, eps=config.adam_eps, weight_decay=config.weight_decay,
+                             fused=_fused_adamw_supported(groups))
+
+
+def _fused_adamw_supported(groups: list[dict[str, Any]]) -> bool:
+    """True when torch's single-kernel AdamW can update every parameter: floating point, on CPU or CUDA.
+
+    The fused kernel reads and writes each weight and its two moments once per step instead of once per
+    elementwise operation; the update is the same AdamW (equal to the loop implementation within float rounding).
+    """
+    params = [p for g in groups for p in g["params"]]
+    return bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
