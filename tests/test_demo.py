@@ -29,3 +29,16 @@ def test_quick_demo_writes_every_artefact(tmp_path, capsys):
     assert (out / "pretrain" / "metrics.jsonl").is_file()
     assert "data:image/png;base64," in (out / "summary.html").read_text()
     assert "| SST-2 dev accuracy, pre-trained |" in (out / "summary.md").read_text()
+    assert "Pre-training ha" in (out / "summary.md").read_text()  # the reading of the comparison
+
+
+def test_reading_states_the_gain_or_why_there_is_none():
+    from bertkit.demo import DemoReport, reading
+
+    report = DemoReport(config={}, pretraining={"heldout": {"mlm_accuracy": 0.12}},
+                        finetuning={"pre-trained": {"dev_accuracy": 0.69}, "random init": {"dev_accuracy": 0.76}})
+    text = reading(report)
+    assert text.startswith("Pre-training has not helped yet: -7.0 accuracy points") and "0.120" in text
+    report.finetuning["pre-trained"]["dev_accuracy"] = 0.80
+    assert reading(report).startswith("Pre-training helped: +4.0 accuracy points")
+    assert reading(DemoReport(config={})) == ""
