@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import random
 import textwrap
 import time
