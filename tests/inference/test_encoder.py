@@ -83,3 +83,17 @@ def test_bad_options_are_clear_errors(minilm) -> None:  # noqa: ANN001
         Encoder(model)
     with pytest.raises(ConfigError, match="strings"):
         Encoder(model, tok).encode(["ok", 3])  # type: ignore[list-item]
+
+
+def test_encoder_runs_the_callers_model_without_changing_it(minilm) -> None:  # noqa: ANN001
+    """fp32 shares the caller's weights (no copy) and leaves its train/eval mode as it was; bf16 copies."""
+    _, model, tok = minilm
+    model.train()
+    enc = Encoder(model, tok)
+    assert enc.bert is model
+    first = enc.encode(["dropout must be off while encoding"])
+    assert model.training
+    assert torch.equal(first, enc.encode(["dropout must be off while encoding"]))
+    assert Encoder(model, tok, precision="bf16").bert is not model
+    assert next(model.parameters()).dtype == torch.float32
+    model.eval()

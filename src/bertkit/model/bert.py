@@ -154,11 +154,21 @@ class BertSelfAttention(nn.Module):
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
 
+    def project_qkv(self, x: Tensor) -> Tensor:
+        """(tokens, hidden) -> (tokens, 3 * hidden): Q, K and V in one matrix product.
+
+        An int8-quantized inference copy (bertkit.inference.encoder) has no float weights to concatenate and runs
+        its three quantized products instead.
+        """
+        if isinstance(self.query, nn.Linear):
+            w = torch.cat([self.query.weight, self.key.weight, self.value.weight])
+            b = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+            return F.linear(x, w, b)
+        return torch.cat([self.query(x), self.key(x), self.value(x)], dim=-1)
+
     def forward(self, x: Tensor, packing: Packing, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
-        # x: packed (tokens, hidden). One matrix product for Q, K and V together.
-        w = torch.cat([self.query.weight, self.key.weight, self.value.weight])
-        b = torch.cat([self.query.bias, self.key.bias, self.value.bias])
-        qkv = packing.unpack(F.linear(x, w, b))  # (batch, seq, 3 * hidden)
+        # x: packed (tokens, hidden)
+        qkv = packing.unpack(self.project_qkv(x))  # (batch, seq, 3 * hidden)
         batch, seq_len = qkv.shape[:2]
         qkv = qkv.view(batch, seq_len, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # each (batch, heads, seq, head_dim)
