@@ -1,8 +1,8 @@
 """End to end through the real CLI: finetune -> evaluate -> predict for every task.
 
 Unmarked: a tiny random model on a few real examples (the pipeline, files and formats; seconds each).
-Marked slow: short fine-tunings of the MiniLM weights on small real subsets, asserting the metric is well above
-chance (minutes each on a shared 2-core CPU).
+MiniLM weights on small real subsets, asserting the metric is well above chance: a short version of each runs
+in CI, a longer one is marked slow (`python3 -m pytest -m slow tests/tasks`).
 """
 
 from __future__ import annotations
@@ -93,32 +93,42 @@ def test_cli_multiple_choice_tiny(tmp_path, tiny_dir) -> None:
     assert len(rows) == 8 and all(0 <= r["label"] < 4 for r in rows)
 
 
-@pytest.mark.slow
-def test_sst2_minilm_above_chance(tmp_path, data_dir, minilm_dir) -> None:
+# Short MiniLM fine-tunings on real subsets run in CI (well under a minute each); the `slow` versions train longer
+# and hold the metric to a higher bar. Chance: SST-2 ~0.5 accuracy, CoNLL entity F1 ~0, SQuAD F1 a few points,
+# multiple choice 0.25.
+SHORT_AND_SLOW = {
+    "sst2": [pytest.param(1600, 0.75, id="short"), pytest.param(6000, 0.85, id="long", marks=pytest.mark.slow)],
+    "conll": [pytest.param(1500, 0.45, id="short"), pytest.param(6000, 0.75, id="long", marks=pytest.mark.slow)],
+    "squad": [pytest.param(480, 12.0, id="short"), pytest.param(2400, 40.0, id="long", marks=pytest.mark.slow)],
+}
+
+
+@pytest.mark.parametrize("examples, bar", SHORT_AND_SLOW["sst2"])
+def test_sst2_minilm_above_chance(tmp_path, data_dir, minilm_dir, examples: int, bar: float) -> None:
     s = finetune(minilm_dir, tmp_path / "run", "--task", "classification", "--train",
                  str(data_dir / "sst2/train.tsv"), "--dev", str(data_dir / "sst2/dev.tsv"), "--max-train-examples",
-                 "600", "--max-eval-examples", "300", "--max-length", "64", "--lr", "5e-5", "--batch-size", "16")
-    assert s["best_metrics"]["accuracy"] > 0.70
+                 str(examples), "--max-eval-examples", "400", "--max-length", "64", "--lr", "1e-4",
+                 "--batch-size", "32")
+    assert s["best_metrics"]["accuracy"] > bar
 
 
-@pytest.mark.slow
-def test_conll_minilm_above_chance(tmp_path, data_dir, minilm_dir) -> None:
+@pytest.mark.parametrize("examples, bar", SHORT_AND_SLOW["conll"])
+def test_conll_minilm_above_chance(tmp_path, data_dir, minilm_dir, examples: int, bar: float) -> None:
     s = finetune(minilm_dir, tmp_path / "run", "--task", "ner", "--train", str(data_dir / "conll2003/train.txt"),
-                 "--dev", str(data_dir / "conll2003/valid.txt"), "--max-train-examples", "600",
-                 "--max-eval-examples", "300", "--max-length", "64", "--lr", "1e-4", "--batch-size", "16")
-    assert s["best_metrics"]["f1"] > 0.30
+                 "--dev", str(data_dir / "conll2003/valid.txt"), "--max-train-examples", str(examples),
+                 "--max-eval-examples", "400", "--max-length", "64", "--lr", "2e-4", "--batch-size", "16")
+    assert s["best_metrics"]["f1"] > bar
 
 
-@pytest.mark.slow
-def test_squad_minilm_above_chance(tmp_path, data_dir, minilm_dir) -> None:
+@pytest.mark.parametrize("examples, bar", SHORT_AND_SLOW["squad"])
+def test_squad_minilm_above_chance(tmp_path, data_dir, minilm_dir, examples: int, bar: float) -> None:
     path = data_dir / "squad_v1.1/dev-v1.1.json"
     s = finetune(minilm_dir, tmp_path / "run", "--task", "qa", "--train", f"{path}#:38", "--dev", f"{path}#38:",
-                 "--max-train-examples", "800", "--max-eval-examples", "200", "--max-length", "128",
-                 "--doc-stride", "32", "--lr", "1e-4", "--batch-size", "16")
-    assert s["best_metrics"]["f1"] > 15.0
+                 "--max-train-examples", str(examples), "--max-eval-examples", "200", "--max-length", "192",
+                 "--doc-stride", "64", "--lr", "2e-4", "--batch-size", "16")
+    assert s["best_metrics"]["f1"] > bar
 
 
-@pytest.mark.slow
 def test_multiple_choice_minilm_above_chance(tmp_path, minilm_dir) -> None:
     train, dev = mc_file(tmp_path / "train.jsonl", 160), mc_file(tmp_path / "dev.jsonl", 40)
     s = finetune(minilm_dir, tmp_path / "run", "--task", "multiple-choice", "--train", str(train), "--dev", str(dev),
