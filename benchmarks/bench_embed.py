@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -145,7 +146,40 @@ def main() -> int:
     print("\nspeed-up over sentence-transformers (same run)")
     for name, secs in rows:
         print(f"  {name:50s} {st_secs / secs:6.2f}x")
+
+    # The compute wall: the forward pass's matrix-product FLOPs at the machine's own best float32 GEMM rate.
+    config = encoders[next(iter(encoders))][0].config
+    flops_per_token = encoder_flops_per_token(config, n_tokens, encoders[next(iter(encoders))][1])
+    peak = gemm_gflops()
+    print(f"\ncompute: {flops_per_token / 1e6:.1f} MFLOP per real token (linear layers + attention); "
+          f"float32 GEMM on this machine, {torch.get_num_threads()} threads: {peak:.0f} GFLOP/s")
+    for name, secs in rows:
+        rate = n_tokens * flops_per_token / secs / 1e9
+        print(f"  {name:50s} {rate:6.1f} GFLOP/s = {rate / peak:5.1%} of the GEMM rate")
+    ceiling = peak / (n_tokens * flops_per_token / st_secs / 1e9)
+    print(f"  the most any float32 implementation can gain over sentence-transformers here: {ceiling:.2f}x")
     return 0
+
+
+def encoder_flops_per_token(config: Any, n_tokens: int, ids: list[list[int]]) -> float:
+    """Multiply-add FLOPs per real token of one encoder forward: the linear layers, plus QK^T and PV over each
+    sequence's own length (what an implementation that does no work on padding must compute)."""
+    h, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    linear = 2 * (4 * h * h + 2 * h * inter) * layers
+    attention = 2 * 2 * h * layers * sum(len(x) ** 2 for x in ids) / n_tokens
+    return linear + attention
+
+
+def gemm_gflops(m: int = 4096, k: int = 384, n: int = 1536, repeats: int = 20) -> float:
+    """Best-of float32 matrix-product rate at the shape of MiniLM's feed-forward layer (a large, friendly GEMM)."""
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * m * k * n / best / 1e9
 
 
 if __name__ == "__main__":
