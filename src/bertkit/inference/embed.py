@@ -1,6 +1,6 @@
-"""Sentence embeddings: `embed_texts` runs the fast packed Encoder (bertkit.inference.encoder);
-`reference_embed_texts` is the simple correct path it is checked against (padded batches through BertModel's
-ordinary forward, masked pooling), so its numbers are the model's numbers.
+"""Sentence embeddings: `embed_texts` runs the fast Encoder (bertkit.inference.encoder: length-sorted batches
+under a token budget); `reference_embed_texts` is the simple correct path it is checked against (fixed-size
+padded batches through BertModel, masked pooling), so its numbers are the model's numbers.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def embed_texts(
     batch_size: int = 32,
     max_length: int | None = None,
 ) -> np.ndarray:
-    """One float32 vector per text, in input order: (len(texts), hidden), through the fast packed Encoder.
+    """One float32 vector per text, in input order: (len(texts), hidden), through the fast Encoder.
 
     Equal to `reference_embed_texts` within 1e-5 in float32. batch_size caps the texts per forward pass; the
     Encoder also caps the padded tokens per pass. Texts longer than max_length (default: the position table) are
