@@ -97,7 +97,7 @@ def test_cli_multiple_choice_tiny(tmp_path, tiny_dir) -> None:
 # train longer and hold the metric to a higher bar. Chance: SST-2 ~0.5 accuracy, CoNLL entity F1 ~0, SQuAD F1 6-9
 # (random spans), multiple choice 0.25.
 SHORT_AND_SLOW = {
-    "sst2": [pytest.param(1600, 0.75, id="short"), pytest.param(6000, 0.85, id="long", marks=pytest.mark.slow)],
+    "sst2": [pytest.param(1600, 0.75, id="short"), pytest.param(6000, 0.80, id="long", marks=pytest.mark.slow)],
     "conll": [pytest.param(1500, 0.45, id="short"), pytest.param(6000, 0.75, id="long", marks=pytest.mark.slow)],
     # SQuAD leaves chance only after ~100 steps (a random span of up to 10 context words scores F1 7.5 on these
     # questions), minutes on 2 cores: its MiniLM run is slow only; CI covers QA with the tiny-model round trip above
