@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 from bertkit.errors import CheckpointError, ConfigError
+from bertkit.runtime import keep_freed_memory
 from bertkit.training import checkpoint as ckpt
 from bertkit.training.config import TrainingConfig
 from bertkit.training.distributed import DistInfo, all_gather_objects, any_rank, barrier, setup_distributed
@@ -444,6 +445,8 @@ class Trainer:
         from tqdm import tqdm
 
         c = self.config
+        if self.device.type == "cpu":
+            keep_freed_memory()  # steady-state steps reuse warm pages instead of page-faulting (bertkit.runtime)
         if self.dist.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
         barrier()

@@ -1,0 +1,50 @@
+"""Process-level settings that make CPU training faster: how glibc's malloc hands memory back to the system.
+
+A training step allocates and frees the same large tensors every time (attention scores, the vocabulary logits,
+gradients). glibc serves blocks above its mmap threshold (at most 32 MiB) with fresh `mmap` pages and returns
+them with `munmap` on free, so every step page-faults all of that memory in again, and the kernel zeroes each
+page. On the 2-core machine bertkit is benchmarked on, that made a (462, 30522) cross-entropy 2.7x slower and
+zeroing a 47 MB gradient 11x slower than with the memory kept. `keep_freed_memory` tells malloc to serve every
+block from its heap and never give the heap back, so steady-state steps reuse warm pages: the advice of the
+PyTorch CPU performance guides (which reach for jemalloc or tcmalloc), without a preloaded library.
+
+The cost is that freed memory stays in the process (its peak footprint) until it exits. Set BERTKIT_MALLOC=default
+to leave malloc alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+# mallopt parameters from glibc's <malloc.h>
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_MAX = -4
+
+_applied: bool | None = None
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc malloc keep freed memory for reuse (no mmap'd blocks, no heap trimming). Idempotent.
+
+    Returns True when the setting is in effect, False where it does not apply (not Linux/glibc, or opted out with
+    BERTKIT_MALLOC=default).
+    """
+    global _applied
+    if _applied is not None:
+        return _applied
+    _applied = False
+    if os.environ.get("BERTKIT_MALLOC", "").lower() == "default" or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # musl and other C libraries have no mallopt
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    # mallopt returns 1 on success. The trim threshold is an int: 2**31 - 1 bytes means "never trim".
+    _applied = bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+    return _applied
