@@ -2,7 +2,8 @@
 
 Same random batches for both: batch 32, length 128 with real lengths drawn from 64..128 (padded to the longest),
 15% of real tokens masked, NSP labels; models `mini` (L4 H256 A4) and MiniLM-sized (L6 H384 A12, FFN 1536).
-Prints tokens/s (real tokens) of each and the ratio bertkit / transformers last.
+Prints tokens/s (real tokens) of each and the ratio bertkit / transformers last. The two take turns batch by
+batch, in one process under the same malloc setting (the one `bertkit pretrain` makes; --default-malloc: none).
 
     python benchmarks/bench_pretrain_step.py [--steps 8] [--threads N]
 """
@@ -11,8 +12,11 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Callable
 
 import torch
+
+from bertkit.runtime import keep_freed_memory
 
 SIZES = {
     "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024),
@@ -52,8 +56,8 @@ def build(lib: str, size: str) -> torch.nn.Module:
     return transformers.BertForPreTraining._from_config(cfg, attn_implementation="sdpa")
 
 
-def time_steps(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], warmup: int = 2) -> float:
-    """Real tokens per second over the batches after `warmup` untimed steps."""
+def make_step(model: torch.nn.Module) -> Callable[[dict[str, torch.Tensor]], None]:
+    """One training step of `model`: forward, backward, clipping, AdamW, as both trainers run it."""
     from bertkit.training.optim import parameter_groups
 
     model.train()
@@ -68,13 +72,23 @@ def time_steps(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], w
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    for b in batches[:warmup]:
-        step(b)
-    tokens = sum(int(b["attention_mask"].sum()) for b in batches[warmup:])
-    start = time.perf_counter()
+    return step
+
+
+def time_interleaved(steps: dict[str, Callable], batches: list[dict[str, torch.Tensor]], warmup: int = 2) -> dict:
+    """Real tokens per second of each step function. After `warmup` untimed steps each, the libraries take turns
+    on every batch, so a change in the machine's speed during the run affects both alike."""
+    for step in steps.values():
+        for b in batches[:warmup]:
+            step(b)
+    seconds = dict.fromkeys(steps, 0.0)
     for b in batches[warmup:]:
-        step(b)
-    return tokens / (time.perf_counter() - start)
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step(b)
+            seconds[name] += time.perf_counter() - start
+    tokens = sum(int(b["attention_mask"].sum()) for b in batches[warmup:])
+    return {name: tokens / s for name, s in seconds.items()}
 
 
 def main() -> None:
@@ -84,17 +98,23 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--sizes", default="mini,minilm")
+    p.add_argument("--default-malloc", action="store_true",
+                   help="leave glibc malloc as it is instead of bertkit's training setting (for both libraries)")
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
+    # The setting `bertkit pretrain` makes (bertkit.runtime): one process, so both libraries run under it.
+    malloc = "glibc default" if a.default_malloc or not keep_freed_memory() else "freed memory kept (bertkit.runtime)"
     batches = make_batches(a.steps + 2, a.batch_size, a.seq)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {a.batch_size} x seq {a.seq}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {a.batch_size} x seq {a.seq}, "
+          f"malloc: {malloc}")
     print(f"{'model':8} {'bertkit tok/s':>14} {'transformers tok/s':>19} {'ratio':>7}")
     for size in a.sizes.split(","):
-        rates = {}
+        steps = {}
         for lib in ("bertkit", "transformers"):
             torch.manual_seed(0)
-            rates[lib] = time_steps(build(lib, size), batches)
+            steps[lib] = make_step(build(lib, size))
+        rates = time_interleaved(steps, batches)
         print(f"{size:8} {rates['bertkit']:14.0f} {rates['transformers']:19.0f} "
               f"{rates['bertkit'] / rates['transformers']:6.2f}x")
 
