@@ -165,10 +165,10 @@ def test_chunks_are_bounded_and_never_hold_a_lone_document() -> None:
     assert all(len(c.documents) >= 2 for c in chunks)
 
 
-def test_real_corpora_give_documents(shared_data: Path) -> None:
+def test_real_corpora_give_documents(data_dir: Path) -> None:
     stats = CorpusStats()
-    austen = list(iter_documents([shared_data / "jane_austen" / "persuasion.txt"], stats=stats))
+    austen = list(iter_documents([data_dir / "jane_austen" / "persuasion.txt"], stats=stats))
     assert len(austen) == 25  # 24 chapters and the title page
-    wiki = list(iter_documents([shared_data / "wikitext2" / "valid.txt"]))
+    wiki = list(iter_documents([data_dir / "wikitext2" / "valid.txt"]))
     assert len(wiki) == 60
     assert wiki[0].sentences[0].startswith("Homarus gammarus , known as the European lobster")

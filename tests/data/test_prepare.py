@@ -15,15 +15,15 @@ from bertkit.data.pretraining import VocabInfo
 from bertkit.errors import DataError, TokenizerError
 
 
-def _corpus(shared_data: Path) -> list[Path]:
-    return [shared_data / "jane_austen" / "persuasion.txt", shared_data / "wikitext2" / "valid.txt"]
+def _corpus(data_dir: Path) -> list[Path]:
+    return [data_dir / "jane_austen" / "persuasion.txt", data_dir / "wikitext2" / "valid.txt"]
 
 
 @pytest.fixture(scope="module")
-def static_dataset(tmp_path_factory, shared_data: Path, tokenizer) -> PretrainingDataset:
+def static_dataset(tmp_path_factory, data_dir: Path, tokenizer) -> PretrainingDataset:
     """Persuasion + WikiText-2 valid, static masks, dupe_factor 10, shards of 30 documents."""
     out = tmp_path_factory.mktemp("static")
-    result = prepare_pretraining(_corpus(shared_data), out, tokenizer, PretrainingDataConfig(chunk_documents=30))
+    result = prepare_pretraining(_corpus(data_dir), out, tokenizer, PretrainingDataConfig(chunk_documents=30))
     assert result.num_shards == 3 and result.corpus.documents == 85
     return PretrainingDataset(out)
 
@@ -106,8 +106,8 @@ def _tree(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_output_is_byte_identical_across_runs_and_worker_counts(tmp_path: Path, shared_data: Path, tokenizer) -> None:
-    files = [shared_data / "jane_austen" / "persuasion.txt"]
+def test_output_is_byte_identical_across_runs_and_worker_counts(tmp_path: Path, data_dir: Path, tokenizer) -> None:
+    files = [data_dir / "jane_austen" / "persuasion.txt"]
     config = PretrainingDataConfig(chunk_documents=6, dupe_factor=2)
     runs = []
     for name, workers in (("a", 1), ("b", 1), ("c", 2)):
@@ -121,10 +121,10 @@ def test_output_is_byte_identical_across_runs_and_worker_counts(tmp_path: Path, 
 
 
 @pytest.fixture(scope="module")
-def dynamic_dataset(tmp_path_factory, shared_data: Path, tokenizer) -> PretrainingDataset:
+def dynamic_dataset(tmp_path_factory, data_dir: Path, tokenizer) -> PretrainingDataset:
     out = tmp_path_factory.mktemp("dynamic")
     config = PretrainingDataConfig(dynamic_masking=True, whole_word_mask=True, dupe_factor=1, chunk_documents=8)
-    prepare_pretraining([shared_data / "jane_austen" / "persuasion.txt"], out, tokenizer, config)
+    prepare_pretraining([data_dir / "jane_austen" / "persuasion.txt"], out, tokenizer, config)
     return PretrainingDataset(out)
 
 
@@ -267,11 +267,11 @@ def test_reading_verifies_shards(tmp_path: Path, tokenizer) -> None:
         PretrainingDataset(out, verify_checksums=False)
 
 
-def test_cli_prepare_pretraining(tmp_path: Path, shared_data: Path, vocab_folder: str, capsys) -> None:
+def test_cli_prepare_pretraining(tmp_path: Path, data_dir: Path, vocab_folder: str, capsys) -> None:
     from bertkit.cli import main
 
     out = tmp_path / "out"
-    assert main(["prepare-pretraining", str(shared_data / "jane_austen" / "persuasion.txt"), "-o", str(out),
+    assert main(["prepare-pretraining", str(data_dir / "jane_austen" / "persuasion.txt"), "-o", str(out),
                  "--tokenizer", vocab_folder, "--dupe-factor", "1", "--whole-word-mask", "--workers", "2",
                  "--seed", "3"]) == 0
     text = capsys.readouterr().out

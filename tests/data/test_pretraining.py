@@ -158,9 +158,9 @@ def test_single_document_chunk_is_rejected() -> None:
         create_instances_from_document([[[6, 7], [8]]], 0, PretrainingDataConfig(), VOCAB, random.Random(0))
 
 
-def test_provenance_on_real_text(shared_data: Path, tokenizer) -> None:
+def test_provenance_on_real_text(data_dir: Path, tokenizer) -> None:
     """B of an IsNext pair follows A in its document; a random B comes from another document (real corpus)."""
-    files = [shared_data / "jane_austen" / "persuasion.txt", shared_data / "wikitext2" / "valid.txt"]
+    files = [data_dir / "jane_austen" / "persuasion.txt", data_dir / "wikitext2" / "valid.txt"]
     docs = list(iter_documents(files))[::3]  # a third of the documents keeps the test fast
     documents = [[tokenizer.convert_tokens_to_ids(tokenizer.tokenize(s))[:125] for s in d.sentences] for d in docs]
     documents = [[s for s in d if s] for d in documents]

@@ -9,9 +9,6 @@ from typing import Any
 import pytest
 
 
-
-
-
 @pytest.fixture(scope="session")
 def sentences(data_dir: Path) -> dict[str, list]:
     """32 SST-2 dev sentences and 16 MRPC dev pairs."""

