@@ -4,8 +4,9 @@
 #   1. an 8k WordPiece vocabulary from WikiText-2 valid + tiny Shakespeare + Jane Austen (WikiText-2 test held out)
 #   2. seq-128 MLM + NSP instances (dynamic masking, dupe factor 3) and a held-out set from WikiText-2 test
 #   3. `bertkit pretrain --config configs/pretrain-mini-cpu.yaml` (2,400 steps x 16 sequences)
-#   4. SST-2: the same fine-tuning budget from final/ and from random weights; a table at the end
-# Usage: benchmarks/pretrain_evidence.sh [OUT] [SEEDS...]      (default OUT runs/pretrain_evidence, seed 42)
+#   4. SST-2: the same fine-tuning budget from final/ and from random weights, for every seed and every fine-tuning
+#      LR in LRS (default "1e-4 3e-4": as in the paper, each start is entitled to its best LR); a table at the end
+# Usage: [LRS="1e-4 3e-4"] benchmarks/pretrain_evidence.sh [OUT] [SEEDS...]   (default OUT runs/pretrain_evidence, seed 42)
 set -euo pipefail
 OUT=${1:-runs/pretrain_evidence}; shift || true
 SEEDS=${*:-42}
@@ -13,6 +14,7 @@ DATA=${DATA:-$(cd "$(dirname "$0")/../.." && pwd)/shared/data}
 CONFIG=$(cd "$(dirname "$0")/.." && pwd)/configs/pretrain-mini-cpu.yaml
 BK="python -m bertkit"
 SST2_EXAMPLES=${SST2_EXAMPLES:-8000}
+LRS=${LRS:-1e-4 3e-4}
 mkdir -p "$OUT"
 
 timed() {  # name, command...: runs it and appends "name seconds" to OUT/timings.txt
@@ -43,13 +45,16 @@ BertForPreTraining(BertConfig.load(f"{out}/mini/final")).save_pretrained(f"{out}
 BertTokenizer.from_pretrained(f"{out}/mini/final").save_pretrained(f"{out}/random-init")
 PY
 
-for seed in $SEEDS; do
-  for start in pretrained random-init; do
-    model=$OUT/mini/final; [ $start = random-init ] && model=$OUT/random-init
-    [ -f "$OUT/sst2-$start-$seed/results.json" ] || timed "sst2-$start-$seed" $BK finetune --task classification \
-      --model "$model" --train "$DATA/sst2/train.tsv" --dev "$DATA/sst2/dev.tsv" --output "$OUT/sst2-$start-$seed" \
-      --max-train-examples "$SST2_EXAMPLES" --epochs 3 --max-length 64 --batch-size 32 --lr 1e-4 --seed "$seed" \
-      --no-progress
+for lr in $LRS; do
+  for seed in $SEEDS; do
+    for start in pretrained random-init; do
+      model=$OUT/mini/final; [ $start = random-init ] && model=$OUT/random-init
+      run=$OUT/sst2-$start-lr$lr-seed$seed
+      [ -f "$run/results.json" ] || timed "sst2-$start-lr$lr-seed$seed" $BK finetune --task classification \
+        --model "$model" --train "$DATA/sst2/train.tsv" --dev "$DATA/sst2/dev.tsv" --output "$run" \
+        --max-train-examples "$SST2_EXAMPLES" --epochs 3 --max-length 64 --batch-size 32 --lr "$lr" --seed "$seed" \
+        --no-progress
+    done
   done
 done
 
@@ -64,6 +69,6 @@ for r in evals:
 print("\nSST-2 dev accuracy (best epoch):")
 for p in sorted(out.glob("sst2-*/results.json")):
     r = json.loads(p.read_text())
-    print(f"  {p.parent.name:28} {r['best_metrics']['accuracy']:.4f}  ({r['train_examples']} examples, {r['seconds']} s)")
+    print(f"  {p.parent.name:36} {r['best_metrics']['accuracy']:.4f}  ({r['train_examples']} examples, {r['seconds']} s)")
 print("\ntimings (s):", (out / "timings.txt").read_text().replace("\n", "; "))
 PY
