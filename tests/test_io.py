@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from bertkit.io import atomic_open, atomic_path, atomic_write_json, atomic_write_text
+from bertkit.errors import OutputError
+from bertkit.io import atomic_open, atomic_path, atomic_write_json, atomic_write_text, make_dir
 
 
 def test_atomic_write_replaces_and_leaves_no_temp_files(tmp_path):
@@ -37,3 +38,27 @@ def test_atomic_path_renames_only_on_success(tmp_path):
     with atomic_path(target) as tmp:
         tmp.write_bytes(b"whole")
     assert target.read_bytes() == b"whole"
+
+
+def test_make_dir_errors_name_the_path(tmp_path):
+    assert make_dir(tmp_path / "a" / "b").is_dir()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError, match="file: exists and is not a folder"):
+        make_dir(tmp_path / "file")
+    with pytest.raises(OutputError, match="file: exists and is not a folder"):
+        atomic_write_text(tmp_path / "file" / "out.txt", "x")
+    os.symlink(tmp_path / "missing", tmp_path / "dangling")
+    with pytest.raises(OutputError, match="dangling: is a link to .*missing, which does not exist"):
+        make_dir(tmp_path / "dangling")
+
+
+def test_cli_reports_an_unwritable_output_without_a_traceback(tmp_path, capsys):
+    from bertkit.cli import main
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat .\n" * 50)
+    os.symlink(tmp_path / "tok8k", tmp_path / "tokenizer")  # a link to a folder that does not exist
+    code = main(["train-tokenizer", "--vocab-size", "60", "-o", str(tmp_path / "tokenizer"), str(corpus)])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "tokenizer: is a link to" in err and "Traceback" not in err

@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from bertkit.io import atomic_write_json, atomic_write_text
+from bertkit.io import atomic_write_json, atomic_write_text, make_dir
 
 # The bundled corpus: three novels and the plays for pre-training, a fourth novel held out for evaluation.
 PRETRAIN_FILES = ["austen_prideprejudice.txt.gz", "austen_sensesensibility.txt.gz", "austen_northangerabbey.txt.gz",
@@ -341,7 +341,7 @@ def print_table(rows: list[tuple[str, str]]) -> None:
 def run_demo(cfg: DemoConfig) -> DemoReport:
     """Run every step in order and write the report; returns what was measured."""
     out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    make_dir(out)
     report = DemoReport(config=asdict(cfg))
     steps = 6
 

@@ -23,6 +23,10 @@ class TokenizerError(BertkitError):
     """A vocabulary or tokenizer setting is invalid."""
 
 
+class OutputError(BertkitError):
+    """An output location cannot be written (a file or dangling link where a folder should go, no permission)."""
+
+
 def data_error(path: object, line: int | None, message: str) -> DataError:
     """Build a DataError whose message starts with 'path:line:' like a compiler's."""
     where = f"{path}:{line}" if line is not None else f"{path}"

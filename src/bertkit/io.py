@@ -9,12 +9,30 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterator
 
+from bertkit.errors import OutputError
+
 
 def _default_mode() -> int:
     """The permission bits an ordinary open() would give a new file (0o666 less the umask); mkstemp uses 0o600."""
     umask = os.umask(0)
     os.umask(umask)
     return 0o666 & ~umask
+
+
+def make_dir(path: str | os.PathLike) -> Path:
+    """Create the folder `path` (and its parents) if needed; a clear OutputError when that cannot be done."""
+    path = Path(path)
+    if path.is_dir():
+        return path
+    if path.is_symlink() and not path.exists():
+        raise OutputError(f"{path}: is a link to {os.readlink(path)}, which does not exist; expected a folder")
+    if path.exists():
+        raise OutputError(f"{path}: exists and is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{path}: cannot create the folder ({e.strerror or e})") from e
+    return path
 
 
 @contextlib.contextmanager
@@ -24,7 +42,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     A crash or a full disk in the middle leaves the old file (or none), never a half-written one.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     binary = "b" in mode
     os.chmod(tmp, _default_mode())
@@ -55,7 +73,7 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path for a writer that wants a file name (safetensors, torch.save, numpy); rename on success."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     os.chmod(tmp, _default_mode())

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import CheckpointError
+from bertkit.io import make_dir
 
 # Tokenizer files copied as they are when bertkit's tokenizer cannot rewrite them, and sentence-transformers'
 # settings (sequence limit, pooling) that `embed` reads.
@@ -127,7 +128,7 @@ def _copy_files(src: Path, dst: Path, names: tuple[str, ...]) -> None:
     """Copy the named files that exist in src into dst (keeping sub-folders)."""
     for name in names:
         if (src / name).is_file():
-            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            make_dir((dst / name).parent)
             shutil.copyfile(src / name, dst / name)
 
 

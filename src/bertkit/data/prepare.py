@@ -34,7 +34,7 @@ from bertkit.data.shards import (
     write_shard,
 )
 from bertkit.errors import DataError
-from bertkit.io import atomic_write_json
+from bertkit.io import atomic_write_json, make_dir
 
 CONFIG_FILE = "data_config.json"
 TOKENIZER_DIR = "tokenizer"
@@ -190,7 +190,7 @@ def _save_tokenizer(tokenizer: TokenizerLike, folder: Path) -> None:
     if hasattr(tokenizer, "save_pretrained"):
         tokenizer.save_pretrained(folder)  # type: ignore[attr-defined]
         return
-    folder.mkdir(parents=True, exist_ok=True)
+    make_dir(folder)
     by_id = sorted(tokenizer.vocab.items(), key=lambda kv: kv[1])
     from bertkit.io import atomic_write_text
 
@@ -222,7 +222,7 @@ def prepare_pretraining(
     vocab = VocabInfo.from_vocab(tokenizer.vocab, source=getattr(tokenizer, "name_or_path", "tokenizer vocabulary"))
     files = expand_inputs(inputs)
     out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    make_dir(out)
     index_path = out / INDEX_FILE
     if index_path.exists():
         index_path.unlink()  # the folder is no longer a complete dataset until the new index lands

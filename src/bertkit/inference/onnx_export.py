@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from bertkit.inference.loading import base_model
 from bertkit.errors import ConfigError
+from bertkit.io import make_dir
 from bertkit.model import BertForMultipleChoice, BertForPreTraining, BertForQuestionAnswering, BertModel, \
     BertPreTrainedModel
 
@@ -86,7 +87,7 @@ def export_onnx(model: BertPreTrainedModel, path: str | Path, opset: int = OPSET
     for name in wrapper.names:
         sequence_level = name in ("pooler_output", "seq_relationship_logits") or not per_token
         dynamic_axes[name] = {0: "batch"} if sequence_level else {0: "batch", 1: "sequence"}
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    make_dir(Path(path).parent)
     with padded_packing(model), torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about shape checks that hold for every input
         torch.onnx.export(wrapper, example_inputs(model), str(path), input_names=["input_ids", "attention_mask",

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from bertkit.errors import BertkitError, CheckpointError
-from bertkit.io import atomic_path, atomic_write_json
+from bertkit.io import atomic_path, atomic_write_json, make_dir
 from bertkit.model.bert import MODEL_CLASSES, BertModel, BertPreTrainedModel
 from bertkit.model.config import BertConfig
 
@@ -438,7 +438,7 @@ def atomic_folder(folder: str | os.PathLike):  # noqa: ANN201 (a context manager
     if folder.is_dir() and any(folder.iterdir()):
         yield folder
         return
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(folder.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
     try:
         os.chmod(tmp, _default_dir_mode())

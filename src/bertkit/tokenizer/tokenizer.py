@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from bertkit.errors import CheckpointError, TokenizerError
-from bertkit.io import atomic_write_json, atomic_write_text
+from bertkit.io import atomic_write_json, atomic_write_text, make_dir
 from bertkit.tokenizer.basic import ASCII_CONTROL_RE, ASCII_WORD_RE, Word, split_words
 from bertkit.tokenizer.wordpiece import MAX_INPUT_CHARS_PER_WORD, WordPiece
 
@@ -696,7 +696,7 @@ class BertTokenizer:
     def save_pretrained(self, folder: str | os.PathLike) -> None:
         """Write vocab.txt, tokenizer_config.json, special_tokens_map.json and tokenizer.json, each atomically."""
         folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
+        make_dir(folder)
         tokens = [self.ids_to_tokens[i] for i in sorted(self.ids_to_tokens)]
         if sorted(self.ids_to_tokens) != list(range(len(tokens))):
             raise TokenizerError("vocabulary ids are not 0..n-1; cannot be written as vocab.txt")

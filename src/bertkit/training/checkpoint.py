@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from bertkit.errors import CheckpointError
-from bertkit.io import atomic_path, atomic_write_json
+from bertkit.io import atomic_path, atomic_write_json, make_dir
 
 FORMAT = "bertkit-training-state"
 VERSION = 1
@@ -69,7 +69,7 @@ def prune_checkpoints(root: str | os.PathLike, keep_last: int) -> list[Path]:
 def atomic_replace_folder(target: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty hidden sibling folder to fill; on success it replaces `target` (old one removed after)."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(target.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         yield tmp

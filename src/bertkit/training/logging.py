@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bertkit.io import atomic_write_text
+from bertkit.io import atomic_write_text, make_dir
 
 # Keys of a record that describe it rather than measure something.
 RECORD_KEYS = ("step", "split", "epoch", "phase", "time")
@@ -66,7 +66,7 @@ class MetricsLogger:
         """Append one record (it must hold 'step' and 'split': 'train' or 'eval')."""
         if not self.enabled:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_dir(self.path.parent)
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
             f.flush()

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 from bertkit.errors import CheckpointError, ConfigError
+from bertkit.io import make_dir
 from bertkit.runtime import keep_freed_memory
 from bertkit.training import checkpoint as ckpt
 from bertkit.training.config import TrainingConfig
@@ -448,7 +449,7 @@ class Trainer:
         if self.device.type == "cpu":
             keep_freed_memory()  # steady-state steps reuse warm pages instead of page-faulting (bertkit.runtime)
         if self.dist.is_main:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
+            make_dir(self.output_dir)
         barrier()
         self._setup(resume)
         model = self._wrap_ddp()
