@@ -3,7 +3,7 @@
 # 30 minutes on 2 cores, then fine-tuned on SST-2 next to the same architecture from random initialisation.
 #   1. an 8k WordPiece vocabulary from WikiText-2 valid + tiny Shakespeare + Jane Austen (WikiText-2 test held out)
 #   2. seq-128 MLM + NSP instances (dynamic masking, dupe factor 3) and a held-out set from WikiText-2 test
-#   3. `bertkit pretrain --config configs/pretrain-mini-cpu.yaml` (2,400 steps x 16 sequences)
+#   3. `bertkit pretrain --config configs/pretrain-mini-cpu.yaml` (3,000 steps x 16 sequences)
 #   4. SST-2: the same fine-tuning budget from final/ and from random weights, for every seed and every fine-tuning
 #      LR in LRS (default "1e-4 3e-4": as in the paper, each start is entitled to its best LR); a table at the end
 # Usage: [LRS="1e-4 3e-4"] benchmarks/pretrain_evidence.sh [OUT] [SEEDS...]   (default OUT runs/pretrain_evidence, seed 42)
