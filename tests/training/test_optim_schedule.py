@@ -134,6 +134,6 @@ def test_example_configs_load_and_cli_overrides_apply() -> None:
                               "--max-steps", "10", "--model_overrides", "{hidden_dropout_prob: 0.0}", "--resume"])
     cfg = cli_pretrain.resolve_config(args)
     assert (cfg.training.lr, cfg.training.max_steps, cfg.model, args.resume) == (3e-4, 10, "mini", True)
-    assert cfg.model_overrides == {"hidden_dropout_prob": 0.0} and cfg.training.eval_every == 400
+    assert cfg.model_overrides == {"hidden_dropout_prob": 0.0} and cfg.training.eval_every == 500  # from the file, not overridden
     with pytest.raises(ConfigError, match="training.batch_size"):
         cli_pretrain.resolve_config(parser.parse_args(["pretrain", "--batch_size", "many"]))
