@@ -5,7 +5,7 @@ Same random batches for both: batch 32, length 128 with real lengths drawn from 
 Prints tokens/s (real tokens) of each and the ratio bertkit / transformers last. The two take turns batch by
 batch, in one process under the same malloc setting (the one `bertkit pretrain` makes; --default-malloc: none).
 
-    python benchmarks/bench_pretrain_step.py [--steps 8] [--threads N]
+    python benchmarks/bench_pretrain_step.py [--steps 8] [--threads N] [--default-malloc] [--profile]
 """
 
 from __future__ import annotations
@@ -98,6 +98,8 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--sizes", default="mini,minilm")
+    p.add_argument("--profile", action="store_true",
+                   help="afterwards, torch.profiler's top ops over two bertkit steps of the last size")
     p.add_argument("--default-malloc", action="store_true",
                    help="leave glibc malloc as it is instead of bertkit's training setting (for both libraries)")
     a = p.parse_args()
@@ -117,6 +119,18 @@ def main() -> None:
         rates = time_interleaved(steps, batches)
         print(f"{size:8} {rates['bertkit']:14.0f} {rates['transformers']:19.0f} "
               f"{rates['bertkit'] / rates['transformers']:6.2f}x")
+    if a.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for b in batches[:2]:
+                steps["bertkit"](b)
+        events = prof.key_averages()
+        total = sum(e.self_cpu_time_total for e in events)
+        linear = sum(e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm"))
+        print(f"\nwhere the bertkit {size} step spends its time (torch.profiler, self CPU time): "
+              f"{linear / total:.0%} in matrix products of the linear layers (aten::mm, aten::addmm)")
+        print(events.table(sort_by="self_cpu_time_total", row_limit=12))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 A training step allocates and frees the same large tensors every time (attention scores, the vocabulary logits,
 gradients). glibc serves blocks above its mmap threshold (at most 32 MiB) with fresh `mmap` pages and returns
 them with `munmap` on free, so every step page-faults all of that memory in again, and the kernel zeroes each
-page. On the 2-core machine bertkit is benchmarked on, that made a (462, 30522) cross-entropy 2.7x slower and
-zeroing a 47 MB gradient 11x slower than with the memory kept. `keep_freed_memory` tells malloc to serve every
+page. On the 2-core machine bertkit is benchmarked on, that made a (462, 30522) cross-entropy 2.3x slower and
+zeroing a 47 MB gradient 12x slower than with the memory kept (benchmarks/bench_cpu_levers.py). `keep_freed_memory` tells malloc to serve every
 block from its heap and never give the heap back, so steady-state steps reuse warm pages: the advice of the
 PyTorch CPU performance guides (which reach for jemalloc or tcmalloc), without a preloaded library.
 

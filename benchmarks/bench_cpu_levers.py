@@ -1,0 +1,79 @@
+"""The two CPU-level levers of bertkit's training step, each against what it replaces, on the same tensors.
+
+1. Dropout on a (32, 12, 128, 128) attention-probability tensor: torch's F.dropout (one random float per element)
+   vs bertkit.model.bert.dropout (16 random bits per element).
+2. malloc (bertkit.runtime.keep_freed_memory): a (462, 30522) masked-LM cross-entropy forward + backward and the
+   zeroing of a (30522, 384) gradient, each in a fresh process with glibc's default and with freed memory kept.
+
+    python benchmarks/bench_cpu_levers.py [--repeat 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+
+def mean_ms(fn: Callable[[], object], repeat: int) -> float:
+    """Mean milliseconds per call over `repeat` calls, after two warm-up calls."""
+    fn(), fn()
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    return (time.perf_counter() - start) / repeat * 1000
+
+
+def allocation_heavy(repeat: int) -> dict[str, float]:
+    """Run in a child process: the two allocation-heavy operations of a pre-training step."""
+    torch.manual_seed(0)
+    logits = torch.randn(462, 30522, requires_grad=True)
+    labels = torch.randint(0, 30522, (462,))
+    return {
+        "cross-entropy fwd+bwd (462 x 30522)": mean_ms(lambda: F.cross_entropy(logits, labels).backward(), repeat),
+        "zeros (30522 x 384)": mean_ms(lambda: torch.zeros(30522, 384), repeat),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--child", choices=["default", "kept"], help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child:
+        if a.child == "kept":
+            from bertkit.runtime import keep_freed_memory
+
+            assert keep_freed_memory(), "the malloc setting did not apply"
+        print(json.dumps(allocation_heavy(a.repeat)))
+        return
+
+    from bertkit.model.bert import dropout
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    probs = torch.rand(32, 12, 128, 128)
+    torch_ms = mean_ms(lambda: F.dropout(probs, 0.1, True), a.repeat)
+    ours_ms = mean_ms(lambda: dropout(probs, 0.1), a.repeat)
+    print(f"{'operation':44} {'before ms':>10} {'bertkit ms':>11} {'ratio':>7}")
+    print(f"{'dropout p=0.1 on (32, 12, 128, 128)':44} {torch_ms:10.1f} {ours_ms:11.1f} {torch_ms / ours_ms:6.2f}x")
+
+    runs = {}
+    for mode in ("default", "kept"):
+        env = {**os.environ, "BERTKIT_MALLOC": "default" if mode == "default" else ""}
+        out = subprocess.run([sys.executable, __file__, "--child", mode, "--repeat", str(a.repeat)], env=env,
+                             capture_output=True, text=True, check=True)
+        runs[mode] = json.loads(out.stdout)
+    for name, before in runs["default"].items():
+        after = runs["kept"][name]
+        print(f"{name + ', malloc kept':44} {before:10.1f} {after:11.1f} {before / after:6.2f}x")
+
+
+if __name__ == "__main__":
+    main()
