@@ -199,3 +199,87 @@ def test_config_round_trips_and_validates(tmp_path: Path) -> None:
         PretrainingDataConfig(layout="words")
     with pytest.raises(ConfigError, match="unknown field"):
         PretrainingDataConfig.from_dict({"max_seq_len": 3})
+
+
+# ---- RoBERTa's FULL-SENTENCES packing (instances="full_sentences") -----------------------------------------------
+
+
+def _toy_documents(rng: random.Random, n_docs: int = 40) -> list[list[list[int]]]:
+    """Documents of sentences of word ids (6..12), lengths 1..30 tokens, 1..8 sentences each."""
+    return [[[rng.randint(6, 12) for _ in range(rng.randint(1, 30))] for _ in range(rng.randint(1, 8))]
+            for _ in range(n_docs)]
+
+
+@pytest.mark.parametrize("max_seq_length", [16, 32, 128])
+def test_full_sentence_packing_keeps_every_token_exactly_once(max_seq_length: int) -> None:
+    rng = random.Random(0)
+    documents = [[s[: max_seq_length - 3] for s in d] for d in _toy_documents(rng)]  # as tokenize_documents cuts
+    config = PretrainingDataConfig(instances="full_sentences", max_seq_length=max_seq_length, dupe_factor=1,
+                                   dynamic_masking=True)
+    instances = create_instances(documents, config, VOCAB, random.Random(1))
+    assert all(len(x.input_ids) <= max_seq_length for x in instances)
+    assert all(x.input_ids[0] == CLS and x.input_ids[-1] == SEP for x in instances)
+    assert all(x.a_length == len(x.input_ids) and not x.is_random_next for x in instances)  # one segment
+    # Unshuffle: instances in stream order (the first document of each, then position) rebuild the token stream.
+    body = [x.input_ids[1:-1] for x in instances]
+    assert all(b and b[0] != SEP and b[-1] != SEP for b in body)  # no separator at an instance edge
+    words = Counter(t for b in body for t in b if t != SEP)
+    assert words == Counter(t for d in documents for s in d for t in s)  # every token exactly once
+    # every sentence sits whole inside one instance
+    packed = [tuple(b) for b in body]
+    for d in documents:
+        for s in d:
+            assert any(_contains(p, s) for p in packed)
+    # instances are filled: the next sentence would not have fitted (so at most one short instance per boundary)
+    short = sum(len(x.input_ids) < max_seq_length - 30 for x in instances)
+    assert short <= max(1, len(instances) // 10)
+
+
+def _contains(seq: tuple[int, ...], part: list[int]) -> bool:
+    n = len(part)
+    return any(list(seq[i : i + n]) == part for i in range(len(seq) - n + 1))
+
+
+def test_full_sentence_packing_crosses_documents_with_a_separator() -> None:
+    docs = [[[6, 7]], [[8, 9], [10]], [[11, 12, 6]]]
+    config = PretrainingDataConfig(instances="full_sentences", max_seq_length=64, dupe_factor=1, dynamic_masking=True)
+    (instance,) = create_instances(docs, config, VOCAB, random.Random(0))
+    ids = instance.input_ids
+    assert ids[0] == CLS and ids[-1] == SEP and ids.count(SEP) == 3  # two document separators + the closing one
+    segments = [tuple(x) for x in _split(ids[1:-1], SEP)]
+    assert sorted(segments) == sorted([(6, 7), (8, 9, 10), (11, 12, 6)])
+    # each dupe pass reads the documents in a new order
+    config2 = PretrainingDataConfig(instances="full_sentences", max_seq_length=64, dupe_factor=8, dynamic_masking=True)
+    orders = {tuple(x.input_ids) for x in create_instances(docs, config2, VOCAB, random.Random(0))}
+    assert len(orders) > 1
+
+
+def _split(ids: list[int], sep: int) -> list[list[int]]:
+    out: list[list[int]] = [[]]
+    for t in ids:
+        if t == sep:
+            out.append([])
+        else:
+            out[-1].append(t)
+    return out
+
+
+@pytest.mark.parametrize("rate,mask_share,random_share", [(0.15, 0.8, 0.1), (0.4, 0.8, 0.1), (0.3, 1.0, 0.0)])
+def test_full_sentence_static_masks_realise_the_configured_rate_and_split(rate: float, mask_share: float,
+                                                                          random_share: float) -> None:
+    rng = random.Random(0)
+    documents = _toy_documents(rng, 200)
+    config = PretrainingDataConfig(instances="full_sentences", max_seq_length=64, dupe_factor=2, masked_lm_prob=rate,
+                                   max_predictions_per_seq=64, mask_token_prob=mask_share,
+                                   random_token_prob=random_share)
+    instances = create_instances(documents, config, VOCAB, random.Random(1))
+    kinds: Counter = Counter()
+    maskable = 0
+    for x in instances:
+        maskable += sum(t not in (CLS, SEP, PAD) for t in x.input_ids)  # masks never land on or make a special
+        for p, label in zip(x.masked_positions, x.masked_labels):
+            kinds["mask" if x.input_ids[p] == MASK else "same" if x.input_ids[p] == label else "random"] += 1
+    total = sum(kinds.values())
+    assert total / maskable == pytest.approx(rate, abs=0.01)
+    assert kinds["mask"] / total == pytest.approx(mask_share, abs=0.015)
+    assert kinds["random"] / total == pytest.approx(random_share * 6 / 7, abs=0.015)  # 1/7 of draws hit the original

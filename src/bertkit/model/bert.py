@@ -285,9 +285,13 @@ class BertSelfAttention(nn.Module):
 
 
 class BertSelfOutput(nn.Module):
-    """Projection of a sub-layer's output back to the hidden size, dropout, then residual + LayerNorm (post-LN).
+    """Projection of a sub-layer's output back to the hidden size, dropout, then the residual and the LayerNorm.
 
-    Used after attention (in = hidden) and, as BertOutput, after the feed-forward layer (in = intermediate).
+    Post-LN (the paper): LayerNorm(residual + dropout(dense(x))). Pre-LN (config.layer_norm_position = 'pre'):
+    this LayerNorm normalises the sub-layer's input instead (`normalize_input`) and the output is
+    residual + dropout(dense(x)), so the residual stream is never normalised inside the stack. The parameter keeps
+    its published name either way. Used after attention (in = hidden) and, as BertOutput, after the feed-forward
+    layer (in = intermediate).
     """
 
     def __init__(self, config: BertConfig, in_features: int | None = None) -> None:
@@ -295,8 +299,15 @@ class BertSelfOutput(nn.Module):
         self.dense = nn.Linear(in_features or config.hidden_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
+        self.pre_ln = config.layer_norm_position == "pre"
+
+    def normalize_input(self, x: Tensor) -> Tensor:
+        """What the sub-layer reads: LayerNorm(x) in a pre-LN model, x itself in the paper's post-LN one."""
+        return self.LayerNorm(x) if self.pre_ln else x
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
+        if self.pre_ln:
+            return residual + self.dropout(self.dense(x))
         return self.LayerNorm(self.dropout(self.dense(x)) + residual)
 
 
@@ -307,7 +318,7 @@ class BertAttention(nn.Module):
         self.output = BertSelfOutput(config)
 
     def forward(self, x: Tensor, packing: Packing, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
-        context, probs = self.self(x, packing, output_attentions)
+        context, probs = self.self(self.output.normalize_input(x), packing, output_attentions)
         return self.output(context, x), probs
 
 
@@ -341,13 +352,17 @@ class BertLayer(nn.Module):
 
     def forward(self, x: Tensor, packing: Packing, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
         x, probs = self.attention(x, packing, output_attentions)
-        return self.output(self.intermediate(x), x), probs
+        return self.output(self.intermediate(self.output.normalize_input(x)), x), probs
 
 
 class BertEncoder(nn.Module):
+    """The stack of layers; a pre-LN stack ends with one more LayerNorm (its residual stream is unnormalised)."""
+
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+        pre_ln = config.layer_norm_position == "pre"
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if pre_ln else None
         self.gradient_checkpointing = False
 
     def forward(
@@ -365,6 +380,10 @@ class BertEncoder(nn.Module):
                 hidden_states.append(packing.unpack(x))
             if attentions is not None:
                 attentions.append(probs)
+        if self.LayerNorm is not None:
+            x = self.LayerNorm(x)
+            if hidden_states is not None:
+                hidden_states[-1] = packing.unpack(x)  # the last entry is always last_hidden_state
         return (
             x,
             tuple(hidden_states) if hidden_states is not None else None,
@@ -563,8 +582,8 @@ class BertForPreTraining(_MLMHeadMixin, BertPreTrainedModel):
         prediction_logits, mlm_loss = masked_lm_logits(self.cls.predictions, out.last_hidden_state, labels)
         nsp_logits = self.cls.seq_relationship(out.pooler_output)  # (batch, 2)
         nsp_loss = None if next_sentence_label is None else F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
-        losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
-        loss = sum(losses) if losses else None
+        losses = [x for x in (mlm_loss, nsp_loss) if x is not None]  # masked LM alone without NSP labels (RoBERTa)
+        loss = losses[0] + losses[1] if len(losses) == 2 else losses[0] if losses else None
         return BertForPreTrainingOutput(loss, prediction_logits, nsp_logits, mlm_loss, nsp_loss,
                                         out.hidden_states, out.attentions)
 

@@ -22,6 +22,10 @@ PRESETS: dict[str, dict[str, int]] = {
     "large": dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16),
 }
 
+# config.json's model_type for a pre-LN model: not 'bert', so transformers does not load it as a post-LN BERT.
+PRE_LN_MODEL_TYPE = "bertkit_pre_ln"
+LAYER_NORM_POSITIONS = ("post", "pre")
+
 # Activation names as Hugging Face configs spell them, mapped to bertkit's two GELUs.
 _ACT_ALIASES = {
     "gelu": "gelu",
@@ -62,6 +66,12 @@ class BertConfig:
     """LayerNorm epsilon of the reference implementation."""
     pad_token_id: int = 0
     """Id of [PAD] in the vocabulary."""
+    layer_norm_position: str = "post"
+    """'post' (the paper: LayerNorm(x + sublayer(x))) or 'pre' (x + sublayer(LayerNorm(x)), plus one LayerNorm
+    after the last layer; Xiong et al. 2020). Pre-LN trains stably at higher learning rates, which is why
+    Cramming (Geiping & Goldstein 2022) uses it for pre-training on a small budget. A bertkit option:
+    transformers' BertModel is post-LN only, so a pre-LN folder is written with model_type 'bertkit_pre_ln'
+    and `bertkit convert --to-hf` refuses it."""
     # --- task head settings (saved with a fine-tuned model) ---
     num_labels: int = 2
     """Output size of classification and tagging heads."""
@@ -98,6 +108,8 @@ class BertConfig:
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ConfigError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
+        if self.layer_norm_position not in LAYER_NORM_POSITIONS:
+            raise ConfigError(f"BertConfig.layer_norm_position must be 'post' or 'pre', got {self.layer_norm_position!r}")
         if self.label_names is not None and len(self.label_names) != self.num_labels:
             raise ConfigError(
                 f"BertConfig.label_names has {len(self.label_names)} names but num_labels is {self.num_labels}"
@@ -122,7 +134,7 @@ class BertConfig:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict in Hugging Face's config.json layout plus bertkit's own fields."""
         d = dataclasses.asdict(self)
-        d["model_type"] = "bert"
+        d["model_type"] = PRE_LN_MODEL_TYPE if self.layer_norm_position == "pre" else "bert"
         d["position_embedding_type"] = "absolute"
         if self.label_names is not None:
             d["id2label"] = {str(i): name for i, name in enumerate(self.label_names)}
@@ -134,6 +146,8 @@ class BertConfig:
         """Build a config from a dict (bertkit's or a Hugging Face config.json); unknown keys are ignored."""
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in known}
+        if d.get("model_type") == PRE_LN_MODEL_TYPE:
+            kwargs["layer_norm_position"] = "pre"
         if d.get("position_embedding_type", "absolute") != "absolute":
             raise ConfigError(f"{source}: position_embedding_type {d['position_embedding_type']!r} is not supported "
                               "(bertkit implements BERT's absolute learned positions)")
@@ -166,6 +180,6 @@ class BertConfig:
             raise ConfigError(f"{path}: not valid JSON ({e})") from None
         if not isinstance(d, dict):
             raise ConfigError(f"{path}: expected a JSON object, found {type(d).__name__}")
-        if d.get("model_type", "bert") not in ("bert",):
-            raise ConfigError(f"{path}: model_type is {d['model_type']!r}, expected 'bert'")
+        if d.get("model_type", "bert") not in ("bert", PRE_LN_MODEL_TYPE):
+            raise ConfigError(f"{path}: model_type is {d['model_type']!r}, expected 'bert' (or '{PRE_LN_MODEL_TYPE}')")
         return cls.from_dict(d, source=str(path))

@@ -33,6 +33,9 @@ class PhaseConfig:
     """Optimizer updates in this phase (paper: 900,000 at 128 then 100,000 at 512); None = training.max_steps."""
     batch_size: int | None = None
     """Micro-batch size of this phase; None = training.batch_size (length 512 usually needs a smaller one)."""
+    grad_accum_steps: int | None = None
+    """Micro-batches per update in this phase; None = training.grad_accum_steps. Phases over the same data with a
+    growing batch_size x grad_accum_steps make a batch-size ramp (Cramming, Geiping & Goldstein 2022)."""
 
 
 def _paper_training() -> TrainingConfig:
@@ -60,6 +63,13 @@ class PretrainConfig:
     """Batches of eval_data per evaluation (None-like 0 = all of it)."""
     eval_batch_size: int | None = None
     """Batch size of evaluation; None = training.batch_size."""
+    next_sentence_prediction: bool | None = None
+    """Train the next-sentence head (the paper) or not (RoBERTa: masked LM alone, Liu et al. 2019, section 4.2).
+    None = whenever the training data holds sentence pairs (`prepare-pretraining --instances`)."""
+    masking: dict[str, Any] = field(default_factory=dict)
+    """For dynamic-masking data: masking fields of PretrainingDataConfig that replace the data's own, e.g.
+    {masked_lm_prob: 0.3, max_predictions_per_seq: 40} (Wettig et al. 2023 find 15% too low for small budgets) or
+    {mask_token_prob: 1.0, random_token_prob: 0.0}. Evaluation keeps the held-out data's own masking."""
     pad_to_multiple_of: int | None = 8
     """Pad each batch's length to a multiple of this (tensor-core friendly); None = to the longest."""
     verify_checksums: bool = True
@@ -112,11 +122,29 @@ def _open_dataset(folder: str, verify: bool):  # noqa: ANN202 (a PretrainingData
     return PretrainingDataset(folder, verify_checksums=verify)
 
 
-def _collator(dataset: Any, seed: int, pad_to_multiple_of: int | None):  # noqa: ANN202
+MASKING_FIELDS = ("masked_lm_prob", "max_predictions_per_seq", "mask_token_prob", "random_token_prob",
+                  "whole_word_mask")
+
+
+def pretraining_collator(dataset: Any, seed: int, config: PretrainConfig, evaluation: bool = False):  # noqa: ANN202
+    """The collator of one data folder. For training, `config.masking` replaces the folder's mask settings
+    (dynamic masking only); held-out data keeps its own, so every run is scored on the same task."""
     from bertkit.data import PretrainingCollator
 
-    return PretrainingCollator(dataset.vocab_info(), dynamic_masking=dataset.dynamic_masking, config=dataset.config,
-                               seed=seed, pad_to_multiple_of=pad_to_multiple_of)
+    data_config = dataset.config
+    masking = {} if evaluation else config.masking
+    if masking:
+        unknown = sorted(set(masking) - set(MASKING_FIELDS))
+        if unknown:
+            raise ConfigError(f"PretrainConfig.masking: unknown field(s) {', '.join(unknown)}; expected some of "
+                              f"{', '.join(MASKING_FIELDS)}")
+        if not dataset.dynamic_masking:
+            raise ConfigError(f"PretrainConfig.masking is set but {dataset.folder} holds static masks; prepare it "
+                              "with --dynamic-masking to choose masks at training time")
+        data_config = dataclasses.replace(data_config, **masking)  # validates the values
+    return PretrainingCollator(dataset.vocab_info(), dynamic_masking=dataset.dynamic_masking, config=data_config,
+                               seed=seed, pad_to_multiple_of=config.pad_to_multiple_of,
+                               next_sentence=config.next_sentence_prediction)
 
 
 def build_model(config: PretrainConfig, vocab_size: int, vocab_source: Path, max_seq_length: int):  # noqa: ANN201
@@ -164,15 +192,18 @@ def make_evaluate(dataset: Any, collate: Any, batch_size: int, max_batches: int)
                 mlm_loss += float(out.mlm_loss) * k
                 mlm_correct += float((out.prediction_logits.argmax(-1) == labels).sum())
                 mlm_count += k
-            b = batch["next_sentence_label"].numel()
-            nsp_loss += float(out.nsp_loss) * b
-            nsp_correct += float((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
-            nsp_count += b
+            if "next_sentence_label" in batch:
+                b = batch["next_sentence_label"].numel()
+                nsp_loss += float(out.nsp_loss) * b
+                nsp_correct += float((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
+                nsp_count += b
         mlm = mlm_loss / max(mlm_count, 1)
-        nsp = nsp_loss / max(nsp_count, 1)
-        return {"loss": mlm + nsp, "mlm_loss": mlm, "mlm_accuracy": mlm_correct / max(mlm_count, 1),
-                "nsp_loss": nsp, "nsp_accuracy": nsp_correct / max(nsp_count, 1),
-                "perplexity": math.exp(min(mlm, 50.0))}
+        metrics = {"loss": mlm, "mlm_loss": mlm, "mlm_accuracy": mlm_correct / max(mlm_count, 1),
+                   "perplexity": math.exp(min(mlm, 50.0))}
+        if nsp_count:
+            nsp = nsp_loss / nsp_count
+            metrics.update(loss=mlm + nsp, nsp_loss=nsp, nsp_accuracy=nsp_correct / nsp_count)
+        return metrics
 
     return evaluate
 
@@ -198,15 +229,20 @@ def run_pretraining(config: PretrainConfig, resume: bool = False) -> TrainResult
     max_len = max(ds.config.max_seq_length for ds in datasets)
     model = build_model(config, tokenizer.vocab_size, tok_dir / "vocab.txt", max_len)
 
+    # Phase k draws its dynamic masks from seed + k: phases over the same data (a batch ramp) see new masks.
     phases = [
-        TrainPhase(ds, _collator(ds, t.seed, config.pad_to_multiple_of), p.max_steps, p.batch_size,
-                   name=Path(p.data).name)
-        for ds, p in zip(datasets, phase_cfgs)
+        TrainPhase(ds, pretraining_collator(ds, t.seed + k, config), p.max_steps, p.batch_size,
+                   name=Path(p.data).name, grad_accum_steps=p.grad_accum_steps)
+        for k, (ds, p) in enumerate(zip(datasets, phase_cfgs))
     ]
     evaluate = None
     if eval_ds is not None:
-        # Evaluation masks are drawn once (epoch 0 of a fixed seed), so every evaluation sees the same task.
-        evaluate = make_evaluate(eval_ds, _collator(eval_ds, t.seed, config.pad_to_multiple_of),
+        # Evaluation masks are drawn once (epoch 0 of a fixed seed), so every evaluation sees the same task; NSP is
+        # scored when the held-out data has sentence pairs and the run trains NSP.
+        eval_config = dataclasses.replace(config, next_sentence_prediction=(
+            eval_ds.config.next_sentence and config.next_sentence_prediction is not False
+            and all(ds.config.next_sentence for ds in datasets)))
+        evaluate = make_evaluate(eval_ds, pretraining_collator(eval_ds, t.seed, eval_config, evaluation=True),
                                  config.eval_batch_size or t.batch_size, config.eval_batches)
     if dist_info.is_main:
         save_config(config, Path(t.output_dir) / CONFIG_COPY)

@@ -52,6 +52,8 @@ class TrainPhase:
     batch_size: int | None = None
     """Micro-batch size of this phase; None = the config's batch_size."""
     name: str = "train"
+    grad_accum_steps: int | None = None
+    """Micro-batches per optimizer update in this phase; None = the config's grad_accum_steps."""
 
 
 @dataclass
@@ -188,6 +190,9 @@ class Trainer:
     def _batch_size(self, phase: int) -> int:
         return self.phases[phase].batch_size or self.config.batch_size
 
+    def _accum_steps(self, phase: int) -> int:
+        return self.phases[phase].grad_accum_steps or self.config.grad_accum_steps
+
     def epoch_batches(self, phase: int, epoch: int) -> list[list[int]]:
         """This rank's micro-batches (dataset indices) of one epoch: a pure function of (seed, phase, epoch).
 
@@ -217,7 +222,7 @@ class Trainer:
         per_epoch = self._batches_per_epoch[phase]
         if per_epoch == 0:
             raise ConfigError(f"phase {phase}: fewer samples than one batch with drop_last")
-        return max(1, math.ceil(c.epochs * per_epoch / c.grad_accum_steps))
+        return max(1, math.ceil(c.epochs * per_epoch / self._accum_steps(phase)))
 
     def _micro_batches(self, pos: _Position) -> Iterator[tuple[Any, _Position, bool]]:
         """(batch, position after it, whether it ended an epoch), forever, across epochs of one phase."""
@@ -268,7 +273,7 @@ class Trainer:
         return {
             "world_size": self.dist.world_size,
             "batch_sizes": [self._batch_size(i) for i in range(len(self.phases))],
-            "grad_accum_steps": self.config.grad_accum_steps,
+            "grad_accum_steps": [self._accum_steps(i) for i in range(len(self.phases))],
             "seed": self.config.seed,
             "num_phases": len(self.phases),
             "dataset_sizes": [len(p.dataset) for p in self.phases],  # type: ignore[arg-type]
@@ -467,17 +472,18 @@ class Trainer:
                         self.pos = _Position(self.pos.phase + 1, 0, 0)
                     stream = self._micro_batches(self.pos)
                 epoch_ended = False
-                for micro in range(c.grad_accum_steps):
+                accum = self._accum_steps(self.pos.phase)
+                for micro in range(accum):
                     batch, self.pos, ended = next(stream)
                     epoch_ended |= ended
                     tokens = _count_tokens(batch)
                     batch = _to_device(batch, self.device)
-                    last = micro == c.grad_accum_steps - 1
+                    last = micro == accum - 1
                     sync = contextlib.nullcontext() if last or not self.dist.distributed else model.no_sync()
                     with sync:
                         with self._autocast():
                             loss = batch_loss(_forward(model, batch))
-                        scaled = loss / c.grad_accum_steps
+                        scaled = loss / accum
                         (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
                     loss_sum += loss.detach().float()
                     loss_count += 1

@@ -1,0 +1,118 @@
+"""Pre-LN blocks (config.layer_norm_position = 'pre') against a hand-written reference, and their export rules."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertkit.errors import ConfigError
+from bertkit.model import BertConfig, BertForPreTraining, BertModel
+
+PRE = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+           hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, layer_norm_position="pre")
+
+
+def reference_pre_ln(model: BertModel, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Xiong et al. 2020's pre-LN Transformer written out from the parameters, padded, no packing."""
+    c = model.config
+    p = dict(model.named_parameters())
+    eps = c.layer_norm_eps
+
+    def ln(x: torch.Tensor, name: str) -> torch.Tensor:
+        return F.layer_norm(x, (c.hidden_size,), p[f"{name}.weight"], p[f"{name}.bias"], eps)
+
+    def lin(x: torch.Tensor, name: str) -> torch.Tensor:
+        return x @ p[f"{name}.weight"].T + p[f"{name}.bias"]
+
+    b, s = ids.shape
+    x = (p["embeddings.word_embeddings.weight"][ids] + p["embeddings.token_type_embeddings.weight"][0]
+         + p["embeddings.position_embeddings.weight"][:s])
+    x = ln(x, "embeddings.LayerNorm")
+    heads, d = c.num_attention_heads, c.hidden_size // c.num_attention_heads
+    for i in range(c.num_hidden_layers):
+        pre = f"encoder.layer.{i}."
+        h = ln(x, pre + "attention.output.LayerNorm")  # normalise the sub-layer's input
+        q, k, v = (lin(h, pre + f"attention.self.{n}").view(b, s, heads, d).transpose(1, 2)
+                   for n in ("query", "key", "value"))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+        scores = scores.masked_fill(mask[:, None, None, :] == 0, float("-inf"))
+        context = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, -1)
+        x = x + lin(context, pre + "attention.output.dense")  # residual stream stays unnormalised
+        h = ln(x, pre + "output.LayerNorm")
+        x = x + lin(F.gelu(lin(h, pre + "intermediate.dense")), pre + "output.dense")
+    return ln(x, "encoder.LayerNorm")
+
+
+def test_pre_ln_forward_and_backward_match_reference() -> None:
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(**PRE))
+    with torch.no_grad():  # non-trivial LayerNorm parameters, so a misplaced norm cannot hide
+        for name, t in model.named_parameters():
+            if "LayerNorm" in name:
+                t.add_(torch.randn_like(t) * 0.3)
+    ids = torch.randint(5, 99, (3, 11))
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    mask[2, 3:] = 0
+    ours = model(ids, mask).last_hidden_state
+    ref = reference_pre_ln(model, ids, mask)
+    real = mask.bool()
+    assert torch.allclose(ours[real], ref[real], atol=1e-5)
+    # gradients of every parameter through a loss at the real tokens
+    weights = torch.randn_like(ref)
+    g_ours = torch.autograd.grad((ours[real] * weights[real]).sum(), list(model.parameters()), allow_unused=True)
+    g_ref = torch.autograd.grad((ref[real] * weights[real]).sum(), list(model.parameters()), allow_unused=True)
+    for (name, _), a, b in zip(model.named_parameters(), g_ours, g_ref):
+        if name.startswith("pooler"):
+            continue
+        assert a is not None and b is not None, name
+        assert torch.allclose(a, b, atol=1e-5), name
+
+
+def test_pre_ln_differs_from_post_ln_and_has_a_final_norm() -> None:
+    torch.manual_seed(0)
+    pre = BertModel(BertConfig(**PRE))
+    post = BertModel(BertConfig(**{**PRE, "layer_norm_position": "post"}))
+    with torch.no_grad():  # sub-layers large enough for where the norm sits to matter
+        for t in pre.parameters():
+            t.add_(torch.randn_like(t) * 0.3)
+    assert "encoder.LayerNorm.weight" in dict(pre.named_parameters())
+    assert "encoder.LayerNorm.weight" not in dict(post.named_parameters())
+    post.load_state_dict({k: v for k, v in pre.state_dict().items() if not k.startswith("encoder.LayerNorm")})
+    ids = torch.randint(5, 99, (2, 9))
+    assert not torch.allclose(pre(ids).last_hidden_state, post(ids).last_hidden_state, atol=1e-3)
+    # hidden_states ends with last_hidden_state (after the final norm)
+    out = pre(ids, output_hidden_states=True)
+    assert torch.equal(out.hidden_states[-1], out.last_hidden_state)
+    with pytest.raises(ConfigError, match="layer_norm_position"):
+        BertConfig(**{**PRE, "layer_norm_position": "sandwich"})
+
+
+def test_pre_ln_folder_round_trips_and_is_not_marked_as_bert(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(**PRE))
+    model.save_pretrained(str(tmp_path / "m"))
+    raw = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert raw["model_type"] == "bertkit_pre_ln"  # transformers must not take it for a post-LN BERT
+    back = BertForPreTraining.from_pretrained(str(tmp_path / "m"), strict=True)
+    assert back.config.layer_norm_position == "pre"
+    ids = torch.randint(5, 99, (2, 9))
+    model.eval(), back.eval()
+    assert torch.equal(model(ids).prediction_logits, back(ids).prediction_logits)
+
+
+def test_convert_to_hf_refuses_pre_ln(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from bertkit.cli import main
+
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(**PRE))
+    model.save_pretrained(str(tmp_path / "m"))
+    (tmp_path / "m" / "vocab.txt").write_text("".join(f"t{i}\n" for i in range(99)))
+    assert main(["convert", "--to-hf", str(tmp_path / "m"), "--out", str(tmp_path / "hf")]) == 1
+    assert "pre-LN" in capsys.readouterr().err
+    assert not (tmp_path / "hf").exists()
