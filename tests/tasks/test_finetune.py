@@ -137,3 +137,18 @@ def test_multiple_choice_minilm_above_chance(tmp_path, minilm_dir) -> None:
     s = finetune(minilm_dir, tmp_path / "run", "--task", "multiple-choice", "--train", str(train), "--dev", str(dev),
                  "--max-length", "24", "--lr", "1e-4", "--epochs", "2")
     assert s["best_metrics"]["accuracy"] > 0.5  # chance is 0.25
+
+
+def test_same_seed_same_run(tmp_path, data_dir, tiny_dir) -> None:
+    """The new head's initial weights come from --seed: two runs with one seed end with identical weights."""
+    import torch
+
+    runs = []
+    for name, seed in (("a", "5"), ("b", "5"), ("c", "6")):
+        finetune(tiny_dir, tmp_path / name, "--task", "classification", "--train", str(data_dir / "sst2/train.tsv"),
+                 "--dev", str(data_dir / "sst2/dev.tsv"), "--max-train-examples", "24", "--max-eval-examples", "12",
+                 "--max-length", "32", "--seed", seed)
+        runs.append(load_model(tmp_path / name / "final").state_dict())
+    a, b, c = runs
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["classifier.weight"], c["classifier.weight"])

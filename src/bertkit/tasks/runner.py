@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+import torch
 
 from bertkit.errors import CheckpointError, ConfigError
 from bertkit.io import atomic_write_json
@@ -152,7 +153,9 @@ def finetune(
 
     train_features = t.features(train_examples, tokenizer, settings, training=True)
     dev_features = t.features(dev_examples, tokenizer, settings, training=False)
-    net = build_model(t, model, settings)
+    with torch.random.fork_rng(devices=[]):  # the new head's initial weights are a function of the seed
+        torch.manual_seed(seed)
+        net = build_model(t, model, settings)
     main = settings.get("main_metric", t.main_metric)
     cfg = TrainingConfig(output_dir=output, lr=lr or t.default_lr, batch_size=batch_size, epochs=epochs,
                          warmup=warmup, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
