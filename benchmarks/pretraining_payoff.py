@@ -1,0 +1,75 @@
+"""Does a pre-trained folder beat random initialisation on SST-2 and CoNLL-2003? Same budget, LR grid and seeds.
+
+Each start named with --start NAME=FOLDER is fine-tuned on the task over the LR grid and the seeds; with
+--random-twin NAME, the same architecture and vocabulary with random weights ("random init") joins as the baseline.
+Each start is scored at the LR with the best mean over the seeds. Finished runs are read back (resumable).
+
+    python3 benchmarks/pretraining_payoff.py --task sst2 --start pretrained=runs/ship/final \\
+        --random-twin pretrained --out runs/payoff
+    python3 benchmarks/pretraining_payoff.py --task conll --start pretrained=runs/ship/final \\
+        --random-twin pretrained --out runs/payoff
+
+Budgets (the same for every start): SST-2: 8,000 of the 67,349 training sentences (seeded subset), 3 epochs,
+batch 32, max length 64, dev accuracy on all 872 dev sentences. CoNLL-2003: all 14,041 training sentences,
+3 epochs, batch 32, max length 128, entity F1 on the 3,250 validation sentences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+from bertkit.tasks.payoff import FinetuneBudget, compare_starts, markdown_table, random_init_twin, verdict
+
+DATA = Path(os.environ.get("DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+BUDGETS = {
+    "sst2": dict(task="classification", train=DATA / "sst2" / "train.tsv", dev=DATA / "sst2" / "dev.tsv",
+                 max_train_examples=8000, epochs=3.0, batch_size=32, max_length=64, metric="accuracy"),
+    "conll": dict(task="ner", train=DATA / "conll2003" / "train.txt", dev=DATA / "conll2003" / "valid.txt",
+                  max_train_examples=None, epochs=3.0, batch_size=32, max_length=128, metric="f1"),
+}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--task", choices=sorted(BUDGETS), required=True)
+    p.add_argument("--start", action="append", default=[], metavar="NAME=FOLDER", help="a start to fine-tune")
+    p.add_argument("--random-twin", metavar="NAME", help="add 'random init': NAME's architecture, random weights")
+    p.add_argument("--out", type=Path, required=True, help="output folder (runs, comparison.json, table.md)")
+    p.add_argument("--lrs", type=float, nargs="+", default=[1e-4, 3e-4, 1e-3])
+    p.add_argument("--seeds", type=int, nargs="+", default=[42, 43])
+    p.add_argument("--max-train-examples", type=int, help="override the budget's training subset")
+    p.add_argument("--epochs", type=float, help="override the budget's epochs")
+    args = p.parse_args()
+
+    print(f"CPU: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+          f"capability {torch.backends.cpu.get_cpu_capability()}, threads {torch.get_num_threads()}")
+    starts = dict(s.split("=", 1) for s in args.start)
+    if args.random_twin:
+        starts["random init"] = str(random_init_twin(starts[args.random_twin], args.out / args.task / "random-init"))
+    spec = dict(BUDGETS[args.task])
+    metric = spec.pop("metric")
+    if args.max_train_examples:
+        spec["max_train_examples"] = args.max_train_examples
+    if args.epochs:
+        spec["epochs"] = args.epochs
+    budget = FinetuneBudget(**{k: str(v) if isinstance(v, Path) else v for k, v in spec.items()},
+                            lrs=args.lrs, seeds=args.seeds)
+    results = compare_starts(starts, budget, args.out / args.task,
+                             on_run=lambda s, lr, seed, score: print(f"  {s:24} lr {lr:g} seed {seed}: {score:.4f}",
+                                                                     flush=True))
+    table = markdown_table(results, metric, baseline="random init" if args.random_twin else None)
+    lines = [table]
+    if args.random_twin:
+        lines += ["", verdict(results, args.random_twin, "random init", metric, args.task)]
+    (args.out / args.task / "table.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

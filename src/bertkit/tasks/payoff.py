@@ -1,0 +1,154 @@
+"""Does pre-training pay off? The same fine-tuning budget from several starts, each at its best learning rate.
+
+BERT's claim (Devlin et al. 2019) is that pre-training on unlabeled text makes downstream tasks better than
+random initialisation. An honest test gives every start (a pre-trained folder, the same architecture with random
+weights, a published checkpoint) the same task, data, epochs, batch and sequence length, the same small LR grid
+and the same seeds; each start is scored at the LR whose mean over the seeds is best (the paper picks the best
+fine-tuning LR on dev per task). Runs already finished are read back, so an interrupted comparison resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from bertkit.errors import ConfigError
+from bertkit.io import atomic_write_json
+
+SUMMARY_NAME = "comparison.json"
+
+
+@dataclass
+class FinetuneBudget:
+    """One task and the fine-tuning budget every start gets."""
+
+    task: str
+    """A bertkit task: 'classification', 'ner', ..."""
+    train: str
+    """Training file."""
+    dev: str
+    """Dev file: the scores are its main metric at the best evaluation."""
+    lrs: list[float] = field(default_factory=lambda: [1e-4, 3e-4])
+    """The learning-rate grid, the same for every start."""
+    seeds: list[int] = field(default_factory=lambda: [42, 43])
+    """Fine-tuning seeds (head initialisation, order, dropout), the same for every start."""
+    epochs: float = 3.0
+    batch_size: int = 32
+    max_length: int = 64
+    max_train_examples: int | None = None
+    """A seeded subset of the training file (None: all of it)."""
+    eval_every: int | None = None
+    """Evaluate every N steps (None: every epoch)."""
+
+    def __post_init__(self) -> None:
+        if not self.lrs or not self.seeds:
+            raise ConfigError("FinetuneBudget: lrs and seeds must each hold at least one value")
+
+
+@dataclass
+class StartResult:
+    """One start's scores: every (LR, seed) run, and the LR with the best mean."""
+
+    name: str
+    model: str
+    scores: dict[str, dict[str, float]]  # lr -> seed -> main metric
+    best_lr: float
+    best_scores: list[float]  # at best_lr, one per seed
+    mean: float
+
+
+def random_init_twin(folder: str | Path, out: str | Path, seed: int = 0) -> Path:
+    """The folder's architecture and vocabulary with freshly initialised weights (the random-init baseline)."""
+    import torch
+
+    from bertkit.model import BertConfig, BertForPreTraining
+    from bertkit.tokenizer import BertTokenizer
+
+    out = Path(out)
+    if (out / "config.json").is_file():
+        return out
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = BertForPreTraining(BertConfig.load(folder))
+    model.save_pretrained(str(out))
+    BertTokenizer.from_pretrained(str(folder)).save_pretrained(str(out))
+    return out
+
+
+def _lr_name(lr: float) -> str:
+    return f"{lr:g}"
+
+
+def compare_starts(
+    starts: dict[str, str | Path],
+    budget: FinetuneBudget,
+    output_dir: str | Path,
+    progress: bool = False,
+    on_run: Callable[[str, float, int, float], None] | None = None,
+) -> list[StartResult]:
+    """Fine-tune every start over the LR grid and seeds; write OUTPUT/comparison.json; return one result per start.
+
+    `on_run(start, lr, seed, score)` is called after each run (finished or read back).
+    """
+    from bertkit.tasks.runner import RESULTS_NAME, finetune
+
+    out = Path(output_dir)
+    results = []
+    for name, model in starts.items():
+        scores: dict[str, dict[str, float]] = {}
+        for lr in budget.lrs:
+            for seed in budget.seeds:
+                run = out / name / f"lr{_lr_name(lr)}-seed{seed}"
+                if (run / RESULTS_NAME).is_file():
+                    summary = json.loads((run / RESULTS_NAME).read_text(encoding="utf-8"))
+                else:
+                    summary = finetune(task=budget.task, model=str(model), train=budget.train, dev=budget.dev,
+                                       output=str(run), epochs=budget.epochs, lr=lr, batch_size=budget.batch_size,
+                                       max_length=budget.max_length, seed=seed, eval_every=budget.eval_every,
+                                       max_train_examples=budget.max_train_examples, progress=progress)
+                score = float(summary["best_metrics"][summary["main_metric"]])
+                scores.setdefault(_lr_name(lr), {})[str(seed)] = score
+                if on_run is not None:
+                    on_run(name, lr, seed, score)
+        best = max(budget.lrs, key=lambda lr: statistics.fmean(scores[_lr_name(lr)].values()))
+        at_best = [scores[_lr_name(best)][str(s)] for s in budget.seeds]
+        results.append(StartResult(name, str(model), scores, best, at_best, statistics.fmean(at_best)))
+    atomic_write_json(out / SUMMARY_NAME, {"budget": asdict(budget), "starts": [asdict(r) for r in results]})
+    return results
+
+
+def markdown_table(results: list[StartResult], metric: str, baseline: str | None = None) -> str:
+    """A table: start, best LR, score per seed, mean, and the difference to `baseline` in points."""
+    base = next((r.mean for r in results if r.name == baseline), None)
+    seeds = len(results[0].best_scores) if results else 0
+    head = ["start", "best LR", *[f"seed {i + 1}" for i in range(seeds)], f"mean {metric}"]
+    if base is not None:
+        head.append(f"vs {baseline}")
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for r in results:
+        row = [r.name, f"{r.best_lr:g}", *[f"{100 * s:.2f}" for s in r.best_scores], f"**{100 * r.mean:.2f}**"]
+        if base is not None:
+            row.append("" if r.name == baseline else f"{100 * (r.mean - base):+.2f}")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def verdict(results: list[StartResult], pretrained: str, baseline: str, metric: str, task: str) -> str:
+    """One sentence computed from the figures: did `pretrained` beat `baseline`, by how much, on how many seeds."""
+    by = {r.name: r for r in results}
+    if pretrained not in by or baseline not in by:
+        return ""
+    p, b = by[pretrained], by[baseline]
+    gain = 100 * (p.mean - b.mean)
+    wins = sum(x > y for x, y in zip(p.best_scores, b.best_scores))
+    n = len(p.best_scores)
+    if gain > 0:
+        return (f"{pretrained} beats {baseline} on {task} by {gain:+.2f} {metric} points (mean of {n} seeds, "
+                f"{100 * p.mean:.2f} vs {100 * b.mean:.2f}; better on {wins} of {n} seeds), with the same "
+                f"fine-tuning budget and LR grid.")
+    return (f"{pretrained} does not beat {baseline} on {task}: {gain:+.2f} {metric} points (mean of {n} seeds, "
+            f"{100 * p.mean:.2f} vs {100 * b.mean:.2f}), with the same fine-tuning budget and LR grid.")
+

@@ -1,0 +1,65 @@
+"""Comparing starts: the same budget for each, the best LR by mean over seeds, resumable, a computed verdict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertkit.model import BertForPreTraining
+from bertkit.tasks import payoff
+from bertkit.tasks.payoff import FinetuneBudget, StartResult, compare_starts, markdown_table, random_init_twin, verdict
+
+
+def test_random_init_twin_keeps_architecture_and_vocabulary(tmp_path: Path, tiny_dir: Path) -> None:
+    twin = random_init_twin(tiny_dir, tmp_path / "twin", seed=3)
+    a, b = BertForPreTraining.from_pretrained(str(tiny_dir)), BertForPreTraining.from_pretrained(str(twin))
+    assert a.config.to_dict() == b.config.to_dict()
+    assert (twin / "vocab.txt").read_text() == (tiny_dir / "vocab.txt").read_text()
+    assert not torch.equal(a.bert.embeddings.word_embeddings.weight, b.bert.embeddings.word_embeddings.weight)
+    again = random_init_twin(tiny_dir, tmp_path / "twin2", seed=3)
+    assert torch.equal(BertForPreTraining.from_pretrained(str(again)).bert.embeddings.word_embeddings.weight,
+                       b.bert.embeddings.word_embeddings.weight)
+
+
+def test_best_lr_is_chosen_by_the_mean_over_seeds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # lr 1: seeds 0.9 and 0.5 (mean 0.7); lr 2: 0.8 and 0.8 (mean 0.8): lr 2 wins though lr 1 has the best run
+    table = {(1.0, 1): 0.9, (1.0, 2): 0.5, (2.0, 1): 0.8, (2.0, 2): 0.8}
+    calls = []
+
+    def fake_finetune(**kw):  # noqa: ANN003, ANN202
+        calls.append((kw["model"], kw["lr"], kw["seed"]))
+        score = table[(kw["lr"], kw["seed"])] - (0.1 if kw["model"] == "b" else 0.0)
+        summary = {"main_metric": "accuracy", "best_metrics": {"accuracy": score}}
+        Path(kw["output"]).mkdir(parents=True)
+        (Path(kw["output"]) / "results.json").write_text(json.dumps(summary))
+        return summary
+
+    import bertkit.tasks.runner as runner
+
+    monkeypatch.setattr(runner, "finetune", fake_finetune)
+    budget = FinetuneBudget(task="classification", train="t", dev="d", lrs=[1.0, 2.0], seeds=[1, 2])
+    results = compare_starts({"a": "a", "b": "b"}, budget, tmp_path)
+    assert len(calls) == 8
+    a, b = results
+    assert a.best_lr == 2.0 and a.best_scores == [0.8, 0.8] and a.mean == pytest.approx(0.8)
+    assert b.mean == pytest.approx(0.7)
+    saved = json.loads((tmp_path / payoff.SUMMARY_NAME).read_text())
+    assert saved["starts"][0]["scores"]["1"] == {"1": 0.9, "2": 0.5}
+    # finished runs are read back, not run again
+    assert [r.mean for r in compare_starts({"a": "a", "b": "b"}, budget, tmp_path)] == [a.mean, b.mean]
+    assert len(calls) == 8
+
+
+def test_table_and_verdict_are_computed_from_the_figures() -> None:
+    results = [StartResult("pre-trained", "p", {}, 3e-4, [0.80, 0.82], 0.81),
+               StartResult("random init", "r", {}, 1e-4, [0.78, 0.77], 0.775)]
+    table = markdown_table(results, "accuracy", baseline="random init")
+    assert "| pre-trained | 0.0003 | 80.00 | 82.00 | **81.00** | +3.50 |" in table
+    text = verdict(results, "pre-trained", "random init", "accuracy", "SST-2")
+    assert text.startswith("pre-trained beats random init on SST-2 by +3.50 accuracy points")
+    assert "better on 2 of 2 seeds" in text
+    worse = [results[0], StartResult("random init", "r", {}, 1e-4, [0.9, 0.9], 0.9)]
+    assert "does not beat" in verdict(worse, "pre-trained", "random init", "accuracy", "SST-2")
