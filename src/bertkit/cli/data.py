@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -79,14 +78,13 @@ def _load_tokenizer(folder: str):
 
 def prepare_pretraining_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit prepare-pretraining`: build the dataset, show progress, print a summary."""
-    from tqdm import tqdm
-
     from bertkit.data.prepare import prepare_pretraining
+    from bertkit.progress import progress_bar
 
     config = _config_from_args(args)
     tokenizer = _load_tokenizer(args.tokenizer)
     start = time.perf_counter()
-    with tqdm(desc="prepare-pretraining", unit=" shard", file=sys.stderr, disable=None) as bar:
+    with progress_bar(None, "prepare-pretraining", "shard") as bar:
 
         def progress(documents: int, stats) -> None:
             bar.update(1)

@@ -220,7 +220,7 @@ def train_wordpiece(
 
     `inputs` are file paths (read line by line) or texts; `from_files` forces one reading (default: a path that
     exists is a file). `min_frequency` is the least count a pair needs to be merged. `limit_alphabet` keeps only
-    the most frequent characters (the others become [UNK]). `progress` shows a tqdm bar over the merges.
+    the most frequent characters (the others become [UNK]). `progress` reports the merges (a bar on a terminal, lines in a log).
     `criterion` ranks the pairs: "likelihood" (count-weighted, default) or "score" (the plain ratio); see the
     module docstring.
     """
@@ -237,9 +237,9 @@ def train_wordpiece(
     seen = set(vocab)
     bar = None
     if progress:
-        from tqdm import tqdm
+        from bertkit.progress import progress_bar
 
-        bar = tqdm(total=max(0, vocab_size - len(vocab)), desc="wordpiece merges", unit="merge")
+        bar = progress_bar(max(0, vocab_size - len(vocab)), "wordpiece merges", "merge")
     while len(vocab) < vocab_size:
         p = merger.best()
         if p is None:

@@ -13,6 +13,7 @@ import hashlib
 import math
 import random
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 from bertkit.errors import CheckpointError, ConfigError
 from bertkit.io import make_dir
+from bertkit.progress import progress_bar
 from bertkit.runtime import keep_freed_memory
 from bertkit.training import checkpoint as ckpt
 from bertkit.training.config import TrainingConfig
@@ -434,9 +436,11 @@ class Trainer:
 
     def _print(self, text: str) -> None:
         if self.dist.is_main:
-            from tqdm import tqdm
-
-            tqdm.write(text)
+            bar = getattr(self, "_bar", None)
+            if bar is not None:
+                bar.write(text)  # above a terminal's bar
+            else:
+                print(text, file=sys.stderr, flush=True)
 
     def _wrap_ddp(self) -> nn.Module:
         if not self.dist.distributed:
@@ -448,8 +452,6 @@ class Trainer:
 
     def train(self, resume: bool = False) -> TrainResult:
         """Train to the end of the last phase (or until SIGINT/SIGTERM); `resume` continues the latest checkpoint."""
-        from tqdm import tqdm
-
         c = self.config
         if self.device.type == "cpu":
             keep_freed_memory()  # steady-state steps reuse warm pages instead of page-faulting (bertkit.runtime)
@@ -460,8 +462,8 @@ class Trainer:
         model = self._wrap_ddp()
         model.train()
         params = [p for p in model.parameters() if p.requires_grad]
-        bar = tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True,
-                   disable=not (self.dist.is_main and c.progress_bar), desc=self.output_dir.name)
+        bar = self._bar = progress_bar(self.total_steps, self.output_dir.name, "step", initial=self.step,
+                                       enabled=self.dist.is_main and c.progress_bar)
         ends = np.cumsum(self.phase_steps).tolist()
         loss_sum, loss_count, window_tokens, window_start = torch.zeros((), device=self.device), 0, 0, time.perf_counter()
         stream: Iterator[tuple[Any, _Position, bool]] | None = None
@@ -527,10 +529,12 @@ class Trainer:
                     signum = self._stop_signal or signal.SIGTERM
                     folder = self.save_checkpoint()
                     bar.close()
+                    self._bar = None
                     self._print(f"stopped by signal {signum} at step {self.step}; checkpoint written to {folder}")
                     self.logger.close()
                     return self._result(interrupted=True, signum=signum)
         bar.close()
+        self._bar = None
         if self.last_eval_step != self.step:
             self.run_evaluation()
         self.save_checkpoint()
