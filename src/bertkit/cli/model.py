@@ -157,11 +157,14 @@ def convert_command(args: argparse.Namespace) -> int:
         model = MODEL_CLASSES[args.model_class].from_pretrained(src, strict=args.strict)
     else:
         model = load_model(src, strict=args.strict)
-    if args.to_hf and model.config.layer_norm_position == "pre":
+    if args.to_hf and not model.config.bert_compatible:
+        c = model.config
+        options = [o for o, on in (("pre-LN blocks (layer_norm_position 'pre')", c.layer_norm_position == "pre"),
+                                   ("ALiBi attention biases (alibi true)", c.alibi)) if on]
         raise CheckpointError(
-            f"{src}: a pre-LN model (layer_norm_position 'pre') has no transformers equivalent: transformers' "
-            "BertModel is post-LN, so it would load these weights and compute something else. Keep the bertkit "
-            "folder (bertkit.load / from_pretrained read it), or pre-train with layer_norm_position 'post'")
+            f"{src}: this model uses {' and '.join(options)}, which transformers' BertModel does not have: it would "
+            "load these weights and compute something else. Keep the bertkit folder (bertkit.load / from_pretrained "
+            "read it), or pre-train with the paper's architecture")
     if not (src / VOCAB_NAME).is_file():
         raise CheckpointError(f"{src / VOCAB_NAME}: missing; a model folder needs its vocabulary")
     tokenizer_cls = _tokenizer_class()

@@ -238,6 +238,9 @@ class BertSelfAttention(nn.Module):
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
+        # ALiBi slopes m_h = 2**(-8h/A), h = 1..A (Press et al. 2022); a buffer, so it follows .to(device)
+        slopes = 2.0 ** (-8.0 * torch.arange(1, self.num_heads + 1) / self.num_heads) if config.alibi else None
+        self.register_buffer("alibi_slopes", slopes, persistent=False)
 
     def project_qkv(self, x: Tensor) -> Tensor:
         """(tokens, hidden) -> (tokens, 3 * hidden): Q, K and V in one matrix product.
@@ -270,18 +273,30 @@ class BertSelfAttention(nn.Module):
         qkv = qkv.view(batch, seq_len, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # each (batch, heads, seq, head_dim)
         dropout_p = self.dropout_p if self.training else 0.0
+        mask = key_mask if self.alibi_slopes is None else self.alibi_bias(seq_len, key_mask, q.dtype)
         if output_attentions or (dropout_p > 0 and qkv.device.type == "cpu"):
             # Written out (torch's CPU attention kernels have no dropout and would fall back to this anyway).
             scores = (q / math.sqrt(self.head_dim)) @ k.transpose(-1, -2)  # (batch, heads, seq, seq)
-            if key_mask is not None:
-                scores = scores.masked_fill(~key_mask, torch.finfo(scores.dtype).min)
+            if mask is not None and mask.dtype == torch.bool:
+                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            elif mask is not None:
+                scores = scores + mask
             probs = scores.softmax(-1)
             context = dropout(probs, dropout_p) @ v
             probs = probs if output_attentions else None
         else:
             probs = None
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout_p)
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         return context.transpose(1, 2).reshape(batch, seq_len, -1), probs  # (batch, seq, hidden)
+
+    def alibi_bias(self, seq_len: int, key_mask: Tensor | None, dtype: torch.dtype) -> Tensor:
+        """Additive scores -m_h * |i - j|, (1 or batch, heads, seq, seq); masked keys get the dtype's minimum."""
+        pos = torch.arange(seq_len, device=self.alibi_slopes.device)
+        distance = (pos[None, :] - pos[:, None]).abs().to(dtype)  # (seq, seq)
+        bias = -self.alibi_slopes.to(dtype)[:, None, None] * distance  # (heads, seq, seq)
+        if key_mask is None:
+            return bias[None]
+        return bias[None].masked_fill(~key_mask, torch.finfo(dtype).min)  # key_mask (batch, 1, 1, seq)
 
 
 class BertSelfOutput(nn.Module):

@@ -22,8 +22,9 @@ PRESETS: dict[str, dict[str, int]] = {
     "large": dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16),
 }
 
-# config.json's model_type for a pre-LN model: not 'bert', so transformers does not load it as a post-LN BERT.
-PRE_LN_MODEL_TYPE = "bertkit_pre_ln"
+# config.json's model_type for a model with a bertkit-only architecture option (pre-LN, ALiBi): not 'bert', so
+# transformers does not load it as a BERT that computes something else.
+BERTKIT_MODEL_TYPE = "bertkit"
 LAYER_NORM_POSITIONS = ("post", "pre")
 
 # Activation names as Hugging Face configs spell them, mapped to bertkit's two GELUs.
@@ -70,8 +71,12 @@ class BertConfig:
     """'post' (the paper: LayerNorm(x + sublayer(x))) or 'pre' (x + sublayer(LayerNorm(x)), plus one LayerNorm
     after the last layer; Xiong et al. 2020). Pre-LN trains stably at higher learning rates, which is why
     Cramming (Geiping & Goldstein 2022) uses it for pre-training on a small budget. A bertkit option:
-    transformers' BertModel is post-LN only, so a pre-LN folder is written with model_type 'bertkit_pre_ln'
-    and `bertkit convert --to-hf` refuses it."""
+    transformers' BertModel is post-LN only (see `bert_compatible`)."""
+    alibi: bool = False
+    """Attention with Linear Biases (Press et al. 2022; in a bidirectional encoder, MosaicBERT, Portes et al.
+    2023): head h adds -m_h * |i - j| to the score of query i for key j, with slopes m_h = 2**(-8h/A). Attention
+    then starts out local instead of uniform, which is the structure masked LM must otherwise discover before
+    its loss leaves the unigram plateau. The learned absolute positions stay. A bertkit option."""
     # --- task head settings (saved with a fine-tuned model) ---
     num_labels: int = 2
     """Output size of classification and tagging heads."""
@@ -126,6 +131,14 @@ class BertConfig:
         return cls(**sizes)
 
     @property
+    def bert_compatible(self) -> bool:
+        """Whether transformers' BertModel computes the same function (no bertkit-only architecture option).
+
+        A folder of an incompatible model is written with model_type 'bertkit', and `bertkit convert --to-hf`
+        refuses it."""
+        return self.layer_norm_position == "post" and not self.alibi
+
+    @property
     def head_dim(self) -> int:
         """Width of one attention head."""
         return self.hidden_size // self.num_attention_heads
@@ -134,7 +147,7 @@ class BertConfig:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict in Hugging Face's config.json layout plus bertkit's own fields."""
         d = dataclasses.asdict(self)
-        d["model_type"] = PRE_LN_MODEL_TYPE if self.layer_norm_position == "pre" else "bert"
+        d["model_type"] = "bert" if self.bert_compatible else BERTKIT_MODEL_TYPE
         d["position_embedding_type"] = "absolute"
         if self.label_names is not None:
             d["id2label"] = {str(i): name for i, name in enumerate(self.label_names)}
@@ -146,8 +159,6 @@ class BertConfig:
         """Build a config from a dict (bertkit's or a Hugging Face config.json); unknown keys are ignored."""
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in known}
-        if d.get("model_type") == PRE_LN_MODEL_TYPE:
-            kwargs["layer_norm_position"] = "pre"
         if d.get("position_embedding_type", "absolute") != "absolute":
             raise ConfigError(f"{source}: position_embedding_type {d['position_embedding_type']!r} is not supported "
                               "(bertkit implements BERT's absolute learned positions)")
@@ -180,6 +191,6 @@ class BertConfig:
             raise ConfigError(f"{path}: not valid JSON ({e})") from None
         if not isinstance(d, dict):
             raise ConfigError(f"{path}: expected a JSON object, found {type(d).__name__}")
-        if d.get("model_type", "bert") not in ("bert", PRE_LN_MODEL_TYPE):
-            raise ConfigError(f"{path}: model_type is {d['model_type']!r}, expected 'bert' (or '{PRE_LN_MODEL_TYPE}')")
+        if d.get("model_type", "bert") not in ("bert", BERTKIT_MODEL_TYPE):
+            raise ConfigError(f"{path}: model_type is {d['model_type']!r}, expected 'bert' (or '{BERTKIT_MODEL_TYPE}')")
         return cls.from_dict(d, source=str(path))

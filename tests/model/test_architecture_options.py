@@ -1,4 +1,5 @@
-"""Pre-LN blocks (config.layer_norm_position = 'pre') against a hand-written reference, and their export rules."""
+"""bertkit-only architecture options against hand-written references, and their export rules: pre-LN blocks
+(config.layer_norm_position = 'pre') and ALiBi attention biases (config.alibi)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ PRE = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_hea
 
 
 def reference_pre_ln(model: BertModel, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Xiong et al. 2020's pre-LN Transformer written out from the parameters, padded, no packing."""
+    """Xiong et al. 2020's pre-LN Transformer written out from the parameters, padded, no packing; with
+    config.alibi, Press et al. 2022's biases -m_h |i - j|, m_h = 2**(-8h/A)."""
     c = model.config
     p = dict(model.named_parameters())
     eps = c.layer_norm_eps
@@ -40,6 +42,10 @@ def reference_pre_ln(model: BertModel, ids: torch.Tensor, mask: torch.Tensor) ->
         q, k, v = (lin(h, pre + f"attention.self.{n}").view(b, s, heads, d).transpose(1, 2)
                    for n in ("query", "key", "value"))
         scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+        if c.alibi:
+            slopes = torch.tensor([2 ** (-8 * h / heads) for h in range(1, heads + 1)])
+            distance = torch.tensor([[abs(i - j) for j in range(s)] for i in range(s)], dtype=torch.float32)
+            scores = scores - slopes[:, None, None] * distance
         scores = scores.masked_fill(mask[:, None, None, :] == 0, float("-inf"))
         context = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, -1)
         x = x + lin(context, pre + "attention.output.dense")  # residual stream stays unnormalised
@@ -48,16 +54,17 @@ def reference_pre_ln(model: BertModel, ids: torch.Tensor, mask: torch.Tensor) ->
     return ln(x, "encoder.LayerNorm")
 
 
-def test_pre_ln_forward_and_backward_match_reference() -> None:
+@pytest.mark.parametrize("alibi", [False, True])
+def test_pre_ln_forward_and_backward_match_reference(alibi: bool) -> None:
     torch.manual_seed(0)
-    model = BertModel(BertConfig(**PRE))
+    model = BertModel(BertConfig(**PRE, alibi=alibi))
     with torch.no_grad():  # non-trivial LayerNorm parameters, so a misplaced norm cannot hide
         for name, t in model.named_parameters():
             if "LayerNorm" in name:
                 t.add_(torch.randn_like(t) * 0.3)
-    ids = torch.randint(5, 99, (3, 11))
+    ids = torch.randint(5, 99, (3, 40))
     mask = torch.ones_like(ids)
-    mask[1, 7:] = 0
+    mask[1, 27:] = 0
     mask[2, 3:] = 0
     ours = model(ids, mask).last_hidden_state
     ref = reference_pre_ln(model, ids, mask)
@@ -98,7 +105,7 @@ def test_pre_ln_folder_round_trips_and_is_not_marked_as_bert(tmp_path: Path) -> 
     model = BertForPreTraining(BertConfig(**PRE))
     model.save_pretrained(str(tmp_path / "m"))
     raw = json.loads((tmp_path / "m" / "config.json").read_text())
-    assert raw["model_type"] == "bertkit_pre_ln"  # transformers must not take it for a post-LN BERT
+    assert raw["model_type"] == "bertkit"  # transformers must not take it for a post-LN BERT
     back = BertForPreTraining.from_pretrained(str(tmp_path / "m"), strict=True)
     assert back.config.layer_norm_position == "pre"
     ids = torch.randint(5, 99, (2, 9))
@@ -116,3 +123,24 @@ def test_convert_to_hf_refuses_pre_ln(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["convert", "--to-hf", str(tmp_path / "m"), "--out", str(tmp_path / "hf")]) == 1
     assert "pre-LN" in capsys.readouterr().err
     assert not (tmp_path / "hf").exists()
+
+
+def test_alibi_makes_attention_local_and_every_path_agrees() -> None:
+    """At initialisation an ALiBi head already prefers near keys; grouped, padded and written-out paths agree."""
+    from bertkit.model.bert import Packing
+
+    config = BertConfig(**{**PRE, "layer_norm_position": "post", "alibi": True})
+    torch.manual_seed(0)
+    model = BertModel(config).eval()
+    lengths = [3, 70, 71, 100, 128, 20, 64, 127, 1]
+    ids = torch.randint(5, 99, (len(lengths), 128))
+    mask = (torch.arange(128)[None, :] < torch.tensor(lengths)[:, None]).long()
+    assert Packing(mask).groups is not None
+    with torch.no_grad():
+        grouped = model(ids * mask, mask).last_hidden_state
+        written = model(ids * mask, mask, output_attentions=True)
+    assert torch.allclose(grouped, written.last_hidden_state, atol=1e-5)
+    probs = written.attentions[0][4, 0]  # sequence of length 128, the steepest head: (queries, keys)
+    assert probs[64, 63] > 5 * probs[64, 0]  # the neighbour outweighs a key 64 positions away
+    assert torch.all(written.attentions[0][0, :, :, 3:] == 0)  # padded keys get nothing
+    assert not BertConfig(alibi=True).bert_compatible and BertConfig().bert_compatible
