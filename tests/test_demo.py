@@ -3,6 +3,7 @@
 import json
 
 from bertkit.cli import main
+from bertkit.demo import DEMO_PRETRAINED, RANDOM_INIT, REFERENCE, SHIPPED, DemoReport, reading
 
 
 def test_quick_demo_writes_every_artefact(tmp_path, capsys):
@@ -10,7 +11,8 @@ def test_quick_demo_writes_every_artefact(tmp_path, capsys):
     assert main(["demo", "--quick", "--output-dir", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "[CLS]" in printed and "[SEP]" in printed  # the pair display
-    assert "SST-2 dev accuracy, pre-trained" in printed and "SST-2 dev accuracy, random init" in printed
+    for name in (RANDOM_INIT, DEMO_PRETRAINED, SHIPPED):
+        assert f"SST-2 dev accuracy, {name}" in printed
 
     report = json.loads((out / "summary.json").read_text())
     assert report["vocabulary"]["size"] == 3000
@@ -19,26 +21,33 @@ def test_quick_demo_writes_every_artefact(tmp_path, capsys):
     heldout = report["pretraining"]["heldout"]
     assert 0.0 <= heldout["mlm_accuracy"] <= 1.0 and heldout["perplexity"] > 1.0
     assert report["nsp"]["pairs"] == 200
-    assert len(report["fill_mask"]) == 5 and all(len(p["top"]) == 5 for p in report["fill_mask"])
-    for name in ("pre-trained", "random init"):
-        assert 0.0 <= report["finetuning"][name]["dev_accuracy"] <= 1.0
+    assert len(report["fill_mask"]) == 5
+    for probe in report["fill_mask"]:  # fill-mask from (b) and from the shipped model (c)
+        assert set(probe["answers"]) == {DEMO_PRETRAINED, SHIPPED} and all(len(t) == 5 for t in probe["answers"].values())
+    assert set(report["finetuning"]) == {RANDOM_INIT, DEMO_PRETRAINED, SHIPPED}  # --quick leaves (d) out
+    for r in report["finetuning"].values():
+        assert 0.0 <= r["dev_accuracy"] <= 1.0
 
     assert (out / "tokenizer" / "vocab.txt").is_file()
     assert (out / "pretrain" / "final" / "model.safetensors").is_file()
     assert (out / "pretrain" / "curves.png").read_bytes().startswith(b"\x89PNG")
+    assert (out / "sentiment.png").read_bytes().startswith(b"\x89PNG")
     assert (out / "pretrain" / "metrics.jsonl").is_file()
     assert "data:image/png;base64," in (out / "summary.html").read_text()
-    assert "| SST-2 dev accuracy, pre-trained |" in (out / "summary.md").read_text()
-    assert "Pre-training ha" in (out / "summary.md").read_text()  # the reading of the comparison
+    summary = (out / "summary.md").read_text()
+    assert f"| SST-2 dev accuracy, {SHIPPED} |" in summary
+    assert reading(DemoReport(**report)) in summary  # the verdict, computed from the figures
 
 
-def test_reading_states_the_gain_or_why_there_is_none():
-    from bertkit.demo import DemoReport, reading
-
+def test_reading_is_computed_from_the_figures():
     report = DemoReport(config={}, pretraining={"heldout": {"mlm_accuracy": 0.12}},
-                        finetuning={"pre-trained": {"dev_accuracy": 0.69}, "random init": {"dev_accuracy": 0.76}})
+                        finetuning={RANDOM_INIT: {"dev_accuracy": 0.76}, DEMO_PRETRAINED: {"dev_accuracy": 0.69},
+                                    SHIPPED: {"dev_accuracy": 0.80}, REFERENCE: {"dev_accuracy": 0.88}})
     text = reading(report)
-    assert text.startswith("Pre-training has not helped yet: -7.0 accuracy points") and "0.120" in text
-    report.finetuning["pre-trained"]["dev_accuracy"] = 0.80
-    assert reading(report).startswith("Pre-training helped: +4.0 accuracy points")
+    assert f"{DEMO_PRETRAINED} does not beat random initialisation by -7.0 points (69.0 vs 76.0)" in text
+    assert f"{SHIPPED} beats random initialisation by +4.0 points (80.0 vs 76.0)" in text
+    assert f"{REFERENCE} beats random initialisation by +12.0 points" in text
+    assert "0.120" in text and "plateau" in text  # why the short run loses
+    report.finetuning[DEMO_PRETRAINED]["dev_accuracy"] = 0.78
+    assert "plateau" not in reading(report)
     assert reading(DemoReport(config={})) == ""

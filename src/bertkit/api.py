@@ -18,12 +18,14 @@ import numpy as np
 from bertkit.errors import CheckpointError
 from bertkit.model import MODEL_CLASSES, BertPreTrainedModel
 from bertkit.model.checkpoint import VOCAB_NAME, load_model, save_pretrained
+from bertkit.pretrained import resolve_model_dir
 
 
 def load_tokenizer(folder: str | os.PathLike) -> Any:
     """The folder's bertkit BertTokenizer (vocab.txt + tokenizer_config.json)."""
     from bertkit.tokenizer import BertTokenizer
 
+    folder = resolve_model_dir(folder)
     if not (Path(folder) / VOCAB_NAME).is_file():
         raise CheckpointError(f"{Path(folder) / VOCAB_NAME}: missing; a model folder needs its vocabulary")
     return BertTokenizer.from_pretrained(str(folder))
@@ -76,6 +78,7 @@ def load(folder: str | os.PathLike, model_class: str | None = None, **kwargs: An
     """
     from bertkit.inference.embed import folder_defaults
 
+    folder = resolve_model_dir(folder)  # a shipped model's name (bertkit.pretrained) works too
     if model_class is None:
         model = load_model(folder, **kwargs)
     elif model_class in MODEL_CLASSES:

@@ -30,6 +30,7 @@ from bertkit.errors import BertkitError, CheckpointError
 from bertkit.io import atomic_path, atomic_write_json, make_dir
 from bertkit.model.bert import MODEL_CLASSES, BertModel, BertPreTrainedModel
 from bertkit.model.config import BertConfig
+from bertkit.pretrained import resolve_model_dir
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +182,8 @@ def check_vocab(folder: Path, config: BertConfig) -> None:
 
 
 def read_config(folder: Path) -> tuple[BertConfig, dict[str, Any]]:
-    """The BertConfig of a folder and the raw config.json dict (for `architectures`)."""
+    """The BertConfig of a folder (or a shipped model's name) and the raw config.json dict (for `architectures`)."""
+    folder = resolve_model_dir(folder)
     path = folder / CONFIG_NAME
     if not folder.exists():
         raise CheckpointError(f"{folder}: no such model folder")
@@ -328,7 +330,7 @@ def load_pretrained(
     config_overrides change config fields before the model is built (e.g. num_labels=3 for a new classifier).
     With strict=True any tensor missing from the file or left unused raises CheckpointError.
     """
-    folder = Path(folder)
+    folder = resolve_model_dir(folder)
     if config is None:
         config, _ = read_config(folder)
         check_vocab(folder, config)

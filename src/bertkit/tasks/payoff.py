@@ -152,3 +152,11 @@ def verdict(results: list[StartResult], pretrained: str, baseline: str, metric: 
     return (f"{pretrained} does not beat {baseline} on {task}: {gain:+.2f} {metric} points (mean of {n} seeds, "
             f"{100 * p.mean:.2f} vs {100 * b.mean:.2f}), with the same fine-tuning budget and LR grid.")
 
+
+
+def plot_comparison(results: list[StartResult], png_path: str | Path, title: str, metric: str = "accuracy") -> Path:
+    """A bar per start (its mean at the best LR, in points) with each seed's score as a dot."""
+    from bertkit.training.plots import plot_bars
+
+    return plot_bars([r.name for r in results], [100 * r.mean for r in results], png_path, title, f"{metric} (%)",
+                     points=[[100 * s for s in r.best_scores] for r in results])

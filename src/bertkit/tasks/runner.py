@@ -22,6 +22,7 @@ import torch
 
 from bertkit.errors import CheckpointError, ConfigError
 from bertkit.io import atomic_write_json
+from bertkit.pretrained import resolve_model_dir
 from bertkit.tasks import get_task
 from bertkit.tasks.base import Settings, Task, check_positive, require_examples
 
@@ -132,6 +133,7 @@ def finetune(
                         ("max_train_examples", max_train_examples), ("eval_every", eval_every)):
         check_positive(name, value)
     started = time.perf_counter()
+    model = str(resolve_model_dir(model))  # a shipped model's name works too
     t = get_task(task)
     config = read_folder_config(model)
     _check_same_task(t, config, model)

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Sequence
 
 from bertkit.errors import CheckpointError, TokenizerError
 from bertkit.io import atomic_write_json, atomic_write_text, make_dir
+from bertkit.pretrained import resolve_model_dir
 from bertkit.tokenizer.basic import ASCII_CONTROL_RE, ASCII_WORD_RE, Word, split_words
 from bertkit.tokenizer.wordpiece import MAX_INPUT_CHARS_PER_WORD, WordPiece
 
@@ -604,8 +605,9 @@ class BertTokenizer:
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> "BertTokenizer":
         """Load a tokenizer folder (vocab.txt + tokenizer_config.json and/or tokenizer.json, as bertkit or
-        Hugging Face write them) or a bare vocab.txt. Keyword arguments override the folder's settings."""
-        path = Path(path)
+        Hugging Face write them), a bare vocab.txt, or a shipped model's name (bertkit.pretrained). Keyword
+        arguments override the folder's settings."""
+        path = resolve_model_dir(path)
         if path.is_file():
             return cls(load_vocab(path), name_or_path=str(path), **overrides)
         if not path.is_dir():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -69,6 +70,42 @@ def plot_metrics(
         fig.suptitle(title)
     # Fixed margins: tight_layout costs as much as drawing the figure again.
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.08, top=0.9 if title else 0.94, wspace=0.28, hspace=0.5)
+    png_path = Path(png_path)
+    with atomic_path(png_path) as tmp:
+        fig.savefig(tmp, format="png")
+    return png_path
+
+
+def plot_bars(
+    labels: Sequence[str],
+    values: Sequence[float],
+    png_path: str | os.PathLike,
+    title: str,
+    ylabel: str,
+    points: Sequence[Sequence[float]] | None = None,
+) -> Path:
+    """A bar per label with its value written on it (and, optionally, each run's value as a dot), as a PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(1.8 + 1.9 * len(labels), 3.6), dpi=80)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    xs = list(range(len(labels)))
+    bars = ax.bar(xs, values, color="#4c78a8", width=0.6)
+    for bar, v in zip(bars, values):
+        ax.text(bar.get_x() + bar.get_width() / 2, v, f"{v:.1f}", ha="center", va="bottom", fontsize=9)
+    if points:
+        for x, run_values in zip(xs, points):
+            ax.plot([x] * len(run_values), run_values, "o", color="#e45756", markersize=4)
+    low = min(min(values), *(min(p) for p in points or [] if p))
+    ax.set_ylim(max(0.0, low - 10), max(values) + 5)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([textwrap.fill(label, 16) for label in labels], fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    fig.subplots_adjust(left=0.12, right=0.98, bottom=0.22, top=0.88)
     png_path = Path(png_path)
     with atomic_path(png_path) as tmp:
         fig.savefig(tmp, format="png")
