@@ -36,13 +36,13 @@ def tiny_config(**overrides: Any) -> BertConfig:
     return BertConfig(**settings)
 
 
-def tiny_folder(tmp: Path, class_name: str, seed: int = 0) -> Path:
-    """A random tiny model of `class_name` saved with MiniLM's vocabulary."""
+def tiny_folder(tmp: Path, class_name: str, seed: int = 0, **overrides: object) -> Path:
+    """A random tiny model of `class_name` saved with MiniLM's vocabulary (config fields from `overrides`)."""
     from bertkit.model import MODEL_CLASSES
 
     torch.manual_seed(seed)
-    overrides = {"num_labels": 2, "label_names": ["neg", "pos"]} if class_name == "BertForSequenceClassification" \
-        else {}
+    if class_name == "BertForSequenceClassification" and not overrides:
+        overrides = {"num_labels": 2, "label_names": ["neg", "pos"]}
     model = MODEL_CLASSES[class_name](tiny_config(**overrides)).eval()
     folder = tmp / class_name
     model.save_pretrained(str(folder))

@@ -127,5 +127,45 @@ def test_head_endpoints(class_name: str, endpoint: str, body: dict, tmp_path: Pa
         elif endpoint == "/ner":
             assert [t["token"] for t in data["results"][0]] == ["john", "lives", "in", "paris"]
         else:
-            assert data["start_token"] <= data["end_token"]
+            context = body["context"]
+            assert data["answer"] == context[data["start_char"]:data["end_char"]] and data["answer"]
+            assert isinstance(data["score"], float)
         assert c.post("/classify" if endpoint != "/classify" else "/qa", json=body).status_code in (404, 422)
+
+
+def test_embed_uses_the_folders_pooling_normalisation_and_length() -> None:
+    """/embed answers what bertkit.load(folder).encode does: MiniLM's mean pooling, unit norm, 256 tokens."""
+    import bertkit
+
+    long_text = " ".join(["The committee met again on Tuesday to discuss the budget of the new library."] * 36)
+    texts = [long_text, "a short one"]
+    with Server(minilm_folder()) as server:
+        r = httpx.Client(base_url=server.url).post("/embed", json={"texts": texts})
+        assert r.status_code == 200
+        served = torch.tensor(r.json()["embeddings"])
+    api = torch.from_numpy(bertkit.load(minilm_folder()).encode(texts))
+    assert (served - api).abs().max() <= 1e-5
+    assert torch.allclose(served.norm(dim=-1), torch.ones(2), atol=1e-5)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"num_labels": 1, "label_names": None, "problem_type": "regression"},
+    {"num_labels": 3, "label_names": ["a", "b", "c"], "problem_type": "multi_label_classification"},
+])
+def test_classify_reads_logits_as_the_heads_problem_type(overrides: dict, tmp_path: Path) -> None:
+    from bertkit.model import BertForSequenceClassification
+
+    folder = tiny_folder(tmp_path, "BertForSequenceClassification", **overrides)
+    model = BertForSequenceClassification.from_pretrained(str(folder)).eval()
+    tok = __import__("bertkit").BertTokenizer.from_pretrained(str(folder))
+    with torch.no_grad():
+        logits = model(**tok(["good movie"]).to_tensors()).logits[0]
+    with Server(folder) as server:
+        result = httpx.Client(base_url=server.url).post("/classify", json={"texts": ["good movie"]}).json()
+    (r,) = result["results"]
+    if overrides["num_labels"] == 1:  # regression: the number itself, no softmax over one logit
+        assert r["label"] is None and r["value"] == pytest.approx(float(logits[0]), abs=1e-5)
+    else:  # multi-label: one sigmoid per label
+        probs = logits.sigmoid().tolist()
+        assert [r["probabilities"][k] for k in "abc"] == pytest.approx(probs, abs=1e-5)
+        assert r["labels"] == [k for k, p in zip("abc", probs) if p > 0.5]

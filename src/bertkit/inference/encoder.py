@@ -73,6 +73,7 @@ class Encoder:
         device: str | torch.device | None = None,
         compile: bool = False,
         max_seq_length: int | None = None,
+        defaults: dict[str, Any] | None = None,
     ) -> None:
         folder = None
         if isinstance(model, (str, Path)):
@@ -88,7 +89,8 @@ class Encoder:
         self.tokenizer = tokenizer
         self.precision = precision
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        defaults = folder_defaults(folder) if folder is not None else {}
+        if defaults is None:  # pooling, normalisation and length from the folder's sentence-transformers files
+            defaults = folder_defaults(folder) if folder is not None else {}
         self.default_pooling: str = defaults.get("pooling", "mean")
         self.default_normalize: bool = defaults.get("normalize", False)
         self.max_seq_length = max_seq_length or defaults.get("max_length") or self.config.max_position_embeddings

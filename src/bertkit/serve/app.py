@@ -1,9 +1,10 @@
 """The HTTP service: FastAPI over one model folder, with the endpoints its head supports.
 
 /health always; /embed for every folder (the encoder under any head); /fill-mask for masked-LM heads; /classify,
-/ner, /qa for sequence-classification, token-classification and question-answering heads. The heads' decoding is
-done here simply (argmax labels; best start <= end span of at most MAX_ANSWER_TOKENS). Each endpoint's work runs
-through a DynamicBatcher, so concurrent requests share forward passes.
+/ner, /qa for sequence-classification, token-classification and question-answering heads. /classify reads the
+logits as the head's problem type says (softmax, per-label sigmoid, or a regression value); /qa answers a span of
+the context by character offsets, decoded as evaluation decodes it. Each endpoint's work runs through a
+DynamicBatcher, so concurrent requests share forward passes.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from bertkit.inference.embed import pad_batch
+from bertkit.inference.embed import folder_defaults, pad_batch
 from bertkit.inference.encoder import Encoder
 from bertkit.inference.fill_mask import MASK, fill_mask_batch
 from bertkit.inference import loading
 from bertkit.model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertkit.serve.batching import DynamicBatcher
+from bertkit.tasks.qa import context_offsets, window_spans
 
 MAX_ANSWER_TOKENS = 30  # longest answer span considered, as in the SQuAD reference
 
@@ -72,9 +74,11 @@ class ClassifyRequest(BaseModel):
 
 
 class Classification(BaseModel):
-    label: str
-    probability: float
-    probabilities: dict[str, float]
+    label: str | None = Field(..., description="the most probable label (None for a regression head)")
+    probability: float | None = Field(..., description="its probability (softmax; sigmoid for multi-label)")
+    probabilities: dict[str, float] = Field(..., description="every label's probability")
+    labels: list[str] | None = Field(None, description="multi-label heads: every label with probability > 0.5")
+    value: float | None = Field(None, description="regression heads: the predicted number")
 
 
 class ClassifyResponse(BaseModel):
@@ -101,10 +105,10 @@ class QARequest(BaseModel):
 
 
 class QAResponse(BaseModel):
-    answer: str
-    score: float
-    start_token: int
-    end_token: int
+    answer: str = Field(..., description="a span of the context, context[start_char:end_char]")
+    score: float = Field(..., description="start + end logit of the span")
+    start_char: int
+    end_char: int
 
 
 # --- the model-side functions the batchers run -------------------------------------------------------------------
@@ -115,7 +119,8 @@ class Predictor:
         self.folder = Path(folder)
         self.model = loading.load_model(self.folder)
         self.tokenizer = loading.load_tokenizer(self.folder)
-        self.encoder = Encoder(self.model, self.tokenizer, device="cpu")
+        # The folder's own embedding settings (pooling, normalisation, max length), as bertkit.load(folder) reads them.
+        self.encoder = Encoder(self.model, self.tokenizer, device="cpu", defaults=folder_defaults(self.folder))
         self.config = self.model.config
         self.max_length = self.config.max_position_embeddings
         self.labels = self.config.label_names or [f"LABEL_{i}" for i in range(self.config.num_labels)]
@@ -152,8 +157,8 @@ class Predictor:
         results = fill_mask_batch(self.model, self.tokenizer, [t for t, _ in items], top)
         return [[[vars(p) for p in mask[:k]] for mask in per_text] for per_text, (_, k) in zip(results, items)]
 
-    def _forward(self, texts: list[str], pairs: list[str | None]) -> tuple[Any, list[Any]]:
-        encodings = [self.tokenizer.encode(t, pair=p, max_length=self.max_length, truncation=True)
+    def _forward(self, texts: list[str], pairs: list[str | None], truncation: bool | str = True) -> tuple[Any, list[Any]]:
+        encodings = [self.tokenizer.encode(t, pair=p, max_length=self.max_length, truncation=truncation)
                      for t, p in zip(texts, pairs)]
         batch = pad_batch([e.input_ids for e in encodings], [e.token_type_ids for e in encodings],
                           self.tokenizer.pad_token_id)
@@ -162,14 +167,25 @@ class Predictor:
         return out, encodings
 
     def classify(self, items: list[tuple[str, str | None]]) -> list[dict[str, Any]]:
-        """items: (text, pair or None) -> label, its probability, all probabilities."""
+        """items: (text, pair or None) -> as the head's problem type reads its logits: a softmax over the labels,
+        a sigmoid per label (multi-label), or the number itself (regression)."""
         out, _ = self._forward([t for t, _ in items], [p for _, p in items])
-        probs = out.logits.float().softmax(-1).tolist()
+        logits = out.logits.float()
+        problem = self.config.problem_type or ("regression" if self.config.num_labels == 1
+                                               else "single_label_classification")
+        if problem == "regression":
+            return [{"label": None, "probability": None, "probabilities": {}, "value": float(row[0])}
+                    for row in logits.tolist()]
+        multi = problem == "multi_label_classification"
+        probs = (logits.sigmoid() if multi else logits.softmax(-1)).tolist()
         results = []
         for row in probs:
             best = max(range(len(row)), key=row.__getitem__)
-            results.append({"label": self.labels[best], "probability": row[best],
-                            "probabilities": dict(zip(self.labels, row))})
+            result = {"label": self.labels[best], "probability": row[best],
+                      "probabilities": dict(zip(self.labels, row))}
+            if multi:
+                result["labels"] = [name for name, p in zip(self.labels, row) if p > 0.5]
+            results.append(result)
         return results
 
     def ner(self, items: list[str]) -> list[list[dict[str, Any]]]:
@@ -186,21 +202,20 @@ class Predictor:
         return results
 
     def qa(self, items: list[tuple[str, str]]) -> list[dict[str, Any]]:
-        """Best context span: max start + end logit with start <= end < start + MAX_ANSWER_TOKENS."""
-        out, encodings = self._forward([q for q, _ in items], [c for _, c in items])
+        """The best span of the context, decoded as `bertkit evaluate` decodes it (tasks.qa.window_spans): a start
+        <= end within MAX_ANSWER_TOKENS, the answer cut from the context by the tokens' character offsets."""
+        out, encodings = self._forward([q for q, _ in items], [c for _, c in items], truncation="only_second")
         results = []
-        for row, enc in enumerate(encodings):
-            in_context = torch.tensor([s == 1 for s in enc.sequence_ids])
-            start = out.start_logits[row, :len(in_context)].float().masked_fill(~in_context, float("-inf"))
-            end = out.end_logits[row, :len(in_context)].float().masked_fill(~in_context, float("-inf"))
-            scores = start[:, None] + end[None, :]  # (start, end)
-            n = len(in_context)
-            allowed = torch.ones(n, n, dtype=torch.bool).triu().tril(MAX_ANSWER_TOKENS - 1)
-            scores = scores.masked_fill(~allowed, float("-inf"))
-            flat = int(scores.argmax())
-            s, e = divmod(flat, n)
-            answer = self.tokenizer.decode(list(enc.input_ids)[s:e + 1])
-            results.append({"answer": answer, "score": float(scores[s, e]), "start_token": s, "end_token": e})
+        for row, (enc, (_, context)) in enumerate(zip(encodings, items)):
+            offsets = context_offsets(enc)
+            n = len(offsets)
+            start, end = out.start_logits[row, :n].float().numpy(), out.end_logits[row, :n].float().numpy()
+            spans = window_spans(start, end, offsets, [o is not None for o in offsets], n_best=n,
+                                 max_answer_length=MAX_ANSWER_TOKENS)
+            if not spans:
+                raise ValueError("the context has no token left after truncation; send a shorter question")
+            score, a, b = max(spans)
+            results.append({"answer": context[a:b], "score": score, "start_char": a, "end_char": b})
         return results
 
 
