@@ -13,9 +13,9 @@ from bertkit.tasks.runner import evaluate, finetune
 
 def test_dev_label_that_train_never_had(tmp_path: Path) -> None:
     task = get_task("classification")
-    (tmp_path / "train.tsv").write_text("sentence\tlabel\ngood\t1\nbad\t0\n")
-    (tmp_path / "dev.tsv").write_text("sentence\tlabel\nfine\t1\nodd\t2\n")
-    settings = task.settings({})
+    (tmp_path / "train.tsv").write_text("text\tlabel\ngood\t1\nbad\t0\n")
+    (tmp_path / "dev.tsv").write_text("text\tlabel\nfine\t1\nodd\t2\n")
+    settings = task.settings({"text_column": "text", "label_column": "label"})
     settings = task.fit_labels(task.read(tmp_path / "train.tsv", settings), settings)
     dev = task.read(tmp_path / "dev.tsv", settings)
     with pytest.raises(DataError, match=r"dev\.tsv:3: label '2' never occurs in the training data"):
@@ -91,10 +91,10 @@ def test_task_model_mismatch(tmp_path: Path, tokenizer) -> None:
 
 def test_head_size_does_not_match_the_label_set(tmp_path: Path, tokenizer) -> None:
     folder = _finetuned_folder(tmp_path, tokenizer, "classification", "BertForSequenceClassification", ["0", "1"])
-    (tmp_path / "train.tsv").write_text("sentence\tlabel\ngood\t1\nbad\t0\nmeh\t2\n")
+    (tmp_path / "train.tsv").write_text("text\tlabel\ngood\t1\nbad\t0\nmeh\t2\n")
     with pytest.raises(CheckpointError, match=r"the head has 2 labels \['0', '1'\], the training data has 3"):
         finetune("classification", str(folder), str(tmp_path / "train.tsv"), str(tmp_path / "train.tsv"),
-                 str(tmp_path / "out"))
+                 str(tmp_path / "out"), text_column="text", label_column="label")
 
 
 def test_head_weights_that_do_not_match_config(tmp_path: Path, tokenizer) -> None:
@@ -124,3 +124,19 @@ def test_cli_prints_the_error_not_a_traceback(tmp_path: Path, minilm_dir: Path, 
     assert code == 1
     err = capsys.readouterr().err
     assert "missing.tsv: no such file" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("stray", ["positive", "1.5"])
+def test_one_stray_label_is_an_error_not_a_new_class(tmp_path: Path, stray: str) -> None:
+    rows = [f"s{i}\t{i % 2}" for i in range(40)]
+    rows[17] = f"odd one\t{stray}"
+    (tmp_path / "sst.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")  # the GLUE SST-2 layout
+    with pytest.raises(DataError, match=rf"sst\.tsv:19: label '{stray}' is not a sst2 label \(expected one of 0, 1\)"):
+        get_task("classification").read(tmp_path / "sst.tsv", get_task("classification").settings({}))
+    (tmp_path / "any.tsv").write_text("text\tlabel\n" + "\n".join(rows) + "\n")  # no benchmark layout
+    named = {"text_column": "text", "label_column": "label"}
+    with pytest.raises(DataError, match=rf"any\.tsv:19: label '{stray}' occurs only on this row"):
+        get_task("classification").read(tmp_path / "any.tsv", get_task("classification").settings(named))
+    rows[18] = f"another\t{stray}"  # two rows: a real (small) class
+    (tmp_path / "any.tsv").write_text("text\tlabel\n" + "\n".join(rows) + "\n")
+    assert len(get_task("classification").read(tmp_path / "any.tsv", get_task("classification").settings(named))) == 40

@@ -48,19 +48,22 @@ class Layout:
     header: bool = True
     main_metric: str = "accuracy"
     problem: str = "single_label"
+    labels: tuple[str, ...] | None = None
+    """The benchmark's label set; a row with any other label is an error naming its line."""
 
 
+BINARY = ("0", "1")
 # The GLUE files as distributed (Wang et al. 2019, https://gluebenchmark.com/tasks), in detection order.
 GLUE_LAYOUTS: dict[str, Layout] = {
-    "mnli": Layout("sentence1", "sentence2", "gold_label"),
+    "mnli": Layout("sentence1", "sentence2", "gold_label", labels=("contradiction", "entailment", "neutral")),
     "stsb": Layout("sentence1", "sentence2", "score", main_metric="pearson", problem="regression"),
-    "qqp": Layout("question1", "question2", "is_duplicate", main_metric="f1"),
-    "mrpc": Layout("#1 String", "#2 String", "Quality", main_metric="f1"),
-    "qnli": Layout("question", "sentence", "label"),
-    "rte": Layout("sentence1", "sentence2", "label"),
-    "wnli": Layout("sentence1", "sentence2", "label"),
-    "sst2": Layout("sentence", None, "label"),
-    "cola": Layout(3, None, 1, header=False, main_metric="matthews"),  # source, label, mark, sentence
+    "qqp": Layout("question1", "question2", "is_duplicate", main_metric="f1", labels=BINARY),
+    "mrpc": Layout("#1 String", "#2 String", "Quality", main_metric="f1", labels=BINARY),
+    "qnli": Layout("question", "sentence", "label", labels=("entailment", "not_entailment")),
+    "rte": Layout("sentence1", "sentence2", "label", labels=("entailment", "not_entailment")),
+    "wnli": Layout("sentence1", "sentence2", "label", labels=BINARY),
+    "sst2": Layout("sentence", None, "label", labels=BINARY),
+    "cola": Layout(3, None, 1, header=False, main_metric="matthews", labels=BINARY),  # source, label, mark, sentence
 }
 # JSONL defaults when no column is named.
 JSONL_TEXT = ("text", "sentence", "sentence1", "question", "premise")
@@ -167,6 +170,11 @@ class ClassificationTask(Task):
                 self._parse_label(path, line, label, settings) if label not in (None, "") else None, row, header))
             if labelled and examples[-1].label is None:
                 raise data_error(path, line, f"empty label in column {layout.label!r}")
+            if layout.labels is not None and examples[-1].label not in (None, *layout.labels):
+                raise data_error(path, line, f"label {examples[-1].label!r} is not a {glue_name(layout)} label "
+                                 f"(expected one of {', '.join(layout.labels)})")
+        if labelled:
+            check_stray_labels(path, examples, settings)
         return examples
 
     def _read_jsonl(self, path: str | os.PathLike, settings: Settings, labelled: bool) -> list[TextExample]:
@@ -187,6 +195,8 @@ class ClassificationTask(Task):
                 line, str(require_field(path, line, obj, text)),
                 str(require_field(path, line, obj, pair)) if pair else None,
                 self._parse_label(path, line, raw, settings) if raw is not None else None, obj))
+        if labelled:
+            check_stray_labels(path, examples, settings)
         return examples
 
     @staticmethod
@@ -312,6 +322,27 @@ class ClassificationTask(Task):
                 text = sep.join(pred) if isinstance(pred, list) else (f"{pred:.6g}" if isinstance(pred, float)
                                                                       else str(pred))
                 f.write("\t".join(list(ex.row) + [text]) + "\n")
+
+
+STRAY_COMMON = 10  # a label seen once among labels each seen at least this often is taken for a typo
+
+
+def check_stray_labels(path: str | os.PathLike, examples: Sequence[TextExample], settings: Settings) -> None:
+    """A single-label file where one label occurs exactly once and every other label at least STRAY_COMMON
+    times: that row would silently add a class (a 3-class model from a 0/1 file), so it is an error naming it."""
+    if settings.get("problem", "single_label") != "single_label":
+        return
+    counts: dict[Any, int] = {}
+    for ex in examples:
+        counts[ex.label] = counts.get(ex.label, 0) + 1
+    once = [label for label, n in counts.items() if n == 1]
+    common = [label for label, n in counts.items() if n >= STRAY_COMMON]
+    if len(once) == 1 and len(common) == len(counts) - 1 >= 2:
+        line = next(ex.line for ex in examples if ex.label == once[0])
+        raise data_error(path, line, f"label {once[0]!r} occurs only on this row, while "
+                         f"{', '.join(repr(c) for c in sorted(common, key=_label_sort_key))} occur at least "
+                         f"{STRAY_COMMON} times each; it would make a class of its own. Fix the row, or give the "
+                         "class more examples")
 
 
 def _label_str(raw: Any) -> str:
