@@ -120,6 +120,17 @@ def test_squad_v2_no_answer() -> None:
     assert out["NoAns_f1"] == 100.0 and out["HasAns_exact_match"] == 100.0
 
 
+def test_squad_v2_drops_gold_answers_that_normalise_to_nothing() -> None:
+    """As evaluate-v2.0.py: golds = [a for a in answers if normalize_answer(a)] or [""]."""
+    out = metrics.squad_scores({"q": ""}, {"q": [".", "Paris"]}, version_2=True)
+    assert out["exact_match"] == 0.0 and out["f1"] == 0.0  # "." is dropped: the gold is "Paris", not ""
+    assert out["HasAns_exact_match"] == 0.0  # still a has-answer question (its raw answers are not empty)
+    out = metrics.squad_scores({"q": ""}, {"q": ["."]}, version_2=True)
+    assert out["exact_match"] == 100.0 and "HasAns_f1" in out  # nothing left: the reference is ""
+    out = metrics.squad_scores({"q": "paris"}, {"q": [".", "Paris"]}, version_2=False)
+    assert out["exact_match"] == 100.0  # v1.1 keeps every gold answer
+
+
 def test_length_mismatch_is_an_error() -> None:
     with pytest.raises(ValueError):
         metrics.accuracy([1], [1, 2])

@@ -162,3 +162,18 @@ def test_bad_answer_start_names_the_question(tmp_path) -> None:
     path.write_text(json.dumps(doc))
     with pytest.raises(DataError, match=r"bad\.json.*data\[0\]\.paragraphs\[0\]\.qas\[0\]\.answers\[0\].*q1.*3"):
         qa.read_squad(path)
+
+
+def test_negative_answer_start_is_an_error(tmp_path) -> None:
+    """context[-7:-1] == "France": Python's negative slicing must not make it look valid."""
+    import json
+
+    from bertkit.errors import DataError
+
+    doc = {"data": [{"paragraphs": [{"context": "Paris is in France.",
+                                      "qas": [{"id": "q1", "question": "Where?",
+                                               "answers": [{"text": "France", "answer_start": -7}]}]}]}]}
+    path = tmp_path / "neg.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(DataError, match=r"answer_start -7 is outside the context"):
+        qa.read_squad(path)

@@ -203,13 +203,17 @@ def squad_scores(
     """Corpus EM and F1 in percent: for each question the max over its reference answers, then the mean.
 
     A question missing from `predictions` scores 0, as in the official script. In v2.0 an unanswerable question has
-    the single reference "" (and also gets HasAns/NoAns breakdowns).
+    the single reference "" (and also gets HasAns/NoAns breakdowns), and, as evaluate-v2.0.py does, gold answers
+    that normalise to "" are dropped (a question left with none has the reference "").
     """
     em_total = f1_total = 0.0
     has_ans: list[tuple[float, float]] = []
     no_ans: list[tuple[float, float]] = []
     for qid, answers in references.items():
-        golds = answers if answers else [""]
+        golds = answers
+        if version_2:  # the official evaluate-v2.0.py drops gold answers that normalise to "" (e.g. ".")
+            golds = [a for a in answers if normalize_answer(a)]
+        golds = golds or [""]
         if qid in predictions:
             pred = predictions[qid]
             em = max(squad_exact_match(pred, g) for g in golds)

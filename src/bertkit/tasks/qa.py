@@ -95,6 +95,9 @@ def read_squad(path: str | os.PathLike, labelled: bool = True) -> list[QAExample
                     if not isinstance(text, str) or not isinstance(start, int):
                         raise data_error(file, None, f"{where}.answers[{k}]: needs 'text' (string) and "
                                          "'answer_start' (integer)")
+                    if start < 0 or start + len(text) > len(context):
+                        raise data_error(file, None, f"{where}.answers[{k}] (id {qa['id']}): answer_start {start} "
+                                         f"is outside the context (0..{len(context) - len(text)} for this answer)")
                     found = context[start:start + len(text)]
                     if found != text:
                         raise data_error(file, None, f"{where}.answers[{k}] (id {qa['id']}): answer_start {start} "
