@@ -35,6 +35,19 @@ def make_dir(path: str | os.PathLike) -> Path:
     return path
 
 
+def check_output_dir(path: str | os.PathLike, overwrite: bool = False, option: str = "--overwrite") -> Path:
+    """Refuse an output folder that already holds files (a model's vocab.txt, say) unless `overwrite` is set."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{path}: exists and is not a folder")
+    if path.is_dir() and any(path.iterdir()) and not overwrite:
+        names = sorted(p.name for p in path.iterdir())
+        shown = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
+        raise OutputError(f"{path}: already holds files ({shown}); choose a new output folder, or pass {option} "
+                          "to replace what this command writes there")
+    return path
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Open a temporary sibling of `path` for writing; rename it over `path` only if the block succeeds.

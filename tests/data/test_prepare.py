@@ -279,3 +279,11 @@ def test_cli_prepare_pretraining(tmp_path: Path, data_dir: Path, vocab_folder: s
         assert word in text
     config = PretrainingDataset(out).config
     assert config.whole_word_mask and config.dupe_factor == 1 and config.seed == 3
+    # a rerun rebuilds its own dataset folder; a folder with other files needs --overwrite
+    argv = ["prepare-pretraining", str(data_dir / "jane_austen" / "persuasion.txt"), "-o", str(out),
+            "--tokenizer", vocab_folder, "--dupe-factor", "1"]
+    assert main(argv) == 0
+    (out / "vocab.txt").write_text("[PAD]\n")
+    capsys.readouterr()
+    assert main(argv) == 1 and "already holds files" in capsys.readouterr().err
+    assert main([*argv, "--overwrite"]) == 0

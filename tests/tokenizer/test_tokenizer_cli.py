@@ -89,3 +89,34 @@ def test_train_tokenizer_missing_file(tmp_path: Path, capsys: pytest.CaptureFixt
     assert bertkit.cli.main(["train-tokenizer", "--vocab-size", "60", str(tmp_path / "absent.txt"), "-o",
                              str(tmp_path / "tok")]) == 1
     assert "absent.txt" in capsys.readouterr().err
+
+
+def test_train_tokenizer_refuses_a_folder_that_holds_files(tmp_path, capsys) -> None:
+    """A model folder's vocab.txt must not be replaced silently: the ids would then mean other words."""
+    from bertkit.cli import main
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the cat sat on the mat\n" * 20)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "vocab.txt").write_text("[PAD]\nkeep\n")
+    assert main(["train-tokenizer", "--vocab-size", "40", "-o", str(model), str(corpus)]) == 1
+    err = capsys.readouterr().err
+    assert "already holds files (vocab.txt)" in err and "--overwrite" in err
+    assert (model / "vocab.txt").read_text() == "[PAD]\nkeep\n"
+    assert main(["train-tokenizer", "--vocab-size", "40", "-o", str(model), str(corpus), "--overwrite"]) == 0
+    assert "the" in (model / "vocab.txt").read_text().split()
+
+
+def test_empty_inputs(tmp_path, capsys) -> None:
+    from bertkit.cli import main
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert main(["train-tokenizer", "--vocab-size", "40", "-o", str(tmp_path / "tok"), str(empty)]) == 1
+    assert "no words to learn a vocabulary from" in capsys.readouterr().err
+    assert not (tmp_path / "tok").exists()
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n")
+    assert main(["tokenize", "--model", str(tmp_path / "tok"), str(empty), "-o", str(tmp_path / "out.jsonl")]) == 0
+    assert (tmp_path / "out.jsonl").read_text() == ""  # no lines in, no lines out

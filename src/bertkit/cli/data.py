@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bertkit.data.config import BAD_UTF8_POLICIES, INSTANCE_FORMATS, LAYOUTS, PretrainingDataConfig
 from bertkit.errors import CheckpointError
+from bertkit.io import check_output_dir
 
 _DEFAULTS = PretrainingDataConfig()
 
@@ -37,6 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dynamic-masking", action="store_true", help="store unmasked tokens; the collator masks per epoch")
     p.add_argument("--reference-nsp", action="store_true",
                    help="one-sentence chunks always get a random B, exactly as google-research/bert (~56%% random)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into an output folder that holds other files (a dataset folder of its own is rebuilt)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--workers", type=int, default=1, help="parallel processes (the output does not depend on it)")
     p.add_argument("--layout", choices=LAYOUTS, default=d.layout)
@@ -76,12 +79,25 @@ def _load_tokenizer(folder: str):
     return BertTokenizer.from_pretrained(folder)
 
 
+def _check_output(folder: Path, overwrite: bool) -> None:
+    """A prepared (or half-prepared) dataset folder is rebuilt; any other non-empty folder needs --overwrite."""
+    from bertkit.data.prepare import CONFIG_FILE, TOKENIZER_DIR
+    from bertkit.data.shards import INDEX_FILE
+
+    def ours(p: Path) -> bool:
+        return p.name.startswith(("shard-", ".")) or p.name in (INDEX_FILE, CONFIG_FILE, TOKENIZER_DIR)
+
+    if folder.is_dir() and not all(ours(p) for p in folder.iterdir()):
+        check_output_dir(folder, overwrite)
+
+
 def prepare_pretraining_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit prepare-pretraining`: build the dataset, show progress, print a summary."""
     from bertkit.data.prepare import prepare_pretraining
     from bertkit.progress import progress_bar
 
     config = _config_from_args(args)
+    _check_output(Path(args.output), args.overwrite)
     tokenizer = _load_tokenizer(args.tokenizer)
     start = time.perf_counter()
     with progress_bar(None, "prepare-pretraining", "shard") as bar:

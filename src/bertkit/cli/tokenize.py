@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import IO
 
 from bertkit.errors import CheckpointError, DataError, data_error
-from bertkit.io import atomic_open
+from bertkit.io import atomic_open, check_output_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--min-frequency", type=int, default=2, help="least count of a pair to merge (default %(default)s)")
     t.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case, strip accents)")
     t.add_argument("--limit-alphabet", type=int, default=None, help="keep only the N most frequent characters")
+    t.add_argument("--overwrite", action="store_true", help="write into an output folder that already holds files")
     t.add_argument("--criterion", choices=("likelihood", "score"), default="likelihood",
                    help="pair ranking: likelihood gain count(ab)*log(count(ab)N/(count(a)count(b))) (default) "
                    "or the plain ratio count(ab)/(count(a)count(b))")
@@ -53,6 +54,8 @@ def _read_lines(path: str) -> list[str]:
     from bertkit.tokenizer.tokenizer import read_utf8
 
     text = read_utf8(Path(path), DataError, "no such input file")
+    if not text:
+        return []  # an empty file has no lines (not one empty line)
     return [line.rstrip("\r") for line in text.split("\n")][: -1 if text.endswith("\n") else None]
 
 
@@ -96,6 +99,7 @@ def train_tokenizer_command(args: argparse.Namespace) -> int:
     for f in args.files:
         if not Path(f).is_file():
             raise DataError(f"{f}: no such input file")
+    check_output_dir(args.output, args.overwrite)  # before the work, not after it
     start = time.perf_counter()
     tok = train_tokenizer([Path(f) for f in args.files], vocab_size=args.vocab_size,
                           min_frequency=args.min_frequency, lowercase=not args.cased,

@@ -220,7 +220,8 @@ def train_wordpiece(
 
     `inputs` are file paths (read line by line) or texts; `from_files` forces one reading (default: a path that
     exists is a file). `min_frequency` is the least count a pair needs to be merged. `limit_alphabet` keeps only
-    the most frequent characters (the others become [UNK]). `progress` reports the merges (a bar on a terminal, lines in a log).
+    the most frequent characters (the others become [UNK]). `progress` reports the merges (a bar on a terminal,
+    lines in a log).
     `criterion` ranks the pairs: "likelihood" (count-weighted, default) or "score" (the plain ratio); see the
     module docstring.
     """
@@ -232,6 +233,8 @@ def train_wordpiece(
         raise ConfigError(f"min_frequency must be at least 1, got {min_frequency}")
     specials = list(dict.fromkeys(special_tokens))
     counts = count_words(_iter_texts(inputs, from_files), lowercase, strip_accents, tokenize_chinese_chars)
+    if not counts:
+        raise DataError("no words to learn a vocabulary from: the input is empty or only whitespace")
     merger = _Merger(counts, min_frequency, limit_alphabet, criterion)
     vocab = specials + [u for u in merger.units if u not in specials]
     seen = set(vocab)
