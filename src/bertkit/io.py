@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -65,9 +67,12 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, Exception) and disk_full(e, path.parent):
+            raise OutputError(f"{path}: no space left on the device while writing it; the previous version (if "
+                              "any) is untouched") from e
         raise
 
 
@@ -92,8 +97,25 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     os.chmod(tmp, _default_mode())
     try:
         yield Path(tmp)
+        os.chmod(tmp, _default_mode())  # writers such as safetensors recreate the file with mode 0600
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, Exception) and disk_full(e, path.parent):
+            raise OutputError(f"{path}: no space left on the device while writing it; the previous version (if "
+                              "any) is untouched") from e
         raise
+
+
+def disk_full(error: BaseException, folder: Path) -> bool:
+    """Whether a failed write ran out of space: ENOSPC, or the messages torch, numpy and safetensors give for it."""
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return True
+    text = str(error)
+    if "No space left" in text or "os error 28" in text:
+        return True
+    try:
+        return shutil.disk_usage(folder).free < 1 << 20
+    except OSError:
+        return False
