@@ -25,7 +25,7 @@ def small_disk(tmp_path: Path):
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.decode().strip()}")
     yield mount
-    subprocess.run(["umount", str(mount)], check=False)
+    subprocess.run(["umount", "-l", str(mount)], check=False)  # lazy: even if a test left a file open
 
 
 def test_full_disk_gives_a_named_error_and_keeps_the_previous_model(small_disk: Path) -> None:
@@ -57,3 +57,30 @@ def test_saved_files_are_readable_by_others(tmp_path: Path) -> None:
         os.umask(old)
     for name in ("model.safetensors", "config.json"):
         assert (tmp_path / "m" / name).stat().st_mode & 0o777 == 0o644, name
+
+
+def test_kill_during_pruning_leaves_a_resumable_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bertkit.training import checkpoint as ckpt
+
+    root = tmp_path / "checkpoints"
+    for step in (1, 2, 3):
+        ckpt.save_training_state(ckpt.step_dir(root, step), {"x": torch.ones(3) * step}, {"step": step})
+    real_rmtree = ckpt.shutil.rmtree
+
+    def killed(path, *a, **kw):  # noqa: ANN001, ANN002, ANN003
+        if not Path(path).exists():
+            return
+        (Path(path) / ckpt.STATE_FILE).unlink(missing_ok=True)  # part of the folder is gone...
+        raise KeyboardInterrupt  # ...when the kill arrives
+
+    monkeypatch.setattr(ckpt.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.prune_checkpoints(root, keep_last=1)
+    monkeypatch.setattr(ckpt.shutil, "rmtree", real_rmtree)
+    assert [s for s, _ in ckpt.list_checkpoints(root)] == [2, 3]  # the half-deleted one no longer looks like one
+    assert ckpt.latest_checkpoint(root).name == "step-3"
+    # a newest folder emptied some other way is passed over, not a failed resume
+    (ckpt.step_dir(root, 3) / ckpt.STATE_FILE).unlink()
+    assert ckpt.latest_checkpoint(root).name == "step-2"
+    ckpt.prune_checkpoints(root, keep_last=2)
+    assert sorted(p.name for p in root.iterdir()) == ["step-2", "step-3"]  # hidden leftovers cleaned up

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import random
 import re
@@ -24,6 +25,8 @@ from torch import nn
 
 from bertkit.errors import CheckpointError
 from bertkit.io import atomic_path, atomic_write_json, make_dir
+
+logger = logging.getLogger(__name__)
 
 FORMAT = "bertkit-training-state"
 VERSION = 1
@@ -50,19 +53,50 @@ def list_checkpoints(root: str | os.PathLike) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def is_complete(folder: Path) -> bool:
+    """Whether a checkpoint folder holds its meta.json and a state file of the size the meta records."""
+    try:
+        meta = read_meta(folder)
+        return (folder / STATE_FILE).stat().st_size == meta["state_bytes"]
+    except (CheckpointError, OSError, KeyError):
+        return False
+
+
 def latest_checkpoint(root: str | os.PathLike) -> Path | None:
-    """The checkpoint with the highest step, or None."""
-    found = list_checkpoints(root)
-    return found[-1][1] if found else None
+    """The complete checkpoint with the highest step, or None; an incomplete newer one (a folder emptied by a
+    kill during pruning, say) is passed over with a warning."""
+    for _, folder in reversed(list_checkpoints(root)):
+        if is_complete(folder):
+            return folder
+        logger.warning("%s is incomplete (no meta.json or a truncated state); using an older checkpoint", folder)
+    return None
 
 
 def prune_checkpoints(root: str | os.PathLike, keep_last: int) -> list[Path]:
-    """Delete all but the newest `keep_last` checkpoints; returns the deleted folders."""
+    """Delete all but the newest `keep_last` checkpoints; returns the deleted folders.
+
+    Each is first renamed to a hidden name in one step, so a kill during the deletion leaves no half-deleted
+    folder that looks like a checkpoint; leftovers of earlier interrupted writes and deletions are removed too.
+    """
+    root = Path(root)
     found = list_checkpoints(root)
     doomed = [p for _, p in found[: max(0, len(found) - keep_last)]]
     for p in doomed:
-        shutil.rmtree(p, ignore_errors=True)
+        trash = p.with_name(f".{p.name}.deleting")
+        shutil.rmtree(trash, ignore_errors=True)
+        os.replace(p, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    remove_leftovers(root)
     return doomed
+
+
+def remove_leftovers(root: str | os.PathLike) -> None:
+    """Hidden step folders of interrupted writes (.step-N.*.tmp) and deletions (.step-N.deleting, .step-N.old)."""
+    root = Path(root)
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.name.startswith(".step-") and p.name.endswith((".tmp", ".deleting", ".old")):
+                shutil.rmtree(p, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -414,6 +414,8 @@ class Trainer:
         self.last_metrics: dict[str, Any] | None = None
         self.last_eval_step: int | None = None
         self.logger = MetricsLogger(self.output_dir, enabled=self.dist.is_main, tensorboard=c.tensorboard)
+        if self.dist.is_main:
+            ckpt.remove_leftovers(self.output_dir / CHECKPOINTS)  # of writes and deletions a kill interrupted
         latest = ckpt.latest_checkpoint(self.output_dir / CHECKPOINTS)
         if resume and latest is not None:
             self._load_checkpoint(latest)
