@@ -220,3 +220,21 @@ def test_atomic_save_leaves_no_temp_files(tmp_path: Path, tiny_vocab: list[str])
     BertTokenizer(tiny_vocab).save_pretrained(tmp_path)
     BertTokenizer(tiny_vocab).save_pretrained(tmp_path)  # overwrite in place
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_vocabulary_without_pad_is_accepted_until_padding_is_needed(tmp_path) -> None:
+    """google-research/bert's tokenization_test.py vocabulary has no [PAD]; both references accept it."""
+    from bertkit.errors import TokenizerError
+    from bertkit.tokenizer import BertTokenizer
+
+    vocab = ["[UNK]", "[CLS]", "[SEP]", "want", "##want", "##ed", "wa", "un", "runn", "##ing", ","]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tok = BertTokenizer.from_pretrained(tmp_path / "vocab.txt")
+    assert tok.pad_token_id is None
+    assert tok.tokenize("UNwant\u00E9d,running") == ["un", "##want", "##ed", ",", "runn", "##ing"]
+    same = tok(["unwanted", "want running"])  # equal lengths: no padding needed
+    assert same.to_tensors()["input_ids"].shape == (2, 5)
+    with pytest.raises(TokenizerError, match=r"no \[PAD\] token"):
+        tok(["unwanted running", "running"], padding=True)
+    with pytest.raises(TokenizerError, match=r"no \[PAD\] token"):
+        tok(["unwanted running", "running"]).to_tensors()

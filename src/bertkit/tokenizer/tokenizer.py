@@ -103,13 +103,21 @@ class BatchEncoding:
         if pad_to_multiple_of:
             length = _round_up(length, pad_to_multiple_of)
         out = {}
-        for name, pad in (("input_ids", self.pad_token_id), ("token_type_ids", 0), ("attention_mask", 0)):
+        _check_pad(self.pad_token_id, "[PAD]", [len(e) for e in self.encodings], length)
+        for name, pad in (("input_ids", self.pad_token_id or 0), ("token_type_ids", 0), ("attention_mask", 0)):
             arr = np.full((len(self.encodings), length), pad, dtype=np.int64)
             for i, e in enumerate(self.encodings):
                 row = getattr(e, name)
                 arr[i, : len(row)] = row
             out[name] = torch.from_numpy(arr)
         return out
+
+
+def _check_pad(pad_token_id: int | None, pad_token: str, lengths: list[int], length: int) -> None:
+    """Padding to `length` needs a pad id: a clear error when the vocabulary has none and padding is needed."""
+    if pad_token_id is None and any(n < length for n in lengths):
+        raise TokenizerError(f"the vocabulary has no {pad_token} token, so these encodings of different lengths cannot "
+                             f"be padded; add {pad_token} to vocab.txt or encode without padding")
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -285,7 +293,9 @@ class BertTokenizer:
         self.pad_token, self.mask_token = pad_token, mask_token
         specials = {"unk_token": unk_token, "cls_token": cls_token, "sep_token": sep_token,
                     "pad_token": pad_token, "mask_token": mask_token}
-        missing = [t for t in specials.values() if t not in self.vocab and t != mask_token]
+        # [MASK] is only needed for masked LM and [PAD] only for padding (google-research/bert's own test
+        # vocabulary has no [PAD]); the others are part of every encoding.
+        missing = [t for t in specials.values() if t not in self.vocab and t not in (mask_token, pad_token)]
         if missing:
             raise TokenizerError(
                 f"{name_or_path or 'vocabulary'}: special token(s) {', '.join(missing)} missing from the vocabulary"
@@ -293,7 +303,7 @@ class BertTokenizer:
         self.unk_token_id = self.vocab[unk_token]
         self.cls_token_id = self.vocab[cls_token]
         self.sep_token_id = self.vocab[sep_token]
-        self.pad_token_id = self.vocab[pad_token]
+        self.pad_token_id: int | None = self.vocab.get(pad_token)
         self.mask_token_id = self.vocab.get(mask_token, self.unk_token_id)
         self.all_special_ids = frozenset(self.vocab[t] for t in specials.values() if t in self.vocab)
         self.never_split = tuple(never_split) if never_split is not None else tuple(
@@ -575,6 +585,7 @@ class BertTokenizer:
             raise TokenizerError(f"padding must be False, True, 'longest' or 'max_length', got {padding!r}")
         if multiple:
             length = _round_up(length, multiple)
+        _check_pad(self.pad_token_id, self.pad_token, [len(e) for e in encodings], length)
         for e in encodings:
             e.pad(length, self.pad_token_id)
 
