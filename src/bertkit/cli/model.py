@@ -49,17 +49,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def describe_folder(folder: Path) -> dict[str, Any]:
-    """What `info` shows: class, task, labels, parameter count (from the config, no weights read), vocabulary."""
-    import torch
+    """What `info` shows: class, task, labels, parameter count, vocabulary, and whether the weights file holds
+    every tensor of the config's model (the weights are read, so a truncated or mismatched folder is reported)."""
+    from bertkit.model.checkpoint import VOCAB_NAME, find_weights, load_model, read_config, read_vocab_size
 
-    from bertkit.model.checkpoint import VOCAB_NAME, find_weights, model_class_for, read_config, read_vocab_size
-
-    config, raw = read_config(folder)
-    cls = model_class_for(raw, str(folder / "config.json"))
-    with torch.device("meta"):  # sizes only: no memory, no initialisation
-        model = cls(config)
+    config, _ = read_config(folder)
+    model = load_model(folder)  # reads every tensor: a truncated file or a wrong shape is a CheckpointError
+    cls = type(model)
     weights = find_weights(folder)
     vocab = folder / VOCAB_NAME
+    report = model.load_report
     return {
         "folder": str(folder),
         "class": cls.__name__,
@@ -69,6 +68,8 @@ def describe_folder(folder: Path) -> dict[str, Any]:
         "parameters": model.num_parameters(),
         "parameters_without_embeddings": model.num_parameters(exclude_embeddings=True),
         "weights": weights.name,
+        "weights_missing": report.missing,
+        "weights_unused": report.unexpected,
         "vocab_size": read_vocab_size(vocab) if vocab.is_file() else None,
         "config": {k: v for k, v in config.to_dict().items() if v is not None and v != {}},
     }
@@ -90,7 +91,9 @@ def info_command(args: argparse.Namespace) -> int:
         print(f"labels:      {d['labels']}")
     print(f"parameters:  {d['parameters']:,} ({d['parameters_without_embeddings']:,} without embeddings)")
     print(f"vocabulary:  {vocab}")
-    print(f"weights:     {d['weights']}")
+    state = "every tensor present" if not (d["weights_missing"] or d["weights_unused"]) else \
+        f"{len(d['weights_missing'])} tensor(s) missing, {len(d['weights_unused'])} unused"
+    print(f"weights:     {d['weights']} ({state})")
     print("config:")
     for key, value in d["config"].items():
         print(f"  {key}: {value}")

@@ -130,7 +130,10 @@ def read_state_dict(path: Path) -> dict[str, Tensor]:
             raise CheckpointError(f"{path}: not a safetensors shard index ({e})") from None
         state: dict[str, Tensor] = {}
         for shard in shards:
-            state.update(read_state_dict(path.parent / shard))
+            shard_path = (path.parent / shard).resolve()
+            if shard_path.parent != path.parent.resolve():  # '../elsewhere.safetensors' or an absolute path
+                raise CheckpointError(f"{path}: weight_map names {shard!r}, which is not a file of this folder")
+            state.update(read_state_dict(shard_path))
         return state
     if not path.is_file():
         raise CheckpointError(f"{path}: no such weights file")

@@ -82,6 +82,13 @@ class PretrainConfig:
             raise ConfigError("PretrainConfig: give either train_data or phases, not both")
         if self.eval_batches < 0:
             raise ConfigError(f"PretrainConfig.eval_batches = {self.eval_batches}: expected >= 0")
+        from bertkit.model import BertConfig
+
+        known = {f.name for f in dataclasses.fields(BertConfig)}
+        unknown = sorted(set(self.model_overrides) - known)
+        if unknown:
+            raise ConfigError(f"PretrainConfig.model_overrides: unknown BertConfig field(s) {', '.join(unknown)}; "
+                              f"known: {', '.join(sorted(known))}")
 
     def phase_list(self) -> list[PhaseConfig]:
         """The phases to run (train_data as a single phase)."""
