@@ -107,3 +107,14 @@ def test_sigterm_writes_a_checkpoint_and_exits_cleanly(tmp_path: Path) -> None:
     assert "Traceback" not in err
     steps = [s for s, _ in list_checkpoints(out / "checkpoints")]
     assert len(steps) == 1 and 1 <= steps[0] < 1000
+
+
+def test_warmup_longer_than_the_run_is_reported(tmp_path, capsys) -> None:
+    from trainer_toy import ToyData, ToyModel
+
+    from bertkit.training import Trainer, TrainingConfig
+
+    cfg = TrainingConfig(output_dir=str(tmp_path / "run"), max_steps=4, warmup=10, batch_size=8, progress_bar=False,
+                         tensorboard=False)
+    Trainer(ToyModel(), cfg, ToyData()).train()
+    assert "warmup is 10 steps but the run has 4" in capsys.readouterr().err

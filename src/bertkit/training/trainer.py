@@ -35,7 +35,7 @@ from bertkit.training.distributed import DistInfo, all_gather_objects, any_rank,
 from bertkit.training.logging import MetricsLogger, read_metrics, truncate_metrics
 from bertkit.training.optim import build_optimizer
 from bertkit.training.plots import plot_metrics
-from bertkit.training.schedule import build_scheduler
+from bertkit.training.schedule import build_scheduler, resolve_warmup
 
 CHECKPOINTS = "checkpoints"
 BEST = "best"
@@ -406,6 +406,10 @@ class Trainer:
         c = self.config
         self.optimizer = build_optimizer(unwrap(self.model), c)
         self.scheduler = build_scheduler(self.optimizer, c.warmup, self.total_steps)
+        warmup_steps = resolve_warmup(c.warmup, self.total_steps)
+        if warmup_steps >= self.total_steps:
+            self._print(f"warning: TrainingConfig.warmup is {warmup_steps} steps but the run has {self.total_steps}: "
+                        f"the learning rate never reaches its peak {c.lr:g} (give warmup as a fraction, e.g. 0.1)")
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
         self.step, self.pos, self.tokens_seen = 0, _Position(), 0
         self.best_value: float | None = None
