@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -119,3 +121,34 @@ def disk_full(error: BaseException, folder: Path) -> bool:
         return shutil.disk_usage(folder).free < 1 << 20
     except OSError:
         return False
+
+
+LOCK_FILE = ".lock"
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike) -> Iterator[Path]:
+    """Hold an exclusive lock on an output folder while a job writes into it; a second job gets an OutputError
+    naming the holder instead of interleaving its files with the first's. The lock dies with its process."""
+    folder = make_dir(folder)
+    path = folder / LOCK_FILE
+    f = open(path, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise OutputError(f"{folder}: another job is writing into this folder ({holder}); wait for it to end or "
+                          "choose another output folder") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    f.flush()
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # while still held, so no other job can have locked this file meanwhile
+        fcntl.flock(f, fcntl.LOCK_UN)
+        f.close()

@@ -84,3 +84,22 @@ def test_kill_during_pruning_leaves_a_resumable_folder(tmp_path: Path, monkeypat
     assert ckpt.latest_checkpoint(root).name == "step-2"
     ckpt.prune_checkpoints(root, keep_last=2)
     assert sorted(p.name for p in root.iterdir()) == ["step-2", "step-3"]  # hidden leftovers cleaned up
+
+
+def test_two_jobs_cannot_write_into_one_folder(tmp_path: Path) -> None:
+    """The second finetune/pretrain into a busy folder stops at once, naming the holder."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+    from trainer_toy import ToyData, ToyModel
+
+    from bertkit.io import folder_lock
+    from bertkit.training import Trainer, TrainingConfig
+
+    cfg = TrainingConfig(output_dir=str(tmp_path / "run"), max_steps=2, batch_size=8, progress_bar=False,
+                         tensorboard=False)
+    with folder_lock(tmp_path / "run"):  # a first job, still running
+        with pytest.raises(OutputError, match=rf"another job is writing into this folder \(pid {os.getpid()}"):
+            Trainer(ToyModel(), cfg, ToyData()).train()
+        assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    assert Trainer(ToyModel(), cfg, ToyData()).train().global_step == 2  # free again once it ended

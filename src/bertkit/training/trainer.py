@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 from bertkit.errors import CheckpointError, ConfigError
-from bertkit.io import make_dir
+from bertkit.io import folder_lock, make_dir
 from bertkit.progress import progress_bar
 from bertkit.runtime import keep_freed_memory
 from bertkit.training import checkpoint as ckpt
@@ -457,7 +457,13 @@ class Trainer:
         return DDP(self.model, device_ids=ids)
 
     def train(self, resume: bool = False) -> TrainResult:
-        """Train to the end of the last phase (or until SIGINT/SIGTERM); `resume` continues the latest checkpoint."""
+        """Train to the end of the last phase (or until SIGINT/SIGTERM); `resume` continues the latest checkpoint.
+
+        The output folder is locked for the run: a second job writing into it stops with an error."""
+        with folder_lock(self.output_dir) if self.dist.is_main else contextlib.nullcontext():
+            return self._train(resume)
+
+    def _train(self, resume: bool) -> TrainResult:
         c = self.config
         if self.device.type == "cpu":
             keep_freed_memory()  # steady-state steps reuse warm pages instead of page-faulting (bertkit.runtime)
