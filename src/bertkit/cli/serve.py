@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from bertkit.errors import ConfigError
+from bertkit.serve.settings import ServeSettings
+from bertkit.training.config import field_docs
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,23 +18,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, metavar="DIR")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-batch-size", type=int, default=32, help="texts per forward pass at most")
-    p.add_argument("--max-batch-delay-ms", type=float, default=5.0, help="how long a batch waits to fill")
-    p.add_argument("--max-request-texts", type=int, default=64, help="texts in one request at most")
-    p.add_argument("--max-text-chars", type=int, default=10000, help="characters in one text at most")
+    docs = field_docs(ServeSettings)  # the dataclass's field docstrings are the help: one source of truth
+    for f in dataclasses.fields(ServeSettings):
+        p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
+                       help=docs.get(f.name, "").replace("%", "%%") + " (default %(default)s)")
     p.set_defaults(func=serve_command)
 
 
 def serve_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit serve`."""
-    for name in ("max_batch_size", "max_request_texts", "max_text_chars"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
     try:
-        from bertkit.serve import ServeSettings, serve
+        from bertkit.serve import serve
     except ImportError as e:
         raise ConfigError(f"serving needs fastapi and uvicorn: pip install 'bertkit[serve]' ({e})") from None
-    settings = ServeSettings(args.max_batch_size, args.max_batch_delay_ms, args.max_request_texts,
-                             args.max_text_chars)
+    settings = ServeSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeSettings)})
+    settings.validate()
     serve(args.model, args.host, args.port, settings)
     return 0

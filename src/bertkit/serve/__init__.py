@@ -1,5 +1,13 @@
-"""HTTP service over a model folder (needs the optional fastapi + uvicorn dependencies)."""
+"""HTTP service over a model folder (needs the optional fastapi + uvicorn dependencies for `create_app`/`serve`)."""
 
-from bertkit.serve.app import ServeSettings, create_app, serve
+from bertkit.serve.settings import ServeSettings
 
 __all__ = ["ServeSettings", "create_app", "serve"]
+
+
+def __getattr__(name: str):  # noqa: ANN202 (the app's names, imported with fastapi on first use)
+    if name in ("create_app", "serve"):
+        from bertkit.serve import app
+
+        return getattr(app, name)
+    raise AttributeError(f"module 'bertkit.serve' has no attribute {name!r}")

@@ -10,8 +10,8 @@ DynamicBatcher, so concurrent requests share forward passes.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+import json
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,20 +25,56 @@ from bertkit.inference.encoder import Encoder
 from bertkit.inference.fill_mask import MASK, fill_mask_batch
 from bertkit.inference import loading
 from bertkit.model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
-from bertkit.serve.batching import DynamicBatcher
+from bertkit.serve.batching import DynamicBatcher, QueueFull, RequestTimeout
+from bertkit.serve.settings import ServeSettings
 from bertkit.tasks.qa import context_offsets, window_spans
 
 MAX_ANSWER_TOKENS = 30  # longest answer span considered, as in the SQuAD reference
 
 
-@dataclass
-class ServeSettings:
-    """Limits and batching of the service (the `bertkit serve` options mirror these one to one)."""
+class BodyLimit:
+    """ASGI middleware: 413 for a body over `limit` bytes, from Content-Length or while it streams in, before
+    anything parses it (a 150 MB JSON body used to be read whole first)."""
 
-    max_batch_size: int = 32
-    max_batch_delay_ms: float = 5.0
-    max_request_texts: int = 64
-    max_text_chars: int = 10000
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return await self._refuse(send, int(declared))
+        seen, refused = 0, False
+
+        async def limited() -> dict:
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:  # answer now; the app sees the client gone and its answer is dropped
+                    refused = True
+                    await self._refuse(send, seen)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: dict) -> None:
+            if not refused:
+                await send(message)
+
+        try:
+            await self.app(scope, limited, guarded_send)
+        except Exception:
+            if not refused:  # after our 413, the app's complaint about the cut-off body is expected
+                raise
+
+    async def _refuse(self, send: Callable, size: int) -> None:
+        body = json.dumps({"detail": f"request body of {size} bytes or more; the limit is {self.limit}"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
 
 
 # --- request and response bodies -------------------------------------------------------------------------------
@@ -219,14 +255,22 @@ class Predictor:
         return results
 
 
+def item_chars(item: Any) -> int:
+    """The characters of one batcher item (its strings): the cost that bounds a batch."""
+    parts = item if isinstance(item, tuple) else (item,)
+    return sum(len(x) for x in parts if isinstance(x, str))
+
+
 # --- the app ---------------------------------------------------------------------------------------------------
 def create_app(folder: str | Path, settings: ServeSettings | None = None) -> FastAPI:
     """A FastAPI app serving `folder`; batchers start and stop with the app's lifespan."""
     settings = settings or ServeSettings()
+    settings.validate()
     predictor = Predictor(folder)
     delay = settings.max_batch_delay_ms / 1000.0
     batchers = {
-        name: DynamicBatcher(fn, settings.max_batch_size, delay)
+        name: DynamicBatcher(fn, settings.max_batch_size, delay, max_queue=settings.max_queue, cost=item_chars,
+                             max_batch_cost=settings.max_batch_chars)
         for name, fn in (("embed", predictor.embed), ("fill-mask", predictor.fill_mask),
                          ("classify", predictor.classify), ("ner", predictor.ner), ("qa", predictor.qa))
         if predictor.supports(name)
@@ -244,6 +288,16 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
                   version="0.1.0", lifespan=lifespan)
     app.state.predictor = predictor
     app.state.batchers = batchers
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+
+    async def run(endpoint: str, items: list, request: Request) -> list:
+        """The endpoint's items through its batcher, within the limits; 503 when the queue is full or time runs out."""
+        try:
+            return await batcher(endpoint).submit(items, settings.request_timeout_s, request.is_disconnected)
+        except QueueFull as e:
+            raise HTTPException(503, f"busy: {e}; retry later", headers={"Retry-After": "1"}) from None
+        except RequestTimeout as e:
+            raise HTTPException(503, f"{e}; the request was dropped", headers={"Retry-After": "1"}) from None
 
     def check_texts(texts: list[str]) -> None:
         if not texts:
@@ -273,41 +327,41 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
                 "batches": {k: b.batches for k, b in batchers.items()}}
 
     @app.post("/embed", response_model=EmbedResponse)
-    async def embed(req: EmbedRequest) -> EmbedResponse:
-        b = batcher("embed")
+    async def embed(req: EmbedRequest, request: Request) -> EmbedResponse:
+        batcher("embed")
         check_texts(req.texts)
-        vectors = await b.submit([(t, req.pooling, req.normalize) for t in req.texts])
+        vectors = await run("embed", [(t, req.pooling, req.normalize) for t in req.texts], request)
         return EmbedResponse(embeddings=vectors, dimension=predictor.config.hidden_size)
 
     @app.post("/fill-mask", response_model=FillMaskResponse)
-    async def fill_mask(req: FillMaskRequest) -> FillMaskResponse:
-        b = batcher("fill-mask")
+    async def fill_mask(req: FillMaskRequest, request: Request) -> FillMaskResponse:
+        batcher("fill-mask")
         check_texts(req.texts)
         for i, t in enumerate(req.texts):
             if MASK not in t:
                 raise HTTPException(400, f"texts[{i}] has no {MASK}; write {MASK} where a word should be predicted")
-        return FillMaskResponse(results=await b.submit([(t, req.top_k) for t in req.texts]))
+        return FillMaskResponse(results=await run("fill-mask", [(t, req.top_k) for t in req.texts], request))
 
     @app.post("/classify", response_model=ClassifyResponse)
-    async def classify(req: ClassifyRequest) -> ClassifyResponse:
-        b = batcher("classify")
+    async def classify(req: ClassifyRequest, request: Request) -> ClassifyResponse:
+        batcher("classify")
         check_texts(req.texts)
         if req.pairs is not None and len(req.pairs) != len(req.texts):
             raise HTTPException(400, f"pairs has {len(req.pairs)} entries, texts has {len(req.texts)}")
         pairs = req.pairs or [None] * len(req.texts)
-        return ClassifyResponse(results=await b.submit(list(zip(req.texts, pairs))))
+        return ClassifyResponse(results=await run("classify", list(zip(req.texts, pairs)), request))
 
     @app.post("/ner", response_model=NerResponse)
-    async def ner(req: NerRequest) -> NerResponse:
-        b = batcher("ner")
+    async def ner(req: NerRequest, request: Request) -> NerResponse:
+        batcher("ner")
         check_texts(req.texts)
-        return NerResponse(results=await b.submit(req.texts))
+        return NerResponse(results=await run("ner", req.texts, request))
 
     @app.post("/qa", response_model=QAResponse)
-    async def qa(req: QARequest) -> QAResponse:
-        b = batcher("qa")
+    async def qa(req: QARequest, request: Request) -> QAResponse:
+        batcher("qa")
         check_texts([req.question, req.context])
-        return QAResponse(**(await b.submit([(req.question, req.context)]))[0])
+        return QAResponse(**(await run("qa", [(req.question, req.context)], request))[0])
 
     return app
 

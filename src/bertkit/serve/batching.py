@@ -1,10 +1,15 @@
-"""Dynamic batching: concurrent requests' items are collected into one batch (up to a size or a delay) and run
-together in a worker thread, so the event loop keeps accepting requests while the model computes."""
+"""Dynamic batching: concurrent requests' items are collected into one batch (up to a size, a cost or a delay) and
+run together in a worker thread, so the event loop keeps accepting requests while the model computes.
+
+Work no client waits for is never computed: a request that times out or whose client disconnects cancels its
+items, and the batcher skips cancelled items when it forms a batch. The queue is bounded: a request that would
+overflow it is refused at once (`QueueFull`, answered 503) instead of waiting behind everything else.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
@@ -12,62 +17,123 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 _STOP = object()
+DISCONNECT_POLL_S = 0.05  # how often a waiting request checks that its client is still there
+
+
+class QueueFull(Exception):
+    """The batcher already holds as many queued items as it may."""
+
+
+class RequestTimeout(Exception):
+    """A request's items were not done within its time limit (they are cancelled)."""
 
 
 class DynamicBatcher(Generic[Item, Result]):
-    """Runs `fn(items) -> results` (one result per item, same order) on batches gathered from `submit` calls."""
+    """Runs `fn(items) -> results` (one result per item, same order) on batches gathered from `submit` calls.
+
+    A batch holds at most `max_batch_size` items and at most `max_batch_cost` of `cost(item)` (the first item
+    always fits), so one batch of long texts cannot hold the model for long.
+    """
 
     def __init__(self, fn: Callable[[list[Item]], Sequence[Result]], max_batch_size: int = 32,
-                 max_delay_s: float = 0.005, executor: ThreadPoolExecutor | None = None) -> None:
+                 max_delay_s: float = 0.005, executor: ThreadPoolExecutor | None = None, max_queue: int = 1024,
+                 cost: Callable[[Item], float] | None = None, max_batch_cost: float | None = None) -> None:
         self.fn = fn
         self.max_batch_size = max_batch_size
         self.max_delay_s = max_delay_s
+        self.max_queue = max_queue
+        self.cost = cost
+        self.max_batch_cost = max_batch_cost
         self.executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-batch")
         self.queue: asyncio.Queue | None = None
         self.worker: asyncio.Task | None = None
         self.batches = 0
         self.items = 0
+        self.skipped = 0  # cancelled items never computed
 
     def start(self) -> None:
         """Start the collecting task on the running event loop."""
         self.queue = asyncio.Queue()
         self.worker = asyncio.get_running_loop().create_task(self._run())
 
-    async def submit(self, items: Sequence[Item]) -> list[Result]:
-        """Queue items (they may land in different batches) and wait for their results."""
+    async def submit(self, items: Sequence[Item], timeout_s: float | None = None,
+                     is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> list[Result]:
+        """Queue items (they may land in different batches) and wait for their results.
+
+        Raises QueueFull when the queue cannot take them all, RequestTimeout after `timeout_s`; on a timeout, a
+        disconnect (`is_disconnected()` turns true) or a cancellation the items still queued are dropped.
+        """
         if self.queue is None:
             raise RuntimeError("batcher not started")
+        if self.queue.qsize() + len(items) > self.max_queue:
+            raise QueueFull(f"{self.queue.qsize()} items are queued and this request adds {len(items)}; the queue "
+                            f"holds at most {self.max_queue}")
         loop = asyncio.get_running_loop()
-        futures = []
-        for item in items:
-            future = loop.create_future()
-            await self.queue.put((item, future))
-            futures.append(future)
-        return list(await asyncio.gather(*futures))
+        futures = [loop.create_future() for _ in items]
+        for item, future in zip(items, futures):
+            self.queue.put_nowait((item, future))
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        try:
+            while True:
+                wait = DISCONNECT_POLL_S if is_disconnected is not None else None
+                if deadline is not None:
+                    left = deadline - loop.time()
+                    if left <= 0:
+                        raise RequestTimeout(f"not done within {timeout_s:g} s")
+                    wait = left if wait is None else min(wait, left)
+                done, _ = await asyncio.wait(futures, timeout=wait)
+                if len(done) == len(futures):
+                    return [f.result() for f in futures]
+                if is_disconnected is not None and await is_disconnected():
+                    raise asyncio.CancelledError("the client disconnected")
+        finally:
+            for f in futures:
+                if not f.done():
+                    f.cancel()  # never computed if still queued
+
+    async def _next(self, timeout: float | None) -> Any:
+        """The next queued entry whose request still waits (cancelled ones are skipped), or _STOP."""
+        assert self.queue is not None
+        while True:
+            entry = await (self.queue.get() if timeout is None else asyncio.wait_for(self.queue.get(), timeout))
+            if entry is _STOP or not entry[1].done():
+                return entry
+            self.skipped += 1
 
     async def _run(self) -> None:
-        assert self.queue is not None
         loop = asyncio.get_running_loop()
         stopping = False
         while not stopping:
-            first = await self.queue.get()
+            first = await self._next(None)
             if first is _STOP:
                 break
             batch = [first]
+            cost = self.cost(first[0]) if self.cost is not None else 0.0
             deadline = loop.time() + self.max_delay_s
             while len(batch) < self.max_batch_size:
                 try:
-                    entry = self.queue.get_nowait() if self.queue.qsize() else \
-                        await asyncio.wait_for(self.queue.get(), max(0.0, deadline - loop.time()))
+                    entry = await self._next(max(0.0, deadline - loop.time()))
                 except (asyncio.TimeoutError, TimeoutError):
                     break
                 if entry is _STOP:
                     stopping = True
                     break
+                if self.cost is not None and self.max_batch_cost is not None:
+                    extra = self.cost(entry[0])
+                    if cost + extra > self.max_batch_cost:
+                        await self._run_batch(batch)  # full by cost: this entry starts the next batch
+                        batch, cost, deadline = [entry], extra, loop.time() + self.max_delay_s
+                        continue
+                    cost += extra
                 batch.append(entry)
             await self._run_batch(batch)
 
     async def _run_batch(self, batch: list[tuple[Item, asyncio.Future]]) -> None:
+        waiting = [(item, future) for item, future in batch if not future.done()]  # abandoned while batching
+        self.skipped += len(batch) - len(waiting)
+        batch = waiting
+        if not batch:
+            return
         items = [item for item, _ in batch]
         try:
             results = await asyncio.get_running_loop().run_in_executor(self.executor, self.fn, items)

@@ -1,0 +1,40 @@
+"""`ServeSettings`: the service's limits and batching, a plain dataclass (no web framework imported), so the CLI
+builds its options from it without loading fastapi."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bertkit.errors import ConfigError
+
+
+@dataclass
+class ServeSettings:
+    """Limits and batching of the service (the `bertkit serve` options mirror these one to one)."""
+
+    max_batch_size: int = 32
+    """Texts per forward pass at most."""
+    max_batch_delay_ms: float = 5.0
+    """How long a batch waits to fill."""
+    max_request_texts: int = 64
+    """Texts in one request at most (413 above)."""
+    max_text_chars: int = 10000
+    """Characters in one text at most (413 above)."""
+    max_body_bytes: int = 4 * 2**20
+    """Request body size at most, checked before the body is read or parsed (413 above)."""
+    max_queue: int = 1024
+    """Texts waiting for the model at most, over all requests; a request that would overflow it gets 503 at once."""
+    request_timeout_s: float = 60.0
+    """A request not answered within this gets 503, and its texts still queued are dropped."""
+    max_batch_chars: int = 16000
+    """Characters per forward pass at most (the first text always fits): bounds how long one batch holds the
+    model, so a request that arrives behind long texts waits for at most one such batch."""
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first setting that is out of range."""
+        for name in ("max_batch_size", "max_request_texts", "max_text_chars", "max_body_bytes", "max_queue",
+                     "max_batch_chars"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"ServeSettings.{name} = {getattr(self, name)!r}: expected an integer >= 1")
+        if not self.request_timeout_s > 0 or self.max_batch_delay_ms < 0:
+            raise ConfigError("ServeSettings: request_timeout_s must be > 0 and max_batch_delay_ms >= 0")
