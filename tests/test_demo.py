@@ -44,9 +44,9 @@ def test_reading_is_computed_from_the_figures():
                         finetuning={RANDOM_INIT: {"dev_accuracy": 0.76}, DEMO_PRETRAINED: {"dev_accuracy": 0.69},
                                     SHIPPED: {"dev_accuracy": 0.80}, REFERENCE: {"dev_accuracy": 0.88}})
     text = reading(report)
-    assert f"{DEMO_PRETRAINED} does not beat random initialisation by -7.0 points (69.0 vs 76.0)" in text
-    assert f"{SHIPPED} beats random initialisation by +4.0 points (80.0 vs 76.0)" in text
-    assert f"{REFERENCE} beats random initialisation by +12.0 points" in text
+    assert f"{DEMO_PRETRAINED} does not beat random initialisation: 69.0 vs 76.0 (-7.0 points)" in text
+    assert f"{SHIPPED} beats random initialisation: 80.0 vs 76.0 (+4.0 points)" in text
+    assert f"{REFERENCE} beats random initialisation: 88.0 vs 76.0 (+12.0 points)" in text
     assert "0.120" in text and "plateau" in text  # why the short run loses
     report.finetuning[DEMO_PRETRAINED]["dev_accuracy"] = 0.78
     assert "plateau" not in reading(report)

@@ -335,9 +335,10 @@ def reading(report: DemoReport) -> str:
     for name in (DEMO_PRETRAINED, SHIPPED, REFERENCE):
         if name in runs:
             gain = 100 * (runs[name] - base)
-            parts.append(f"{name} {'beats' if gain > 0 else 'does not beat'} random initialisation by "
-                         f"{gain:+.1f} points ({100 * runs[name]:.1f} vs {100 * base:.1f})")
-    text = "On SST-2 dev, with one fine-tuning budget for every start: " + "; ".join(parts) + "."
+            verb = "beats" if gain > 0 else "does not beat"
+            parts.append(f"{name} {verb} random initialisation: {100 * runs[name]:.1f} vs {100 * base:.1f} "
+                         f"({gain:+.1f} points)")
+    text = "On SST-2 dev, with one fine-tuning budget for every start, " + "; ".join(parts) + "."
     if DEMO_PRETRAINED in runs and runs[DEMO_PRETRAINED] <= base:
         mlm = report.pretraining.get("heldout", {}).get("mlm_accuracy")
         mlm_text = f" (held-out MLM accuracy {mlm:.3f})" if mlm is not None else ""
