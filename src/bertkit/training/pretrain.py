@@ -68,7 +68,7 @@ class PretrainConfig:
     None = whenever the training data holds sentence pairs (`prepare-pretraining --instances`)."""
     masking: dict[str, Any] = field(default_factory=dict)
     """For dynamic-masking data: masking fields of PretrainingDataConfig that replace the data's own, e.g.
-    {masked_lm_prob: 0.3, max_predictions_per_seq: 40} (Wettig et al. 2023 find 15% too low for small budgets) or
+    {masked_lm_prob: 0.3, max_predictions_per_seq: 40} (Wettig et al. 2023: rates above 15% can train better) or
     {mask_token_prob: 1.0, random_token_prob: 0.0}. Evaluation keeps the held-out data's own masking."""
     pad_to_multiple_of: int | None = 8
     """Pad each batch's length to a multiple of this (tensor-core friendly); None = to the longest."""
