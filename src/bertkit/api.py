@@ -10,25 +10,14 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bertkit.errors import CheckpointError
 from bertkit.model import MODEL_CLASSES, BertPreTrainedModel
-from bertkit.model.checkpoint import VOCAB_NAME, load_model, save_pretrained
+from bertkit.model.checkpoint import load_model, save_pretrained
 from bertkit.pretrained import resolve_model_dir
-
-
-def load_tokenizer(folder: str | os.PathLike) -> Any:
-    """The folder's bertkit BertTokenizer (vocab.txt + tokenizer_config.json)."""
-    from bertkit.tokenizer import BertTokenizer
-
-    folder = resolve_model_dir(folder)
-    if not (Path(folder) / VOCAB_NAME).is_file():
-        raise CheckpointError(f"{Path(folder) / VOCAB_NAME}: missing; a model folder needs its vocabulary")
-    return BertTokenizer.from_pretrained(str(folder))
 
 
 @dataclass
@@ -77,6 +66,7 @@ def load(folder: str | os.PathLike, model_class: str | None = None, **kwargs: An
     kwargs go to from_pretrained (strict=, dtype=, config field overrides such as num_labels=).
     """
     from bertkit.inference.embed import folder_defaults
+    from bertkit.tokenizer import BertTokenizer
 
     folder = resolve_model_dir(folder)  # a shipped model's name (bertkit.pretrained) works too
     if model_class is None:
@@ -85,4 +75,4 @@ def load(folder: str | os.PathLike, model_class: str | None = None, **kwargs: An
         model = MODEL_CLASSES[model_class].from_pretrained(folder, **kwargs)
     else:
         raise CheckpointError(f"unknown model class {model_class!r}; expected one of {', '.join(MODEL_CLASSES)}")
-    return Bert(model, load_tokenizer(folder), folder_defaults(folder))
+    return Bert(model, BertTokenizer.from_pretrained(folder), folder_defaults(folder))

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 from bertkit.data.config import BAD_UTF8_POLICIES, INSTANCE_FORMATS, LAYOUTS, PretrainingDataConfig
-from bertkit.errors import CheckpointError
 from bertkit.io import check_output_dir
 
 _DEFAULTS = PretrainingDataConfig()
@@ -71,14 +70,6 @@ def _config_from_args(args: argparse.Namespace) -> PretrainingDataConfig:
     )
 
 
-def _load_tokenizer(folder: str):
-    if not (Path(folder) / "vocab.txt").is_file():
-        raise CheckpointError(f"{folder}: no vocab.txt; --tokenizer should be a tokenizer or model folder")
-    from bertkit.tokenizer import BertTokenizer
-
-    return BertTokenizer.from_pretrained(folder)
-
-
 def _check_output(folder: Path, overwrite: bool) -> None:
     """A prepared (or half-prepared) dataset folder is rebuilt; any other non-empty folder needs --overwrite."""
     from bertkit.data.prepare import CONFIG_FILE, TOKENIZER_DIR
@@ -98,7 +89,9 @@ def prepare_pretraining_command(args: argparse.Namespace) -> int:
 
     config = _config_from_args(args)
     _check_output(Path(args.output), args.overwrite)
-    tokenizer = _load_tokenizer(args.tokenizer)
+    from bertkit.tokenizer import BertTokenizer
+
+    tokenizer = BertTokenizer.from_pretrained(args.tokenizer)
     start = time.perf_counter()
     with progress_bar(None, "prepare-pretraining", "shard") as bar:
 

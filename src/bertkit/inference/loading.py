@@ -7,15 +7,11 @@ from typing import Any
 
 from bertkit.model import BertModel, BertPreTrainedModel
 from bertkit.model.checkpoint import load_model, model_class_for, read_config
+from bertkit.tokenizer import BertTokenizer
 
 __all__ = ["base_model", "head_class", "load_model", "load_tokenizer", "read_raw_config"]
 
-
-def load_tokenizer(folder: str | Path) -> Any:
-    """The folder's bertkit BertTokenizer (the one loader lives in bertkit.api)."""
-    from bertkit.api import load_tokenizer as _load
-
-    return _load(folder)
+load_tokenizer = BertTokenizer.from_pretrained  # the one tokenizer loader (errors name the folder and the file)
 
 
 def read_raw_config(folder: str | Path) -> dict[str, Any]:

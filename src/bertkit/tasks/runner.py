@@ -25,19 +25,11 @@ from bertkit.io import atomic_write_json
 from bertkit.pretrained import resolve_model_dir
 from bertkit.tasks import get_task
 from bertkit.tasks.base import Settings, Task, check_positive, require_examples
+from bertkit.tokenizer import BertTokenizer
 
 logger = logging.getLogger(__name__)
 
 RESULTS_NAME = "results.json"
-
-
-def load_tokenizer(folder: str | os.PathLike) -> Any:
-    """The tokenizer saved in a model folder (vocab.txt + tokenizer_config.json)."""
-    from bertkit.tokenizer import BertTokenizer
-
-    if not (Path(folder) / "vocab.txt").is_file():
-        raise CheckpointError(f"{folder}: no vocab.txt (a model folder for fine-tuning needs its tokenizer)")
-    return BertTokenizer.from_pretrained(folder)
 
 
 def read_folder_config(folder: str | os.PathLike) -> Any:
@@ -141,7 +133,7 @@ def finetune(
                    label_column=label_column, glue=glue, regression=regression, multi_label=multi_label,
                    doc_stride=doc_stride, version_2=version_2, null_threshold=null_threshold)
     settings = t.settings(options)
-    tokenizer = load_tokenizer(model)
+    tokenizer = BertTokenizer.from_pretrained(model)
 
     train_examples = t.read(train, settings)
     require_examples(train_examples, train, "training examples")
@@ -200,7 +192,7 @@ def _load_finetuned(model: str) -> tuple[Task, Settings, Any, Any]:
     n = t.num_labels(settings)
     if n is not None and n != config.num_labels:
         raise CheckpointError(f"{model}: the head has {config.num_labels} outputs but {n} label names")
-    return t, settings, net, load_tokenizer(model)
+    return t, settings, net, BertTokenizer.from_pretrained(model)
 
 
 def evaluate(model: str, input: str, output: str | None = None, batch_size: int = 64,
