@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from pathlib import Path
 
 from bertkit.data.config import BAD_UTF8_POLICIES, INSTANCE_FORMATS, LAYOUTS, PretrainingDataConfig
 from bertkit.io import check_output_dir
+from bertkit.training.config import field_docs
 
 _DEFAULTS = PretrainingDataConfig()
+_CHOICES = {"instances": INSTANCE_FORMATS, "layout": LAYOUTS, "on_bad_utf8": BAD_UTF8_POLICIES}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the `prepare-pretraining` verb; its options mirror PretrainingDataConfig one to one."""
+    """Add the `prepare-pretraining` verb; its options are PretrainingDataConfig's fields, generated."""
     p = subparsers.add_parser(
         "prepare-pretraining",
         help="turn text files into sharded pre-training instances",
@@ -24,50 +27,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="text/JSONL files or folders of them")
     p.add_argument("-o", "--output", required=True, help="output folder")
     p.add_argument("--tokenizer", required=True, help="tokenizer folder (vocab.txt, tokenizer_config.json)")
-    d = _DEFAULTS
-    p.add_argument("--instances", choices=INSTANCE_FORMATS, default=d.instances,
-                   help="sentence_pairs: [CLS] A [SEP] B [SEP] + next-sentence label (the paper); full_sentences: "
-                   "RoBERTa's packing across documents, for masked LM alone (default %(default)s)")
-    p.add_argument("--max-seq-length", type=int, default=d.max_seq_length)
-    p.add_argument("--dupe-factor", type=int, default=d.dupe_factor, help="passes over the corpus (default %(default)s)")
-    p.add_argument("--short-seq-prob", type=float, default=d.short_seq_prob)
-    p.add_argument("--masked-lm-prob", type=float, default=d.masked_lm_prob)
-    p.add_argument("--max-predictions-per-seq", type=int, default=d.max_predictions_per_seq)
-    p.add_argument("--whole-word-mask", action="store_true", help="mask all pieces of a word together")
-    p.add_argument("--dynamic-masking", action="store_true", help="store unmasked tokens; the collator masks per epoch")
-    p.add_argument("--reference-nsp", action="store_true",
-                   help="one-sentence chunks always get a random B, exactly as google-research/bert (~56%% random)")
+    p.add_argument("--workers", type=int, default=1, help="parallel processes (the output does not depend on it)")
     p.add_argument("--overwrite", action="store_true",
                    help="write into an output folder that holds other files (a dataset folder of its own is rebuilt)")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--workers", type=int, default=1, help="parallel processes (the output does not depend on it)")
-    p.add_argument("--layout", choices=LAYOUTS, default=d.layout)
-    p.add_argument("--on-bad-utf8", choices=BAD_UTF8_POLICIES, default=d.on_bad_utf8)
-    p.add_argument("--text-field", default=d.text_field, help="JSONL field holding the text")
-    p.add_argument("--chunk-documents", type=int, default=d.chunk_documents,
-                   help="documents per shard; random B sentences come from the same chunk")
-    p.add_argument("--chunk-chars", type=int, default=d.chunk_chars, help="characters per chunk at most (memory bound)")
+    p.add_argument("--reference-nsp", dest="balanced_nsp", action="store_false",
+                   help="one-sentence chunks always get a random B, exactly as google-research/bert (~56%% random); "
+                   "the same as --no-balanced-nsp")
+    # Every PretrainingDataConfig field is an option, with its docstring as help: one source of truth.
+    docs = field_docs(PretrainingDataConfig)
+    for f in dataclasses.fields(PretrainingDataConfig):
+        default = getattr(_DEFAULTS, f.name)
+        extra: dict = {"choices": _CHOICES[f.name]} if f.name in _CHOICES else {}
+        if isinstance(default, bool):
+            extra["action"] = argparse.BooleanOptionalAction
+        else:
+            extra["type"] = type(default)
+        p.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=default,
+                       help=docs.get(f.name, "").replace("%", "%%") + " (default %(default)s)", **extra)
     p.set_defaults(func=prepare_pretraining_command)
 
 
 def _config_from_args(args: argparse.Namespace) -> PretrainingDataConfig:
-    return PretrainingDataConfig(
-        instances=args.instances,
-        max_seq_length=args.max_seq_length,
-        short_seq_prob=args.short_seq_prob,
-        masked_lm_prob=args.masked_lm_prob,
-        max_predictions_per_seq=args.max_predictions_per_seq,
-        dupe_factor=args.dupe_factor,
-        whole_word_mask=args.whole_word_mask,
-        dynamic_masking=args.dynamic_masking,
-        balanced_nsp=not args.reference_nsp,
-        seed=args.seed,
-        layout=args.layout,
-        on_bad_utf8=args.on_bad_utf8,
-        text_field=args.text_field,
-        chunk_documents=args.chunk_documents,
-        chunk_chars=args.chunk_chars,
-    )
+    return PretrainingDataConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PretrainingDataConfig)})
 
 
 def _check_output(folder: Path, overwrite: bool) -> None:

@@ -24,55 +24,57 @@ BAD_UTF8_POLICIES = ("error", "skip")
 class PretrainingDataConfig:
     """How raw text becomes masked-LM + next-sentence pre-training instances."""
 
-    # What an instance is. "sentence_pairs": [CLS] A [SEP] B [SEP] with a next-sentence label (the paper,
-    # section 3.1). "full_sentences": RoBERTa's FULL-SENTENCES (Liu et al. 2019, section 4.2), for an MLM-only
-    # objective: [CLS] then whole sentences read contiguously up to max_seq_length, crossing document boundaries
-    # with a [SEP] between documents, one segment, no next-sentence label. Every token of a pass over the text
-    # lands in exactly one instance; each pass reads the documents in a new shuffled order.
     instances: str = "sentence_pairs"
-    # Length of [CLS] A [SEP] B [SEP]; 128 for 90% of the paper's steps, 512 for the rest (appendix A.2).
+    """What an instance is. "sentence_pairs": [CLS] A [SEP] B [SEP] with a next-sentence label (the paper, section
+    3.1). "full_sentences": RoBERTa's FULL-SENTENCES (Liu et al. 2019, section 4.2), for an MLM-only objective: [CLS]
+    then whole sentences read contiguously up to max_seq_length, crossing document boundaries with a [SEP] between
+    documents, one segment, no next-sentence label. Every token of a pass over the text lands in exactly one
+    instance; each pass reads the documents in a new shuffled order."""
     max_seq_length: int = 128
-    # Probability of drawing a shorter target length randint(2, max_num_tokens), to reduce the
-    # pre-train/fine-tune length mismatch (reference flag `short_seq_prob`, default 0.1).
+    """Length of [CLS] A [SEP] B [SEP]; 128 for 90% of the paper's steps, 512 for the rest (appendix A.2)."""
     short_seq_prob: float = 0.1
-    # Fraction of non-special tokens to predict (paper section 3.1: "15% of all WordPiece tokens").
+    """Probability of drawing a shorter target length randint(2, max_num_tokens), to reduce the pre-train/fine-tune
+    length mismatch (reference flag `short_seq_prob`, default 0.1)."""
     masked_lm_prob: float = 0.15
-    # Cap on predictions per sequence (reference: 20 for length 128, 80 for length 512).
+    """Fraction of non-special tokens to predict (paper section 3.1: "15% of all WordPiece tokens")."""
     max_predictions_per_seq: int = 20
-    # Of the chosen tokens: 80% become [MASK], 10% a random token, 10% stay unchanged (paper 3.1, C.2).
+    """Cap on predictions per sequence (reference: 20 for length 128, 80 for length 512)."""
     mask_token_prob: float = 0.8
+    """Share of the chosen tokens that become [MASK] (paper 3.1, C.2: 80%)."""
     random_token_prob: float = 0.1
-    # Share of pairs whose B is a random span of another document (paper 3.1: "50% of the time").
+    """Share of the chosen tokens replaced by a random token (10%); the rest stay unchanged."""
     random_next_prob: float = 0.5
-    # The reference always gives a one-sentence chunk (a sentence longer than the target length, or a
-    # document's last sentence) a random B, which on real text pushes the random share to ~56%. True flips the
-    # usual coin for a long sentence too (IsNext takes B from the following sentences), and a document's last
-    # sentence alone in a chunk makes no instance (counted). False reproduces the reference exactly.
+    """Share of pairs whose B is a random span of another document (paper 3.1: "50% of the time")."""
     balanced_nsp: bool = True
-    # Times each document is turned into instances, each time with different splits and masks.
-    # The reference flag's default is 10; we keep it (with dynamic masking 2-5 is usually enough).
+    """The reference always gives a one-sentence chunk (a sentence longer than the target length, or a document's
+    last sentence) a random B, which on real text pushes the random share to ~56%. True flips the usual coin for a
+    long sentence too (IsNext takes B from the following sentences), and a document's last sentence alone in a
+    chunk makes no instance (counted). False reproduces the reference exactly."""
     dupe_factor: int = 10
-    # Mask all WordPiece pieces of a word together (the reference's `do_whole_word_mask`).
+    """Times each document is turned into instances, each time with different splits and masks (the reference's
+    default is 10; with dynamic masking 1-5 is usually enough)."""
     whole_word_mask: bool = False
-    # False: masks are drawn once and stored with each instance (the reference).
-    # True: shards hold unmasked tokens and the collator redraws masks each epoch (RoBERTa, Liu et al. 2019).
+    """Mask all WordPiece pieces of a word together (the reference's `do_whole_word_mask`)."""
     dynamic_masking: bool = False
-    # Seed of every random choice; each shard's RNG is derived from (seed, shard index).
+    """False: masks are drawn once and stored with each instance (the reference). True: shards hold unmasked tokens
+    and the collator redraws masks each epoch (RoBERTa, Liu et al. 2019)."""
     seed: int = 12345
-    # Text layout: "lines" = one sentence per line, blank line between documents (the reference's format);
-    # "paragraphs" = free text split into sentences here; "auto" = decide per file.
+    """Seed of every random choice; each shard's RNG is derived from (seed, shard index)."""
     layout: str = "auto"
-    # Undecodable bytes: "error" stops with file and byte offset, "skip" drops the line and counts it.
+    """Text layout: "lines" = one sentence per line, blank line between documents (the reference's format);
+    "paragraphs" = free text split into sentences here; "auto" = decide per file."""
     on_bad_utf8: str = "error"
-    # Field holding a document's text in JSONL input.
+    """Undecodable bytes: "error" stops with file and byte offset, "skip" drops the line and counts it."""
     text_field: str = "text"
-    # Streaming: documents are processed in chunks of at most this many documents / characters; one chunk
-    # makes one shard, and the random B of a pair is drawn from the chunk (the reference draws from the whole
-    # corpus, which does not fit a bounded memory; with thousands of documents per chunk this is equivalent).
+    """Field holding a document's text in JSONL input."""
     chunk_documents: int = 2000
+    """Streaming: documents per chunk at most. One chunk makes one shard, and the random B of a pair is drawn from
+    the chunk (the reference draws from the whole corpus, which does not fit a bounded memory; with thousands of
+    documents per chunk this is equivalent)."""
     chunk_chars: int = 16_000_000
-    # A document longer than this many sentences is cut into several (bounds memory on heading-less text).
+    """Streaming: characters per chunk at most (memory bound)."""
     max_document_sentences: int = 20_000
+    """A document longer than this many sentences is cut into several (bounds memory on heading-less text)."""
 
     def __post_init__(self) -> None:
         self.validate()
