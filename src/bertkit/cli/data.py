@@ -7,9 +7,14 @@ import dataclasses
 import time
 from pathlib import Path
 
-from bertkit.data.config import BAD_UTF8_POLICIES, INSTANCE_FORMATS, LAYOUTS, PretrainingDataConfig
+from bertkit.data.config import (
+    BAD_UTF8_POLICIES,
+    INSTANCE_FORMATS,
+    LAYOUTS,
+    PretrainingDataConfig,
+)
+from bertkit.dataclass_io import field_docs
 from bertkit.io import check_output_dir
-from bertkit.training.config import field_docs
 
 _DEFAULTS = PretrainingDataConfig()
 _CHOICES = {"instances": INSTANCE_FORMATS, "layout": LAYOUTS, "on_bad_utf8": BAD_UTF8_POLICIES}

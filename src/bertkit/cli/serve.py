@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from bertkit.dataclass_io import field_docs
 from bertkit.errors import ConfigError
 from bertkit.serve.settings import ServeSettings
-from bertkit.training.config import field_docs
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

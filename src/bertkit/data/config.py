@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from bertkit.dataclass_io import config_from_dict
 from bertkit.errors import ConfigError
 
 LAYOUTS = ("auto", "lines", "paragraphs")
@@ -141,12 +142,8 @@ class PretrainingDataConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "PretrainingDataConfig":
-        """Inverse of `to_dict`; unknown keys are an error so typos do not pass silently."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ConfigError(f"PretrainingDataConfig: unknown field(s) {', '.join(unknown)}")
-        return cls(**d)
+        """Inverse of `to_dict`; unknown keys and wrong types are errors naming the field."""
+        return config_from_dict(cls, d)
 
     def to_json(self) -> str:
         """JSON text of the config."""
