@@ -144,3 +144,22 @@ def test_alibi_makes_attention_local_and_every_path_agrees() -> None:
     assert probs[64, 63] > 5 * probs[64, 0]  # the neighbour outweighs a key 64 positions away
     assert torch.all(written.attentions[0][0, :, :, 3:] == 0)  # padded keys get nothing
     assert not BertConfig(alibi=True).bert_compatible and BertConfig().bert_compatible
+
+
+def test_bertkit_only_folders_leave_out_the_tied_copies(tmp_path: Path) -> None:
+    """transformers needs the decoder copy of the word embeddings; a pre-LN or ALiBi folder, which it cannot load
+    anyway, is written without it and loads back tied and equal."""
+    from safetensors import safe_open
+
+    torch.manual_seed(0)
+    for options, expect_copy in (({"layer_norm_position": "post"}, True), ({"alibi": True}, False)):
+        model = BertForPreTraining(BertConfig(**{**PRE, **options})).eval()
+        folder = tmp_path / str(expect_copy)
+        model.save_pretrained(str(folder))
+        with safe_open(str(folder / "model.safetensors"), "pt") as f:
+            keys = set(f.keys())
+        assert ("cls.predictions.decoder.weight" in keys) == expect_copy
+        back = BertForPreTraining.from_pretrained(str(folder), strict=True).eval()
+        assert back.cls.predictions.decoder.weight is back.bert.embeddings.word_embeddings.weight
+        ids = torch.randint(5, 99, (2, 9))
+        assert torch.equal(model(ids).prediction_logits, back(ids).prediction_logits)
