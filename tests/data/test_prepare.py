@@ -12,7 +12,7 @@ import torch
 
 from bertkit.data import PretrainingCollator, PretrainingDataConfig, PretrainingDataset, prepare_pretraining
 from bertkit.data.pretraining import VocabInfo
-from bertkit.errors import DataError, TokenizerError
+from bertkit.errors import DataError, OutputError, TokenizerError
 
 
 def _corpus(data_dir: Path) -> list[Path]:
@@ -242,7 +242,7 @@ def test_failed_write_leaves_no_complete_looking_dataset(tmp_path: Path, tokeniz
         real_fsync(fd)
 
     monkeypatch.setattr(shards.os, "fsync", disk_full)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(OutputError, match="shard-00001.bin: no space left on the device"):
         prepare_pretraining([f], out, tokenizer, PretrainingDataConfig(layout="lines", chunk_documents=10, seed=2))
     assert not (out / "index.json").exists()  # the old index went first, the new one never came
     assert not list(out.glob(".*.tmp"))
