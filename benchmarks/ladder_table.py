@@ -4,8 +4,8 @@
 
 RUN_DIR is a `bertkit pretrain` output folder. Tokens seen come from its newest checkpoint (scaled to the step of
 the evaluation shown); training time is the sum over metrics.jsonl's training windows of the window's tokens over
-its logged tokens/s (evaluations and start-up excluded); the held-out MLM accuracy is its evaluation at step N (or
-its last). PAYOFF_DIR is benchmarks/pretraining_payoff.py's SST-2 output (comparison.json): the pre-trained start
+its logged tokens/s (evaluations and start-up excluded); the held-out MLM accuracy is its evaluation at step N, or by
+default at the run's best step, whose weights are the best/ folder the SST-2 columns fine-tune from. PAYOFF_DIR is benchmarks/pretraining_payoff.py's SST-2 output (comparison.json): the pre-trained start
 against "random init", mean and per seed, each at its best LR.
 """
 
@@ -21,9 +21,10 @@ import torch
 def run_figures(run: Path, step: int | None) -> dict:
     """Step, tokens, training seconds and held-out MLM accuracy of a pre-training run."""
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    last = [r for r in records if r["split"] == "eval" and (step is None or r["step"] <= step)][-1]
     checkpoints = sorted((run / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
     trainer = torch.load(checkpoints[-1] / "state.pt", map_location="cpu", weights_only=False)["trainer"]
+    step = trainer["best_step"] if step is None else step
+    last = [r for r in records if r["split"] == "eval" and r["step"] <= step][-1]
     per_step = trainer["tokens_seen"] / trainer["step"]  # tokens are counted at each logged window
     seconds, previous = 0.0, 0
     for r in records:
@@ -48,7 +49,8 @@ def payoff(folder: Path) -> dict | None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--row", action="append", required=True, metavar="RECIPE|SIZE|RUN_DIR|PAYOFF_DIR")
-    p.add_argument("--step", type=int, default=None, help="show each run at its evaluation at or before this step")
+    p.add_argument("--step", type=int, default=None,
+                   help="show each run at its evaluation at or before this step (default: its best step)")
     args = p.parse_args()
     print("| recipe | size | steps | tokens | training time | held-out MLM acc. | SST-2 dev: pre-trained | "
           "SST-2 dev: random init | gain |")

@@ -9,6 +9,10 @@ Each start is scored at the LR with the best mean over the seeds. Finished runs 
     python3 benchmarks/pretraining_payoff.py --task conll --start pretrained=runs/ship/final \\
         --random-twin pretrained --out runs/payoff
 
+With --dropout P, every start (random init included) is fine-tuned with dropout P instead of its folder's own (a
+folder pre-trained without dropout, like bertkit-mini, otherwise fine-tunes without it; the paper fine-tunes with
+0.1): each start is linked into OUT/TASK/starts/ with only config.json's two dropout fields changed.
+
 Budgets (the same for every start): SST-2: 8,000 of the 67,349 training sentences (seeded subset), 3 epochs,
 batch 32, max length 64, dev accuracy on all 872 dev sentences. CoNLL-2003: all 14,041 training sentences,
 3 epochs, batch 32, max length 128, entity F1 on the 3,250 validation sentences.
@@ -17,6 +21,7 @@ batch 32, max length 64, dev accuracy on all 872 dev sentences. CoNLL-2003: all 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 from pathlib import Path
@@ -35,6 +40,18 @@ BUDGETS = {
 }
 
 
+def with_dropout(folder: str, out: Path, p: float) -> str:
+    """`folder` with hidden and attention dropout p: config.json rewritten, every other file linked."""
+    out.mkdir(parents=True, exist_ok=True)
+    for f in Path(folder).iterdir():
+        if f.is_file() and f.name != "config.json" and not (out / f.name).exists():
+            (out / f.name).symlink_to(f.resolve())
+    config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    config.update(hidden_dropout_prob=p, attention_probs_dropout_prob=p)
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return str(out)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", choices=sorted(BUDGETS), required=True)
@@ -45,6 +62,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[42, 43])
     p.add_argument("--max-train-examples", type=int, help="override the budget's training subset")
     p.add_argument("--epochs", type=float, help="override the budget's epochs")
+    p.add_argument("--dropout", type=float, help="fine-tune every start with this dropout (default: the folder's)")
     args = p.parse_args()
 
     print(f"CPU: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
@@ -52,6 +70,9 @@ def main() -> None:
     starts = dict(s.split("=", 1) for s in args.start)
     if args.random_twin:
         starts["random init"] = str(random_init_twin(starts[args.random_twin], args.out / args.task / "random-init"))
+    if args.dropout is not None:
+        starts = {name: with_dropout(folder, args.out / args.task / "starts" / name.replace(" ", "-"), args.dropout)
+                  for name, folder in starts.items()}
     spec = dict(BUDGETS[args.task])
     metric = spec.pop("metric")
     if args.max_train_examples:
