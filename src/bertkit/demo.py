@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import ConfigError
+from bertkit.errors import ConfigError, Interrupted
 from bertkit.io import atomic_write_json, atomic_write_text, make_dir
 
 # The bundled corpus: three novels and the plays for pre-training, a fourth novel held out for evaluation.
@@ -183,6 +183,8 @@ def pretrain(cfg: DemoConfig, tokenizer: Any, out: Path, report: DemoReport) -> 
     result = run_pretraining(PretrainConfig(model=cfg.model, train_data=str(out / "data" / "train"),
                                             eval_data=str(out / "data" / "heldout"), eval_batches=20,
                                             training=training))
+    if result.interrupted:  # Ctrl-C stops the demo, not just its pre-training
+        raise Interrupted(f"{out}: the demo was stopped during pre-training", result.signal or 2)
     report.pretraining = {"steps": result.global_step, "instances": train.shards.instances,
                           "heldout": result.final_metrics or {}}
     return out / "pretrain" / "final"

@@ -27,6 +27,15 @@ class OutputError(BertkitError):
     """An output location cannot be written (a file or dangling link where a folder should go, no permission)."""
 
 
+class Interrupted(BertkitError):
+    """A run stopped by SIGINT or SIGTERM after writing its checkpoint: it has no final result, and resuming it
+    continues exactly where it stopped. `signal` is the signal's number (the CLI exits with 128 + signal)."""
+
+    def __init__(self, message: str, signal: int) -> None:
+        super().__init__(message)
+        self.signal = signal
+
+
 def data_error(path: object, line: int | None, message: str) -> DataError:
     """Build a DataError whose message starts with 'path:line:' like a compiler's."""
     where = f"{path}:{line}" if line is not None else f"{path}"

@@ -152,3 +152,35 @@ def test_same_seed_same_run(tmp_path, data_dir, tiny_dir) -> None:
     a, b, c = runs
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not torch.equal(a["classifier.weight"], c["classifier.weight"])
+
+
+def test_a_stopped_run_reports_no_result_and_resumes_to_the_same_one(tmp_path, data_dir, tiny_dir, monkeypatch,
+                                                                     capsys) -> None:
+    """SIGTERM mid-run: exit 128+15 with a message, a checkpoint but no results.json (a partial run's best must
+    not pass for the run's result); --resume then finishes with the uninterrupted run's exact metrics."""
+    import os
+    import signal
+
+    from bertkit.training.logging import MetricsLogger
+
+    args = ["--task", "classification", "--train", str(data_dir / "sst2" / "train.tsv"), "--dev",
+            str(data_dir / "sst2" / "dev.tsv"), "--max-train-examples", "64", "--max-eval-examples", "16",
+            "--max-length", "32", "--no-progress", "--epochs", "2", "--batch-size", "8", "--model", str(tiny_dir)]
+    straight = finetune(tiny_dir, tmp_path / "straight", *args[:-2])
+
+    real_log = MetricsLogger.log
+
+    def log_then_stop(self, record):  # noqa: ANN001, ANN202
+        real_log(self, record)
+        if record["split"] == "train" and record["step"] >= 10:
+            os.kill(os.getpid(), signal.SIGTERM)  # the trainer's handler: checkpoint, then stop
+
+    out = tmp_path / "stopped"
+    monkeypatch.setattr(MetricsLogger, "log", log_then_stop)
+    assert main(["finetune", "--output", str(out), *args]) == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM" in capsys.readouterr().err
+    assert not (out / "results.json").exists() and list((out / "checkpoints").glob("step-*"))
+    monkeypatch.setattr(MetricsLogger, "log", real_log)
+    assert main(["finetune", "--output", str(out), "--resume", *args]) == 0
+    resumed = json.loads((out / "results.json").read_text())
+    assert resumed["best_metrics"] == straight["best_metrics"]

@@ -12,7 +12,7 @@ import os
 import sys
 import traceback
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, Interrupted
 
 # In the order `bertkit --help` lists them: following the data's path.
 VERB_MODULES = [
@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         code = args.func(args)
+    except Interrupted as e:
+        print(f"bertkit {args.command}: {e}", file=sys.stderr)
+        return 128 + e.signal
     except BertkitError as e:
         if args.debug:
             traceback.print_exc()

@@ -108,7 +108,8 @@ def compare_starts(
                     summary = finetune(task=budget.task, model=str(model), train=budget.train, dev=budget.dev,
                                        output=str(run), epochs=budget.epochs, lr=lr, batch_size=budget.batch_size,
                                        max_length=budget.max_length, seed=seed, eval_every=budget.eval_every,
-                                       max_train_examples=budget.max_train_examples, progress=progress)
+                                       max_train_examples=budget.max_train_examples, progress=progress,
+                                       resume=True)  # an interrupted run continues from its checkpoint
                 score = float(summary["best_metrics"][summary["main_metric"]])
                 scores.setdefault(_lr_name(lr), {})[str(seed)] = score
                 if on_run is not None:

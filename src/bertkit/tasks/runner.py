@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from bertkit.errors import CheckpointError, ConfigError
+from bertkit.errors import CheckpointError, ConfigError, Interrupted
 from bertkit.io import atomic_write_json
 from bertkit.pretrained import resolve_model_dir
 from bertkit.tasks import get_task
@@ -160,6 +161,10 @@ def finetune(
                                                     tokenizer),
                       save_extra=lambda folder: tokenizer.save_pretrained(folder))
     result = trainer.train(resume=resume)
+    if result.interrupted:  # no result to report: a partial run's best must never pass for the run's
+        name = signal.Signals(result.signal or signal.SIGTERM).name
+        raise Interrupted(f"{output}: stopped by {name} at step {result.global_step} after writing a checkpoint; run "
+                          "again with resume (--resume) to continue", result.signal or signal.SIGTERM)
     summary = {
         "task": t.name, "model": str(model), "train": str(train), "dev": str(dev),
         "train_examples": len(train_examples), "train_features": len(train_features),
