@@ -137,3 +137,9 @@ def test_example_configs_load_and_cli_overrides_apply() -> None:
     assert cfg.model_overrides == {"hidden_dropout_prob": 0.0} and cfg.training.eval_every == 500  # from the file, not overridden
     with pytest.raises(ConfigError, match="training.batch_size"):
         cli_pretrain.resolve_config(parser.parse_args(["pretrain", "--batch_size", "many"]))
+    # every shipped config, the README ladder's included, loads with its recipe intact
+    for path in sorted(root.rglob("*.yaml")):
+        PretrainConfig.load(path)
+    ladder_c = PretrainConfig.load(root / "ladder" / "c-mini-preln-alibi.yaml")
+    assert ladder_c.model_overrides == {"layer_norm_position": "pre", "hidden_dropout_prob": 0.0,
+                                        "attention_probs_dropout_prob": 0.0, "alibi": True}
