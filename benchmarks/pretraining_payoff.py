@@ -57,6 +57,18 @@ def with_dropout(folder: str, out: Path, p: float) -> str:
     return str(out)
 
 
+def grid_table(results: list, lrs: list[float], metric: str) -> str:
+    """Every start at every LR: mean over the seeds, the seeds in brackets (points)."""
+    rows = ["| start | " + " | ".join(f"LR {lr:g}" for lr in lrs) + " |", "| --- |" + " --- |" * len(lrs)]
+    for r in results:
+        cells = []
+        for lr in lrs:
+            seeds = list(r.scores[f"{lr:g}"].values())
+            cells.append(f"{100 * sum(seeds) / len(seeds):.2f} ({', '.join(f'{100 * x:.2f}' for x in seeds)})")
+        rows.append(f"| {r.name} | " + " | ".join(cells) + " |")
+    return f"{metric}, every LR of the grid:\n\n" + "\n".join(rows)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", choices=sorted(BUDGETS), required=True)
@@ -91,7 +103,7 @@ def main() -> None:
                              on_run=lambda s, lr, seed, score: print(f"  {s:24} lr {lr:g} seed {seed}: {score:.4f}",
                                                                      flush=True))
     table = markdown_table(results, metric, baseline="random init" if args.random_twin else None)
-    lines = [table]
+    lines = [table, "", grid_table(results, budget.lrs, metric)]
     if args.random_twin:
         lines += ["", verdict(results, args.random_twin, "random init", metric, args.task)]
     (args.out / args.task / "table.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
