@@ -30,8 +30,14 @@ from pathlib import Path
 
 import torch
 
-from bertkit.tasks.payoff import (FinetuneBudget, compare_starts, markdown_table, plot_comparison, random_init_twin,
-                                  verdict)
+from bertkit.tasks.payoff import (
+    FinetuneBudget,
+    compare_starts,
+    markdown_table,
+    plot_comparison,
+    random_init_twin,
+    verdict,
+)
 
 DATA = Path(os.environ.get("DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
