@@ -65,10 +65,10 @@ def main() -> None:
             cells += ["-", "-", "-"]
         else:
             def show(s: dict) -> str:
-                return f"{100 * s['mean']:.1f} ({', '.join(f'{100 * x:.1f}' for x in s['best_scores'])})"
+                return f"{100 * s['mean']:.2f} ({', '.join(f'{100 * x:.2f}' for x in s['best_scores'])})"
 
             cells += [show(r["pretrained"]), show(r["random"]),
-                      f"**{100 * (r['pretrained']['mean'] - r['random']['mean']):+.1f}**"]
+                      f"**{100 * (r['pretrained']['mean'] - r['random']['mean']):+.2f}**"]
         print("| " + " | ".join(cells) + " |")
 
 
