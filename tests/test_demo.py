@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from bertkit.cli import main
 from bertkit.demo import DEMO_PRETRAINED, RANDOM_INIT, REFERENCE, SHIPPED, DemoReport, reading
 
@@ -44,10 +46,30 @@ def test_reading_is_computed_from_the_figures():
                         finetuning={RANDOM_INIT: {"dev_accuracy": 0.76}, DEMO_PRETRAINED: {"dev_accuracy": 0.69},
                                     SHIPPED: {"dev_accuracy": 0.80}, REFERENCE: {"dev_accuracy": 0.88}})
     text = reading(report)
-    assert f"{DEMO_PRETRAINED} does not beat random initialisation: 69.0 vs 76.0 (-7.0 points)" in text
+    assert f"{DEMO_PRETRAINED} does worse than random initialisation: 69.0 vs 76.0 (-7.0 points)" in text
     assert f"{SHIPPED} beats random initialisation: 80.0 vs 76.0 (+4.0 points)" in text
     assert f"{REFERENCE} beats random initialisation: 88.0 vs 76.0 (+12.0 points)" in text
     assert "0.120" in text and "plateau" in text  # why the short run loses
     report.finetuning[DEMO_PRETRAINED]["dev_accuracy"] = 0.78
     assert "plateau" not in reading(report)
     assert reading(DemoReport(config={})) == ""
+
+
+def test_reading_calls_differences_within_sampling_noise_level() -> None:
+    """One seed on 872 sentences: +3.5 at 76% is inside the 95% interval of the difference (about 3.9 points),
+    +6.0 is outside; the margin is the binomial one."""
+    import math
+
+    from bertkit.demo import noise_margin
+
+    assert noise_margin(0.76, 0.76, 872) == pytest.approx(100 * 1.96 * math.sqrt(2 * 0.76 * 0.24 / 872))
+    assert 4.0 < noise_margin(0.76, 0.76, 872) < 4.1
+    report = DemoReport(config={}, finetuning={RANDOM_INIT: {"dev_accuracy": 0.76, "dev_examples": 872},
+                                               SHIPPED: {"dev_accuracy": 0.795}, REFERENCE: {"dev_accuracy": 0.82},
+                                               DEMO_PRETRAINED: {"dev_accuracy": 0.70}})
+    text = reading(report)
+    assert noise_margin(0.795, 0.76, 872) > 3.5
+    assert f"{SHIPPED} is level with random initialisation: 79.5 vs 76.0 (+3.5 points)" in text
+    assert f"{REFERENCE} beats random initialisation: 82.0 vs 76.0 (+6.0 points)" in text
+    assert f"{DEMO_PRETRAINED} does worse than random initialisation: 70.0 vs 76.0 (-6.0 points)" in text
+    assert "872 dev sentences" in text

@@ -31,7 +31,7 @@ def test_best_lr_is_chosen_by_the_mean_over_seeds(tmp_path: Path, monkeypatch: p
 
     def fake_finetune(**kw):  # noqa: ANN003, ANN202
         calls.append((kw["model"], kw["lr"], kw["seed"]))
-        assert kw["resume"] is True  # a run stopped mid-way continues from its checkpoint
+        assert kw["resume"] is (Path(kw["output"]) / "checkpoints").is_dir()  # a stopped run continues
         score = table[(kw["lr"], kw["seed"])] - (0.1 if kw["model"] == "b" else 0.0)
         summary = {"main_metric": "accuracy", "best_metrics": {"accuracy": score}}
         Path(kw["output"]).mkdir(parents=True)

@@ -25,6 +25,7 @@ from bertkit.inference.encoder import Encoder
 from bertkit.inference.fill_mask import MASK, fill_mask_batch
 from bertkit.inference import loading
 from bertkit.model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bertkit.runtime import release_free_memory
 from bertkit.serve.batching import DynamicBatcher, QueueFull, RequestTimeout
 from bertkit.serve.settings import ServeSettings
 from bertkit.tasks.qa import context_offsets, window_spans
@@ -270,7 +271,7 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     delay = settings.max_batch_delay_ms / 1000.0
     batchers = {
         name: DynamicBatcher(fn, settings.max_batch_size, delay, max_queue=settings.max_queue, cost=item_chars,
-                             max_batch_cost=settings.max_batch_chars)
+                             max_batch_cost=settings.max_batch_chars, on_idle=release_free_memory)
         for name, fn in (("embed", predictor.embed), ("fill-mask", predictor.fill_mask),
                          ("classify", predictor.classify), ("ner", predictor.ner), ("qa", predictor.qa))
         if predictor.supports(name)

@@ -37,8 +37,12 @@ class DynamicBatcher(Generic[Item, Result]):
 
     def __init__(self, fn: Callable[[list[Item]], Sequence[Result]], max_batch_size: int = 32,
                  max_delay_s: float = 0.005, executor: ThreadPoolExecutor | None = None, max_queue: int = 1024,
-                 cost: Callable[[Item], float] | None = None, max_batch_cost: float | None = None) -> None:
+                 cost: Callable[[Item], float] | None = None, max_batch_cost: float | None = None,
+                 on_idle: Callable[[], Any] | None = None, idle_every_s: float = 1.0) -> None:
         self.fn = fn
+        self.on_idle = on_idle  # run in the executor when the queue runs empty, at most every idle_every_s
+        self.idle_every_s = idle_every_s
+        self._last_idle = float("-inf")
         self.max_batch_size = max_batch_size
         self.max_delay_s = max_delay_s
         self.max_queue = max_queue
@@ -127,6 +131,9 @@ class DynamicBatcher(Generic[Item, Result]):
                     cost += extra
                 batch.append(entry)
             await self._run_batch(batch)
+            if self.on_idle is not None and self.queue.empty() and loop.time() - self._last_idle >= self.idle_every_s:
+                self._last_idle = loop.time()
+                await loop.run_in_executor(self.executor, self.on_idle)
 
     async def _run_batch(self, batch: list[tuple[Item, asyncio.Future]]) -> None:
         waiting = [(item, future) for item, future in batch if not future.done()]  # abandoned while batching

@@ -58,6 +58,8 @@ class StartResult:
     best_lr: float
     best_scores: list[float]  # at best_lr, one per seed
     mean: float
+    dev_examples: int | None = None
+    """How many dev examples each score is measured on (for the noise of a difference)."""
 
 
 def random_init_twin(folder: str | Path, out: str | Path, seed: int = 0) -> Path:
@@ -99,6 +101,7 @@ def compare_starts(
     results = []
     for name, model in starts.items():
         scores: dict[str, dict[str, float]] = {}
+        dev_examples = None
         for lr in budget.lrs:
             for seed in budget.seeds:
                 run = out / name / f"lr{_lr_name(lr)}-seed{seed}"
@@ -109,14 +112,15 @@ def compare_starts(
                                        output=str(run), epochs=budget.epochs, lr=lr, batch_size=budget.batch_size,
                                        max_length=budget.max_length, seed=seed, eval_every=budget.eval_every,
                                        max_train_examples=budget.max_train_examples, progress=progress,
-                                       resume=True)  # an interrupted run continues from its checkpoint
+                                       resume=(run / "checkpoints").is_dir())  # a stopped run continues
                 score = float(summary["best_metrics"][summary["main_metric"]])
+                dev_examples = summary.get("dev_examples", dev_examples)
                 scores.setdefault(_lr_name(lr), {})[str(seed)] = score
                 if on_run is not None:
                     on_run(name, lr, seed, score)
         best = max(budget.lrs, key=lambda lr: statistics.fmean(scores[_lr_name(lr)].values()))
         at_best = [scores[_lr_name(best)][str(s)] for s in budget.seeds]
-        results.append(StartResult(name, str(model), scores, best, at_best, statistics.fmean(at_best)))
+        results.append(StartResult(name, str(model), scores, best, at_best, statistics.fmean(at_best), dev_examples))
     atomic_write_json(out / SUMMARY_NAME, {"budget": asdict(budget), "starts": [asdict(r) for r in results]})
     return results
 
