@@ -16,7 +16,9 @@ from bertkit.data.pretraining import VocabInfo
 from bertkit.data.shards import ShardArrays, open_shard, read_index, verify_shard
 from bertkit.errors import data_error
 
-IGNORE_INDEX = -100  # label of positions without a masked-LM target (torch cross-entropy's ignore_index)
+IGNORE_INDEX = -100
+"""The label of positions no loss counts (torch cross-entropy's ignore_index): positions without a masked-LM target,
+word pieces after a word's first in NER, padding. bertkit's one definition; the model and the tasks import it."""
 
 
 class PretrainingDataset(Dataset):

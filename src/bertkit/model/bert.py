@@ -24,9 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit.data.dataset import IGNORE_INDEX
 from bertkit.model.config import BertConfig
-
-IGNORE_INDEX = -100  # label value that no loss counts, as in torch.nn.CrossEntropyLoss
 
 
 # ----------------------------------------------------------------------------------------------------------------

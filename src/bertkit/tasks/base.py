@@ -24,11 +24,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bertkit.data.dataset import IGNORE_INDEX
 from bertkit.errors import ConfigError, data_error
 
 logger = logging.getLogger(__name__)
-
-IGNORE_INDEX = -100  # label value no loss counts (torch.nn.CrossEntropyLoss's ignore_index)
 
 Settings = dict[str, Any]
 Feature = dict[str, Any]

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from bertkit.data.dataset import IGNORE_INDEX
 from bertkit.errors import ConfigError
 from bertkit.training.config import TrainingConfig, config_from_dict, read_config_file, save_config
 from bertkit.training.trainer import Trainer, TrainPhase, TrainResult
@@ -193,7 +194,7 @@ def make_evaluate(dataset: Any, collate: Any, batch_size: int, max_batches: int)
             batch = collate([dataset[i] for i in range(start, min(n, start + batch_size))])
             batch = {k: v.to(device) for k, v in batch.items()}
             out = model(**batch)
-            labels = batch["labels"][batch["labels"] != -100]  # the logits are at the masked positions only
+            labels = batch["labels"][batch["labels"] != IGNORE_INDEX]  # the logits are at the masked positions only
             k = labels.numel()
             if k:
                 mlm_loss += float(out.mlm_loss) * k
