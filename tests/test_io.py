@@ -62,3 +62,18 @@ def test_cli_reports_an_unwritable_output_without_a_traceback(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code != 0
     assert "tokenizer: is a link to" in err and "Traceback" not in err
+
+
+def test_read_json_object_names_the_file_and_what_was_expected(tmp_path) -> None:
+    from bertkit.errors import CheckpointError, DataError
+    from bertkit.io import read_json_object
+
+    good, broken, listed = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    good.write_text('{"x": 1}')
+    broken.write_text('{"x": ')
+    listed.write_text("[1, 2]")
+    assert read_json_object(good) == {"x": 1}
+    with pytest.raises(CheckpointError, match=r"b\.json: not valid JSON"):
+        read_json_object(broken)
+    with pytest.raises(DataError, match=r"c\.json: expected a JSON object, found list"):
+        read_json_object(listed, DataError)

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-from bertkit.errors import OutputError
+from bertkit.errors import BertkitError, CheckpointError, OutputError
 
 
 def _default_mode() -> int:
@@ -152,3 +152,14 @@ def folder_lock(folder: str | os.PathLike) -> Iterator[Path]:
             path.unlink()  # while still held, so no other job can have locked this file meanwhile
         fcntl.flock(f, fcntl.LOCK_UN)
         f.close()
+
+
+def read_json_object(path: str | os.PathLike, error: type[BertkitError] = CheckpointError) -> dict[str, Any]:
+    """The JSON object in a file, or `error` naming the file: not valid JSON, or JSON that is not an object."""
+    try:
+        d = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise error(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(d, dict):
+        raise error(f"{path}: expected a JSON object, found {type(d).__name__}")
+    return d

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import CheckpointError
-from bertkit.io import make_dir
+from bertkit.io import make_dir, read_json_object
 
 # Tokenizer files copied as they are when bertkit's tokenizer cannot rewrite them, and sentence-transformers'
 # settings (sequence limit, pooling) that `embed` reads.
@@ -110,10 +110,7 @@ def _tokenizer_settings(folder: Path) -> dict[str, Any]:
     path = folder / "tokenizer_config.json"
     d: dict[str, Any] = {}
     if path.is_file():
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+        d = read_json_object(path, CheckpointError)
     return {
         "do_lower_case": bool(d.get("do_lower_case", d.get("lowercase", True))),
         "strip_accents": d.get("strip_accents"),

@@ -14,7 +14,6 @@ A dataset folder holds:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import DataError, data_error
-from bertkit.io import atomic_path
+from bertkit.io import atomic_path, read_json_object
 
 INDEX_FILE = "index.json"
 FORMAT_NAME = "bertkit-pretraining-shards"
@@ -106,10 +105,7 @@ def read_index(folder: str | os.PathLike) -> dict[str, Any]:
     path = Path(folder) / INDEX_FILE
     if not path.is_file():
         raise data_error(path, None, "no index: not a prepared pre-training dataset, or its preparation did not finish")
-    try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise data_error(path, None, f"unreadable index ({e})") from None
+    index = read_json_object(path, DataError)
     if index.get("format") != FORMAT_NAME or index.get("version") != FORMAT_VERSION:
         raise data_error(
             path, None, f"format {index.get('format')!r} v{index.get('version')}, expected {FORMAT_NAME!r} v{FORMAT_VERSION}"

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from bertkit.errors import BertkitError, CheckpointError
-from bertkit.io import atomic_path, atomic_write_json, make_dir
+from bertkit.io import atomic_path, atomic_write_json, make_dir, read_json_object
 from bertkit.model.bert import MODEL_CLASSES, BertModel, BertPreTrainedModel
 from bertkit.model.config import BertConfig
 from bertkit.pretrained import resolve_model_dir
@@ -194,11 +194,9 @@ def read_config(folder: Path) -> tuple[BertConfig, dict[str, Any]]:
         raise CheckpointError(f"{folder}: expected a model folder (config.json + weights), found a file")
     if not path.is_file():
         raise CheckpointError(f"{path}: missing (a model folder needs config.json next to its weights)")
+    raw = read_json_object(path, CheckpointError)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
         return BertConfig.load(path), raw
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
     except BertkitError as e:
         raise CheckpointError(str(e)) from None
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bertkit.errors import ConfigError
-from bertkit.io import atomic_write_json
+from bertkit.io import atomic_write_json, read_json_object
 
 # Sizes from the paper (BERT-base, BERT-large) and from Turc et al. 2019, "Well-Read Students Learn Better"
 # (the 24 compact models google-research/bert released: tiny, mini, small, medium).
@@ -185,12 +184,7 @@ class BertConfig:
             path = path / "config.json"
         if not path.is_file():
             raise ConfigError(f"{path}: no such file (expected a BERT config.json)")
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{path}: not valid JSON ({e})") from None
-        if not isinstance(d, dict):
-            raise ConfigError(f"{path}: expected a JSON object, found {type(d).__name__}")
+        d = read_json_object(path, ConfigError)
         if d.get("model_type", "bert") not in ("bert", BERTKIT_MODEL_TYPE):
             raise ConfigError(f"{path}: model_type is {d['model_type']!r}, expected 'bert' (or '{BERTKIT_MODEL_TYPE}')")
         return cls.from_dict(d, source=str(path))

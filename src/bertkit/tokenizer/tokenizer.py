@@ -9,7 +9,6 @@ whole; offsets index the original, un-normalised text; overflow windows and thei
 from __future__ import annotations
 
 import gc
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from bertkit.errors import CheckpointError, TokenizerError
-from bertkit.io import atomic_write_json, atomic_write_text, make_dir
+from bertkit.io import atomic_write_json, atomic_write_text, make_dir, read_json_object
 from bertkit.pretrained import resolve_model_dir
 from bertkit.tokenizer.basic import ASCII_CONTROL_RE, ASCII_WORD_RE, Word, split_words
 from bertkit.tokenizer.wordpiece import MAX_INPUT_CHARS_PER_WORD, WordPiece
@@ -231,16 +230,6 @@ def load_vocab(path: str | os.PathLike) -> dict[str, int]:
     if not vocab:
         raise CheckpointError(f"{path}: the vocabulary is empty")
     return vocab
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(d, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, found {type(d).__name__}")
-    return d
 
 
 def _token_name(value: Any) -> str | None:
@@ -627,7 +616,7 @@ class BertTokenizer:
         vocab: dict[str, int] | None = None
         tj = path / "tokenizer.json"
         if tj.is_file():
-            d = _read_json(tj)
+            d = read_json_object(tj)
             norm = d.get("normalizer") or {}
             if isinstance(norm, dict) and norm.get("type") == "BertNormalizer":
                 settings.update(lowercase=norm.get("lowercase", True), strip_accents=norm.get("strip_accents"),
@@ -638,7 +627,7 @@ class BertTokenizer:
                 settings["unk_token"] = model.get("unk_token", "[UNK]")
         tc = path / "tokenizer_config.json"
         if tc.is_file():
-            d = _read_json(tc)
+            d = read_json_object(tc)
             for key in ("do_lower_case", "lowercase"):
                 if key in d:
                     settings["lowercase"] = bool(d[key])

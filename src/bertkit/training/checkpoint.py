@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import random
@@ -24,7 +23,7 @@ import torch
 from torch import nn
 
 from bertkit.errors import CheckpointError
-from bertkit.io import atomic_path, atomic_write_json, make_dir
+from bertkit.io import atomic_path, atomic_write_json, make_dir, read_json_object
 
 logger = logging.getLogger(__name__)
 
@@ -147,11 +146,8 @@ def read_meta(folder: str | os.PathLike) -> dict[str, Any]:
     path = Path(folder) / META_FILE
     if not path.is_file():
         raise CheckpointError(f"{path}: missing; {folder} is not a complete bertkit training checkpoint")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path}: corrupted ({e})") from None
-    found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+    meta = read_json_object(path, CheckpointError)
+    found = meta.get("format")
     if found != FORMAT:
         raise CheckpointError(f"{path}: not a bertkit training checkpoint (format {found!r}, expected {FORMAT!r})")
     if meta.get("version") != VERSION:
