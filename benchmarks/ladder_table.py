@@ -5,8 +5,9 @@
 RUN_DIR is a `bertkit pretrain` output folder. Tokens seen come from its newest checkpoint (scaled to the step of
 the evaluation shown); training time is the sum over metrics.jsonl's training windows of the window's tokens over
 its logged tokens/s (evaluations and start-up excluded); the held-out MLM accuracy is its evaluation at step N, or by
-default at the run's best step, whose weights are the best/ folder the SST-2 columns fine-tune from. PAYOFF_DIR is benchmarks/pretraining_payoff.py's SST-2 output (comparison.json): the pre-trained start
-against "random init", mean and per seed, each at its best LR.
+default at the run's best step, whose weights are the best/ folder the SST-2 columns fine-tune from. PAYOFF_DIR is
+benchmarks/pretraining_payoff.py's SST-2 output (comparison.json): the pre-trained start against "random init", mean
+and per seed, each at its best LR.
 """
 
 from __future__ import annotations

@@ -353,16 +353,16 @@ def reading(report: DemoReport) -> str:
             parts.append(f"{name} {verb} random initialisation: {100 * runs[name]:.1f} vs {100 * base:.1f} "
                          f"({gain:+.1f} points)")
     text = "On SST-2 dev, with one fine-tuning budget for every start, " + "; ".join(parts) + "."
-    if n:
-        text += (f" One seed on {n} dev sentences: differences under about {noise_margin(base, base, n):.1f} "
-                 "points are within sampling noise (95%), so only larger ones count as a win or a loss.")
     clear_win = noise_margin(base, base, n) if n else 0.0
+    if n:
+        text += (f" One seed on {n} dev sentences: differences under about {clear_win:.1f} points are within "
+                 "sampling noise (95%), so only larger ones count as a win or a loss.")
     if DEMO_PRETRAINED in runs and 100 * (runs[DEMO_PRETRAINED] - base) < clear_win:
         mlm = report.pretraining.get("heldout", {}).get("mlm_accuracy")
         mlm_text = f" (held-out MLM accuracy {mlm:.3f})" if mlm is not None else ""
         text += (f" This demo's own pre-training is minutes long{mlm_text}: masked LM is still on its plateau, "
-                 "predicting frequent tokens, while a randomly initialised BERT attends uniformly and so starts as "
-                 "a bag-of-words model, a strong baseline for sentiment. Leaving the plateau takes far more "
+                 "predicting frequent tokens, while a randomly initialised BERT averages its input (attention near "
+                 "uniform, or local with ALiBi), a strong bag-of-words baseline for sentiment. Leaving the plateau takes far more "
                  "pre-training (README, 'Pre-training that pays off').")
     return text
 

@@ -66,4 +66,3 @@ def release_free_memory() -> bool:
     trim.restype = ctypes.c_int
     trim(0)
     return True
-
