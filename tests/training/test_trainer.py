@@ -118,3 +118,13 @@ def test_warmup_longer_than_the_run_is_reported(tmp_path, capsys) -> None:
                          tensorboard=False)
     Trainer(ToyModel(), cfg, ToyData()).train()
     assert "warmup is 10 steps but the run has 4" in capsys.readouterr().err
+
+
+def test_activation_checkpointing_needs_a_bert_encoder(tmp_path: Path) -> None:
+    from bertkit.model import BertConfig, BertForMaskedLM
+
+    with pytest.raises(ConfigError, match="activation_checkpointing"):
+        Trainer(make_model(), _config(tmp_path / "toy", activation_checkpointing=True), ToyData(8))
+    bert = BertForMaskedLM(BertConfig.preset("tiny", vocab_size=50))
+    Trainer(bert, _config(tmp_path / "bert", activation_checkpointing=True), ToyData(8))
+    assert bert.bert.encoder.gradient_checkpointing

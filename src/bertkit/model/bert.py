@@ -417,6 +417,14 @@ class BertPooler(nn.Module):
         return self.activation(self.dense(last_hidden_state[:, 0]))
 
 
+def set_activation_checkpointing(model: nn.Module, enabled: bool = True) -> int:
+    """Switch activation checkpointing on or off in every BertEncoder inside `model`; returns how many it found."""
+    encoders = [m for m in model.modules() if isinstance(m, BertEncoder)]
+    for encoder in encoders:
+        encoder.gradient_checkpointing = enabled
+    return len(encoders)
+
+
 class BertPreTrainedModel(nn.Module):
     """Shared by the base model and every head: weight initialisation and folder load/save."""
 
@@ -460,6 +468,10 @@ class BertPreTrainedModel(nn.Module):
         from bertkit.model.checkpoint import save_pretrained
 
         save_pretrained(self, folder)
+
+    def set_activation_checkpointing(self, enabled: bool = True) -> None:
+        """Recompute every encoder layer in the backward pass instead of storing its activations (training only)."""
+        set_activation_checkpointing(self, enabled)
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         """Number of distinct parameters (tied weights counted once)."""

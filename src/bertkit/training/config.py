@@ -80,6 +80,9 @@ class TrainingConfig:
     'fp32', 'bf16' (allowed on CPU too) or 'fp16' (CUDA only)."""
     device: str = "auto"
     """'auto' (the local CUDA GPU if any, else CPU), 'cpu', 'cuda', or 'cuda:N'."""
+    activation_checkpointing: bool = False
+    """Recompute each encoder layer's activations in the backward pass instead of keeping them: about a third more
+    compute for far less activation memory (larger batches or longer sequences fit on one GPU)."""
     seed: int = 42
     """Seed of every random choice: shuffling, dropout, masking (each process adds its rank for dropout)."""
 

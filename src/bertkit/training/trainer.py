@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 from bertkit.errors import CheckpointError, ConfigError
 from bertkit.io import folder_lock, make_dir
+from bertkit.model.bert import set_activation_checkpointing
 from bertkit.progress import progress_bar
 from bertkit.runtime import keep_freed_memory
 from bertkit.training import checkpoint as ckpt
@@ -180,6 +181,8 @@ class Trainer:
         self.precision = resolve_precision(config.precision, self.device)
         self.output_dir = Path(config.output_dir)
         self.model = model.to(self.device)
+        if config.activation_checkpointing and not set_activation_checkpointing(self.model, True):
+            raise ConfigError("training.activation_checkpointing: the model has no BERT encoder to checkpoint")
         self._stop_signal: int | None = None
         for i, ph in enumerate(self.phases):
             if len(ph.dataset) == 0:  # type: ignore[arg-type]

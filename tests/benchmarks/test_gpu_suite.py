@@ -1,0 +1,68 @@
+"""The GPU suite's CPU dry run (benchmarks/gpu_suite.py --dry-run): every section's code path runs on tiny sizes, the
+report has its structure, and the parity and distributed checks pass, so the suite cannot rot while no GPU is at
+hand."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import gpu_suite  # noqa: E402
+
+
+def test_largest_batch_finds_the_boundary() -> None:
+    for limit in (0, 1, 5, 8, 37, 64):
+        calls = []
+
+        def ok(b: int, limit: int = limit) -> bool:
+            calls.append(b)
+            return b <= limit
+
+        assert gpu_suite.largest_batch(ok, cap=100) == limit
+        assert max(calls) <= 100
+    assert gpu_suite.largest_batch(lambda b: True, cap=24) == 24
+
+
+def test_dry_run_report(tmp_path: Path, data_dir: Path, minilm_dir: Path) -> None:
+    out = tmp_path / "report.json"
+    gpu_suite.main(["--dry-run", "--data", str(data_dir), "--minilm", str(minilm_dir), "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert report["dry_run"] and report["device"] == "cpu"
+    sections = report["sections"]
+    assert list(sections) == list(gpu_suite.SECTIONS)
+    for name, section in sections.items():
+        assert "error" not in section, (name, section.get("traceback"))
+    parity = sections["parity"]["random-tiny"]
+    assert list(parity) == list(gpu_suite.HEADS)
+    for head, row in parity.items():
+        assert row["fp32_max_abs_diff"] <= 1e-5, head
+        assert row["bf16_min_cosine"] >= 0.999, head
+        assert head == "BertModel" or row["bf16_argmax_agreement"] >= 0.99, head
+    assert sections["parity"]["passed"]
+    pre = sections["pretrain"]
+    assert pre["bertkit_tokens_per_s"] > 0 and pre["transformers_tokens_per_s"] > 0
+    assert math.isclose(pre["speedup"], pre["bertkit_tokens_per_s"] / pre["transformers_tokens_per_s"])
+    assert "6 N" in pre["mfu_formula"] and pre["bertkit_mfu"] is None  # no peak on a CPU
+    embed = sections["embed"]["random-tiny"]
+    assert embed["min_cosine_to_fp32"] >= 0.99 and embed["speedup"] > 0
+    assert 0.0 <= sections["finetune"]["dev_accuracy"] <= 1.0 and sections["finetune"]["train_examples"] == 64
+    memory = sections["memory"]
+    assert memory["without_checkpointing"] == memory["with_checkpointing"] == 8  # the cap: a CPU never runs out
+    dist = sections["distributed"]
+    assert dist["backend"] == "gloo" and dist["passed"] and dist["max_weight_diff"] <= 1e-5
+
+
+def test_peak_flops_override_and_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert gpu_suite.peak_flops(500.0) == 500e12
+    monkeypatch.setattr(gpu_suite.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(gpu_suite.torch.cuda, "get_device_name", lambda i=0: "NVIDIA H100 PCIe")
+    assert gpu_suite.peak_flops(None) == 756e12
+    monkeypatch.setattr(gpu_suite.torch.cuda, "get_device_name", lambda i=0: "NVIDIA H100 80GB HBM3")
+    assert gpu_suite.peak_flops(None) == 989.4e12
+    monkeypatch.setattr(gpu_suite.torch.cuda, "get_device_name", lambda i=0: "Some Future GPU")
+    assert gpu_suite.peak_flops(None) is None
