@@ -1,7 +1,7 @@
 """The two CPU-level levers of bertkit's training step, each against what it replaces, on the same tensors.
 
 1. Dropout on a (32, 12, 128, 128) attention-probability tensor: torch's F.dropout (one random float per element)
-   vs bertkit.model.bert.dropout (16 random bits per element).
+   vs bertkit.model.kernels.dropout (16 random bits per element).
 2. malloc (bertkit.runtime.keep_freed_memory): a (462, 30522) masked-LM cross-entropy forward + backward and the
    zeroing of a (30522, 384) gradient, each in a fresh process with glibc's default and with freed memory kept.
 
@@ -55,7 +55,7 @@ def main() -> None:
         print(json.dumps(allocation_heavy(a.repeat)))
         return
 
-    from bertkit.model.bert import dropout
+    from bertkit.model.kernels import dropout
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     probs = torch.rand(32, 12, 128, 128)

@@ -127,7 +127,7 @@ def test_convert_to_hf_refuses_pre_ln(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_alibi_makes_attention_local_and_every_path_agrees() -> None:
     """At initialisation an ALiBi head already prefers near keys; grouped, padded and written-out paths agree."""
-    from bertkit.model.bert import Packing
+    from bertkit.model.kernels import Packing
 
     config = BertConfig(**{**PRE, "layer_norm_position": "post", "alibi": True})
     torch.manual_seed(0)

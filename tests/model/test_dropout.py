@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bertkit.model import BertConfig, BertModel
-from bertkit.model.bert import Dropout, dropout
+from bertkit.model.kernels import Dropout, dropout
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bertkit.model import BertConfig, BertForPreTraining, BertModel
-from bertkit.model.bert import Packing
+from bertkit.model.kernels import Packing
 
 
 def _batch(lengths: list[int], width: int, left_padded: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

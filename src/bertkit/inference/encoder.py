@@ -2,7 +2,7 @@
 
 What makes it fast on CPU (measured in benchmarks/bench_embed.py; the float32 matrix products are the wall):
 - Length-sorted batches under a token budget: little padding, and large (tokens, hidden) matrices for the GEMMs.
-- BertModel's own packed execution (bertkit.model.bert.Packing): every linear layer, LayerNorm and GELU runs on the
+- BertModel's own packed execution (bertkit.model.kernels.Packing): every linear layer, LayerNorm and GELU runs on the
   (tokens, hidden) matrix of real tokens only; only the attention product sees padding, a few percent with sorted
   batches. There is one encoder implementation: this module runs the model, it does not re-implement it.
 - `torch.inference_mode`, optional int8 dynamic quantization of the linear layers (CPU), bfloat16 weights (GPU, or a
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import types
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +28,7 @@ from bertkit.errors import ConfigError
 from bertkit.inference.embed import POOLINGS, folder_defaults, pad_batch, pool_hidden
 from bertkit.inference.loading import base_model, load_model, load_tokenizer
 from bertkit.model import BertPreTrainedModel
+from bertkit.model.bert import BertSelfAttention
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +192,16 @@ def _quantize_dynamic(bert: nn.Module) -> nn.Module:
 
         names = {name for name, m in bert.named_modules() if isinstance(m, nn.Linear) and name.startswith("encoder.")
                  and not (name.endswith(".output.dense") and ".attention." not in name)}
-        return quantize_dynamic(bert, {name: per_channel_dynamic_qconfig for name in names}, dtype=torch.qint8)
+        quantized = quantize_dynamic(bert, {name: per_channel_dynamic_qconfig for name in names}, dtype=torch.qint8)
+    for module in quantized.modules():
+        if isinstance(module, BertSelfAttention):  # no float weights to concatenate: three quantized products
+            module.project_qkv = types.MethodType(_separate_qkv, module)
+    return quantized
+
+
+def _separate_qkv(self: BertSelfAttention, x: Tensor) -> Tensor:
+    """BertSelfAttention.project_qkv of an int8 copy: Q, K and V from their own quantized layers."""
+    return torch.cat([self.query(x), self.key(x), self.value(x)], dim=-1)
 
 
 __all__ = ["Encoder", "plan_batches", "POOLINGS", "PRECISIONS"]

@@ -1,39 +1,24 @@
 """ONNX export of any bertkit head with dynamic batch and sequence axes (torch.onnx, TorchScript exporter).
 
 BertModel packs real tokens with a data-dependent `nonzero`, which a traced graph would freeze to the example's
-padding. For export the model runs with `BertModel.export_padded` set: every position is computed (padded ones
-too) and the masked positions are zeroed where the model would unpack, so every output equals the packed model's.
+padding. While `torch.onnx.is_in_onnx_export()` holds, BertModel computes every position instead (padded ones too)
+and zeroes the masked positions where it would unpack, so every output equals the packed model's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from bertkit.inference.loading import base_model
 from bertkit.errors import ConfigError
 from bertkit.io import make_dir
 from bertkit.model import BertForMultipleChoice, BertForPreTraining, BertForQuestionAnswering, BertModel, \
     BertPreTrainedModel
 
 OPSET = 17
-
-
-@contextlib.contextmanager
-def padded_packing(model: BertPreTrainedModel) -> Iterator[None]:
-    """Run the model's BertModel without data-dependent shapes inside the block (see bert.Packing)."""
-    bert = base_model(model)
-    previous = bert.export_padded
-    bert.export_padded = True
-    try:
-        yield
-    finally:
-        bert.export_padded = previous
 
 
 def output_names(model: BertPreTrainedModel) -> list[str]:
@@ -88,7 +73,7 @@ def export_onnx(model: BertPreTrainedModel, path: str | Path, opset: int = OPSET
         sequence_level = name in ("pooler_output", "seq_relationship_logits") or not per_token
         dynamic_axes[name] = {0: "batch"} if sequence_level else {0: "batch", 1: "sequence"}
     make_dir(Path(path).parent)
-    with padded_packing(model), torch.no_grad(), warnings.catch_warnings():
+    with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about shape checks that hold for every input
         torch.onnx.export(wrapper, example_inputs(model), str(path), input_names=["input_ids", "attention_mask",
                           "token_type_ids"], output_names=wrapper.names, dynamic_axes=dynamic_axes,

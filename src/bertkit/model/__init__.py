@@ -1,7 +1,8 @@
 """The BERT model: config, encoder, heads, and checkpoint load/save."""
 
-from bertkit.model.bert import (
-    IGNORE_INDEX,
+from bertkit.data.dataset import IGNORE_INDEX
+from bertkit.model.bert import BertModel, BertModelOutput, BertPreTrainedModel
+from bertkit.model.heads import (
     MODEL_CLASSES,
     BertForMaskedLM,
     BertForMultipleChoice,
@@ -11,9 +12,7 @@ from bertkit.model.bert import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
-    BertModel,
-    BertModelOutput,
-    BertPreTrainedModel,
+    BertHeadModel,
     ClassifierOutput,
     MaskedLMOutput,
     QuestionAnsweringOutput,
@@ -33,6 +32,7 @@ __all__ = [
     "BertForQuestionAnswering",
     "BertForSequenceClassification",
     "BertForTokenClassification",
+    "BertHeadModel",
     "BertModel",
     "BertModelOutput",
     "BertPreTrainedModel",

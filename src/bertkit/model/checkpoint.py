@@ -28,7 +28,8 @@ from torch import Tensor
 
 from bertkit.errors import BertkitError, CheckpointError
 from bertkit.io import atomic_path, atomic_write_json, make_dir, read_json_object
-from bertkit.model.bert import MODEL_CLASSES, BertModel, BertPreTrainedModel
+from bertkit.model.bert import BertModel, BertPreTrainedModel
+from bertkit.model.heads import MODEL_CLASSES
 from bertkit.model.config import BertConfig
 from bertkit.pretrained import resolve_model_dir
 

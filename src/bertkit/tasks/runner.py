@@ -76,9 +76,9 @@ def _check_head(task: Task, config: Any, settings: Settings, folder: str | os.Pa
 
 def build_model(task: Task, folder: str | os.PathLike, settings: Settings) -> Any:
     """The task's head on the folder's weights, its config carrying task, settings and label names."""
-    from bertkit.model import bert
+    from bertkit.model import MODEL_CLASSES
 
-    cls = bert.MODEL_CLASSES[task.model_class_name]
+    cls = MODEL_CLASSES[task.model_class_name]
     overrides: dict[str, Any] = {"task": config_task_name(task), "task_settings": settings}
     n = task.num_labels(settings)
     if n is not None:

@@ -1,0 +1,368 @@
+"""The task heads on top of BertModel: pre-training (masked LM + next sentence) and one output layer per fine-tuning
+task (paper, section 4), with their outputs and the registry of head classes by name.
+
+Every head shares one opening (`BertHeadModel`): its config, a `bert` BertModel (with or without the pooler) and the
+reference initialisation; its forward runs the encoder, then its own layer and loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bertkit.data.dataset import IGNORE_INDEX
+from bertkit.model.bert import BertModel, BertPreTrainedModel, activation
+from bertkit.model.config import BertConfig
+from bertkit.model.kernels import Dropout
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Outputs: one dataclass per kind of head.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BertForPreTrainingOutput:
+    loss: Tensor | None  # MLM + NSP
+    prediction_logits: Tensor  # (batch, seq, vocab); with labels: (num_masked, vocab) at the masked positions only
+    seq_relationship_logits: Tensor  # (batch, 2); 0 = IsNext, 1 = NotNext
+    mlm_loss: Tensor | None = None
+    nsp_loss: Tensor | None = None
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+@dataclass
+class MaskedLMOutput:
+    loss: Tensor | None
+    logits: Tensor  # (batch, seq, vocab); with labels: (num_masked, vocab)
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+@dataclass
+class ClassifierOutput:
+    """Sequence classification, NSP, token classification and multiple choice all return logits and a loss."""
+
+    loss: Tensor | None
+    logits: Tensor  # (batch, labels) | (batch, seq, labels) | (batch, choices)
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+@dataclass
+class QuestionAnsweringOutput:
+    loss: Tensor | None  # mean of the start and end cross-entropies
+    start_logits: Tensor  # (batch, seq)
+    end_logits: Tensor  # (batch, seq)
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Pre-training heads.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class BertPredictionHeadTransform(nn.Module):
+    """Dense + GELU + LayerNorm applied to a token's representation before the vocabulary decoder."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.transform_act_fn = activation(config.hidden_act)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.LayerNorm(self.transform_act_fn(self.dense(x)))
+
+
+class BertLMPredictionHead(nn.Module):
+    """Masked-LM output: transform, then a decoder tied to the word embeddings plus a per-token output bias."""
+
+    zero_bias_at_init = True  # BertPreTrainedModel._init_weights starts `bias` at zero
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.transform = BertPredictionHeadTransform(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(self.transform(x), self.decoder.weight, self.bias)  # (..., vocab)
+
+
+class BertOnlyMLMHead(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.predictions = BertLMPredictionHead(config)
+
+
+class BertOnlyNSPHead(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+
+class BertPreTrainingHeads(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.predictions = BertLMPredictionHead(config)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+
+def masked_lm_logits(head: BertLMPredictionHead, sequence: Tensor, labels: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """MLM logits and loss. With labels, the decoder runs only where a label is set: (num_masked, vocab)."""
+    if labels is None:
+        return head(sequence), None
+    selected = labels.reshape(-1) != IGNORE_INDEX
+    logits = head(sequence.reshape(-1, sequence.shape[-1])[selected])
+    return logits, F.cross_entropy(logits.float(), labels.reshape(-1)[selected])
+
+
+class BertHeadModel(BertPreTrainedModel):
+    """The opening every head shares: its config and a `bert` encoder, with the pooler when the head reads the
+    pooled [CLS] vector. A subclass adds its layers in __init__ and then calls `post_init()`."""
+
+    reads_pooled_output: bool = True  # the pooled [CLS] vector (sentence-level) or every token (tagging, MLM, QA)
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=self.reads_pooled_output)
+
+
+class _MLMHeadMixin:
+    """Ties the MLM decoder weight to the input word embeddings."""
+
+    def tie_weights(self) -> None:
+        self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
+
+
+class BertForPreTraining(_MLMHeadMixin, BertHeadModel):
+    """BERT's pre-training model: masked LM over the tokens plus next-sentence prediction on [CLS]; loss = sum."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.cls = BertPreTrainingHeads(config)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        next_sentence_label: Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> BertForPreTrainingOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        prediction_logits, mlm_loss = masked_lm_logits(self.cls.predictions, out.last_hidden_state, labels)
+        nsp_logits = self.cls.seq_relationship(out.pooler_output)  # (batch, 2)
+        nsp_loss = None if next_sentence_label is None else F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
+        losses = [x for x in (mlm_loss, nsp_loss) if x is not None]  # masked LM alone without NSP labels (RoBERTa)
+        loss = losses[0] + losses[1] if len(losses) == 2 else losses[0] if losses else None
+        return BertForPreTrainingOutput(loss, prediction_logits, nsp_logits, mlm_loss, nsp_loss,
+                                        out.hidden_states, out.attentions)
+
+
+class BertForMaskedLM(_MLMHeadMixin, BertHeadModel):
+    """Masked LM alone (fill-mask); no pooler, as in the reference."""
+
+    reads_pooled_output = False
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.cls = BertOnlyMLMHead(config)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> MaskedLMOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        logits, loss = masked_lm_logits(self.cls.predictions, out.last_hidden_state, labels)
+        return MaskedLMOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+class BertForNextSentencePrediction(BertHeadModel):
+    """Next-sentence prediction alone: is segment B the continuation of A? (0 = IsNext, 1 = NotNext)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.cls = BertOnlyNSPHead(config)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ClassifierOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        logits = self.cls.seq_relationship(out.pooler_output)
+        loss = None if labels is None else F.cross_entropy(logits.float(), labels.view(-1))
+        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Fine-tuning heads: one output layer each on top of BertModel (paper, section 4).
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _classifier_dropout(config: BertConfig) -> Dropout:
+    p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+    return Dropout(p)
+
+
+def sequence_classification_loss(logits: Tensor, labels: Tensor, config: BertConfig) -> Tensor:
+    """Regression (one output) -> MSE; multi-label (float targets) -> BCE; otherwise cross-entropy."""
+    problem = config.problem_type
+    if problem is None:
+        if config.num_labels == 1:
+            problem = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            problem = "single_label_classification"
+        else:
+            problem = "multi_label_classification"
+    if problem == "regression":
+        return F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1)) if config.num_labels == 1 \
+            else F.mse_loss(logits.float(), labels.float())
+    if problem == "multi_label_classification":
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+    return F.cross_entropy(logits.float().view(-1, config.num_labels), labels.view(-1))
+
+
+class _LinearHeadModel(BertHeadModel):
+    """BertModel, dropout and one linear layer: the shape shared by the sequence, token and choice classifiers."""
+
+    def __init__(self, config: BertConfig, out_features: int) -> None:
+        super().__init__(config)
+        self.dropout = _classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, out_features)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ClassifierOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        features = out.pooler_output if self.reads_pooled_output else out.last_hidden_state
+        logits = self.classifier(self.dropout(features))
+        loss = None if labels is None else self.loss(logits, labels)
+        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+    def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
+
+
+class BertForSequenceClassification(_LinearHeadModel):
+    """Single sentences or pairs (GLUE): a linear layer on the pooled [CLS] vector; logits (batch, labels)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config, config.num_labels)
+
+    def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        return sequence_classification_loss(logits, labels, self.config)
+
+
+class BertForTokenClassification(_LinearHeadModel):
+    """Tagging (NER): a linear layer on every token; no pooler, as in the reference; logits (batch, seq, labels)."""
+
+    reads_pooled_output = False
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config, config.num_labels)
+
+
+class BertForMultipleChoice(_LinearHeadModel):
+    """Multiple choice (SWAG): each (context, choice) pair scored from its pooled [CLS]; softmax over choices."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config, 1)
+
+    def forward(
+        self,
+        input_ids: Tensor,  # (batch, choices, seq)
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ClassifierOutput:
+        num_choices = input_ids.shape[1]
+
+        def flat(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.reshape(-1, t.shape[-1])  # (batch * choices, seq)
+
+        out = super().forward(flat(input_ids), flat(attention_mask), flat(token_type_ids), None,
+                              output_hidden_states, output_attentions)
+        logits = out.logits.view(-1, num_choices)  # (batch, choices)
+        loss = None if labels is None else self.loss(logits, labels)
+        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+class BertForQuestionAnswering(BertHeadModel):
+    """Extractive QA (SQuAD): start and end logits for every token from one linear layer with two outputs."""
+
+    reads_pooled_output = False
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        start_positions: Tensor | None = None,
+        end_positions: Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> QuestionAnsweringOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        start_logits, end_logits = self.qa_outputs(out.last_hidden_state).unbind(-1)  # each (batch, seq)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            # Positions outside the sequence are ignored, as in the reference.
+            seq_len = start_logits.shape[1]
+            start = start_positions.view(-1).clamp(0, seq_len)
+            end = end_positions.view(-1).clamp(0, seq_len)
+            loss = (F.cross_entropy(start_logits.float(), start, ignore_index=seq_len)
+                    + F.cross_entropy(end_logits.float(), end, ignore_index=seq_len)) / 2
+        return QuestionAnsweringOutput(loss, start_logits, end_logits, out.hidden_states, out.attentions)
+
+
+# Head classes by the name transformers gives them in config.json's "architectures".
+MODEL_CLASSES: dict[str, type[BertPreTrainedModel]] = {
+    cls.__name__: cls
+    for cls in (
+        BertModel,
+        BertForPreTraining,
+        BertForMaskedLM,
+        BertForNextSentencePrediction,
+        BertForSequenceClassification,
+        BertForTokenClassification,
+        BertForQuestionAnswering,
+        BertForMultipleChoice,
+    )
+}

@@ -1,0 +1,133 @@
+"""How bertkit's BERT runs fast on a CPU without changing its numbers: packed execution and a cheaper dropout mask.
+
+- No work on padding. When a batch has padding, the encoder packs the real tokens into one (tokens, hidden) matrix,
+  runs every linear layer, LayerNorm and GELU on that, and pads back only around the attention product, on CPU
+  group by group of similar lengths (`Packing`). Hidden states at padded positions are returned as zeros (they
+  carry no meaning in any BERT). Exact in float32 at every real token.
+- Dropout draws 16 random bits per element instead of one random float (`dropout`): on a CPU, torch's
+  per-element random numbers cost more than the attention arithmetic they mask.
+
+`bertkit.model.bert` uses both; neither knows anything about BERT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
+    """Inverted dropout: zero each element with probability p, scale the survivors by 1 / (1 - p).
+
+    On CPU the mask costs one 64-bit random draw per four elements: each element gets 16 uniform random bits and
+    is dropped when they fall below p * 2**16, so p is rounded to a multiple of 2**-16 (0.1 -> 0.100006) and the
+    survivors are scaled by the rounded 1 / (1 - p): the expectation stays exact. Other devices use torch's own.
+    """
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu" or not 0.0 < p < 1.0:
+        return F.dropout(x, p, training)
+    drop = round(p * 65536)  # dropped bit patterns out of 2**16
+    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), None)  # uniform 64-bit words
+    bits = words.view(torch.int16)[: x.numel()].view(x.shape)  # uniform over [-32768, 32767]
+    keep = (bits >= drop - 32768).to(x.dtype).mul_(65536 / (65536 - drop))
+    return x * keep
+
+
+class Dropout(nn.Module):
+    """nn.Dropout with bertkit's cheaper CPU mask (`dropout`)."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+@dataclass
+class AttentionGroup:
+    """Sequences of similar length that attend together, padded only to their own longest (see Packing)."""
+
+    size: int  # sequences in the group
+    width: int  # their longest length
+    gather: Tensor  # (size * width,) rows of the packed tokens, with the extra zero row at padded slots
+    real: Tensor  # (tokens in the group,) positions of the real tokens in the (size * width) grid, in packed order
+    key_mask: Tensor | None  # (size, 1, 1, width), None when every sequence fills the width
+
+
+class Packing:
+    """Where the real tokens of a padded batch sit, to move between (batch, seq, ...) and packed (tokens, ...).
+
+    With no padding in the batch, `indices` is None and both moves are reshapes. `padded=True` keeps every
+    position (no data-dependent shapes, for graph export) and zeroes the padded ones on unpacking instead, so
+    the outputs are the same as the packed path's.
+
+    When the lengths vary enough on CPU, the sequences are packed shortest first and split into `groups` of
+    similar length (lengths rounded up to 16), and attention runs group by group at each group's own width:
+    a batch of lengths 64..128 then spends about 40% less on attention than padding everything to 128.
+    """
+
+    GROUP_ROUNDING = 16  # group lengths that round up to the same multiple of this
+    GROUP_WORTH = 0.8  # group only when the attention area falls below this fraction of the padded one
+
+    def __init__(self, attention_mask: Tensor, padded: bool = False) -> None:
+        self.batch, self.seq_len = attention_mask.shape
+        flat = attention_mask.reshape(-1).bool()
+        self.keep = flat[:, None] if padded else None  # (batch * seq, 1), only in padded mode
+        self.indices = None if padded or bool(flat.all()) else flat.nonzero().squeeze(1)  # (tokens,)
+        # Boolean mask of the keys each query may attend to, (batch, 1, 1, seq); None when nothing is masked.
+        masked = padded or self.indices is not None
+        self.key_mask = attention_mask[:, None, None, :].bool() if masked else None
+        self.groups: list[AttentionGroup] | None = None
+        if self.indices is not None and attention_mask.device.type == "cpu":
+            self._group_by_length(attention_mask.bool())
+
+    def _group_by_length(self, mask: Tensor) -> None:
+        lengths = mask.sum(1)
+        r = self.GROUP_ROUNDING
+        rounded = (lengths + r - 1) // r * r
+        if float((rounded.double() ** 2).sum()) >= self.GROUP_WORTH * self.batch * self.seq_len**2:
+            return
+        order = torch.argsort(lengths, stable=True)  # shortest first
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(self.batch)
+        # Re-pack the real tokens sequence by sequence in that order (token order within a sequence is kept).
+        rows = self.indices // self.seq_len
+        self.indices = self.indices[torch.argsort(rank[rows], stable=True)]
+        sorted_lengths = lengths[order]
+        starts = torch.cumsum(sorted_lengths, 0) - sorted_lengths  # first packed row of each sorted sequence
+        zero_row = int(sorted_lengths.sum())  # the extra row attention reads at padded slots
+        self.groups = []
+        bounds = torch.unique_consecutive(rounded[order], return_counts=True)[1].tolist()
+        first = 0
+        for size in bounds:
+            lens, begin = sorted_lengths[first : first + size], starts[first : first + size]
+            width = int(lens[-1])
+            slots = torch.arange(width)
+            valid = slots[None, :] < lens[:, None]  # (size, width)
+            gather = torch.where(valid, begin[:, None] + slots[None, :], zero_row).reshape(-1)
+            real = valid.reshape(-1).nonzero().squeeze(1)
+            key_mask = None if bool(valid.all()) else valid[:, None, None, :]
+            self.groups.append(AttentionGroup(size, width, gather, real, key_mask))
+            first += size
+
+    def pack(self, x: Tensor) -> Tensor:
+        """(batch, seq, ...) -> (tokens, ...)"""
+        x = x.reshape(self.batch * self.seq_len, *x.shape[2:])
+        return x if self.indices is None else x.index_select(0, self.indices)
+
+    def unpack(self, x: Tensor) -> Tensor:
+        """(tokens, ...) -> (batch, seq, ...), zeros at padded positions."""
+        if self.indices is not None:
+            out = x.new_zeros(self.batch * self.seq_len, *x.shape[1:])
+            x = out.index_copy(0, self.indices, x)
+        elif self.keep is not None:
+            x = x * self.keep.reshape(-1, *([1] * (x.dim() - 1))).to(x.dtype)
+        return x.reshape(self.batch, self.seq_len, *x.shape[1:])
