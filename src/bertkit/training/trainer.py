@@ -84,6 +84,61 @@ class _Position:
     batch: int = 0
 
 
+@dataclass
+class TrainState:
+    """The loop's own state: exactly what a checkpoint saves and a resume restores besides the model, optimizer,
+    scheduler, loss scaler and RNG states (checkpoint key "trainer")."""
+
+    step: int = 0
+    position: _Position = field(default_factory=_Position)
+    best_value: float | None = None
+    best_step: int | None = None
+    best_metrics: dict[str, Any] | None = None
+    last_eval_step: int | None = None
+    tokens_seen: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.position
+        return {"step": self.step, "position": [p.phase, p.epoch, p.batch], "best_value": self.best_value,
+                "best_step": self.best_step, "best_metrics": self.best_metrics,
+                "last_eval_step": self.last_eval_step, "tokens_seen": self.tokens_seen}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrainState":
+        return cls(step=int(d["step"]), position=_Position(*d["position"]), best_value=d["best_value"],
+                   best_step=d["best_step"], best_metrics=d["best_metrics"], last_eval_step=d["last_eval_step"],
+                   tokens_seen=int(d["tokens_seen"]))
+
+
+@dataclass
+class StepOutcome:
+    """What one optimizer update did: its micro-batches' summed loss, their tokens, the LR it used."""
+
+    loss_sum: Tensor
+    micro_batches: int
+    tokens: int
+    lr: float
+    grad_norm: Tensor | None
+    epoch_ended: bool
+
+
+class _LogWindow:
+    """Loss and tokens/s over the steps since the last training record."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.loss_sum = torch.zeros((), device=device)
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss_sum.zero_()
+        self.count, self.tokens, self.start = 0, 0, time.perf_counter()
+
+    def add(self, outcome: StepOutcome) -> None:
+        self.loss_sum += outcome.loss_sum
+        self.count += outcome.micro_batches
+        self.tokens += outcome.tokens
+
+
 def _mix(*parts: int) -> int:
     """A 63-bit seed that is a pure function of the given integers."""
     digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
@@ -289,7 +344,7 @@ class Trainer:
 
     def save_checkpoint(self) -> Path:
         """Write checkpoints/step-N (every rank must call it: RNG states are gathered) and prune old ones."""
-        folder = ckpt.step_dir(self.output_dir / CHECKPOINTS, self.step)
+        folder = ckpt.step_dir(self.output_dir / CHECKPOINTS, self.state.step)
         rng = ckpt.capture_rng_state()
         rng["collate"] = [ckpt.generator_state(g) for g in self._collate_generators()]
         all_rng = all_gather_objects(rng, self.dist)
@@ -299,18 +354,10 @@ class Trainer:
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-                "trainer": {
-                    "step": self.step,
-                    "position": [self.pos.phase, self.pos.epoch, self.pos.batch],
-                    "best_value": self.best_value,
-                    "best_step": self.best_step,
-                    "best_metrics": self.best_metrics,
-                    "last_eval_step": self.last_eval_step,
-                    "tokens_seen": self.tokens_seen,
-                },
+                "trainer": self.state.to_dict(),
                 "rng": all_rng,
             }
-            meta = dict(self._meta(), step=self.step)
+            meta = dict(self._meta(), step=self.state.step)
             ckpt.save_training_state(folder, state, meta)
             ckpt.prune_checkpoints(self.output_dir / CHECKPOINTS, self.config.keep_last)
         barrier()
@@ -332,13 +379,7 @@ class Trainer:
                 self.scaler.load_state_dict(state["scaler"])
         except (ValueError, KeyError, RuntimeError) as e:
             raise CheckpointError(f"{path}: optimizer/scheduler state does not match this model ({e})") from None
-        t = state["trainer"]
-        self.step = int(t["step"])
-        self.pos = _Position(*t["position"])
-        self.best_value, self.best_step = t["best_value"], t["best_step"]
-        self.best_metrics = t["best_metrics"]
-        self.last_eval_step = t["last_eval_step"]
-        self.tokens_seen = int(t["tokens_seen"])
+        self.state = TrainState.from_dict(state["trainer"])
         rng = state["rng"][self.dist.rank]
         ckpt.restore_rng_state(rng)
         for g, s in zip(self._collate_generators(), rng.get("collate", [])):
@@ -364,13 +405,14 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=dtype)
 
     def _is_better(self, value: float) -> bool:
-        if self.best_value is None:
+        best = self.state.best_value
+        if best is None:
             return True
-        return value > self.best_value if self.config.greater_is_better else value < self.best_value
+        return value > best if self.config.greater_is_better else value < best
 
     def run_evaluation(self) -> dict[str, Any] | None:
         """Evaluate on rank 0 (RNG untouched, eval mode), log, plot, and keep best/; all ranks wait."""
-        self.last_eval_step = self.step
+        self.state.last_eval_step = self.state.step
         metrics = None
         if self.evaluate is not None and self.dist.is_main:
             model = unwrap(self.model)
@@ -381,7 +423,7 @@ class Trainer:
                                for k, v in self.evaluate(model).items()}
                 finally:
                     model.train()
-            self.logger.log({"step": self.step, "split": "eval", "epoch": self._epoch_float(), **metrics})
+            self.logger.log({"step": self.state.step, "split": "eval", "epoch": self._epoch_float(), **metrics})
             self._plot()
             name = self.config.metric_for_best
             if name is not None:
@@ -389,8 +431,8 @@ class Trainer:
                     raise ConfigError(f"TrainingConfig.metric_for_best = {name!r}, but evaluation returned only "
                                       f"{', '.join(metrics) or 'nothing'}")
                 if self._is_better(float(metrics[name])):
-                    self.best_value, self.best_step = float(metrics[name]), self.step
-                    self.best_metrics = dict(metrics, step=self.step)
+                    st = self.state
+                    st.best_value, st.best_step, st.best_metrics = float(metrics[name]), st.step, dict(metrics, step=st.step)
                     self._save_model_folder(self.output_dir / BEST)
             self.last_metrics = metrics
         barrier()
@@ -401,8 +443,9 @@ class Trainer:
             plot_metrics(self.logger.path, self.output_dir / CURVES, title=self.output_dir.name)
 
     def _epoch_float(self) -> float:
-        n = self._batches_per_epoch[self.pos.phase]
-        return round(self.pos.epoch + self.pos.batch / max(1, n), 4)
+        pos = self.state.position
+        n = self._batches_per_epoch[pos.phase]
+        return round(pos.epoch + pos.batch / max(1, n), 4)
 
     # --- the loop --------------------------------------------------------------------------------------------
     def _setup(self, resume: bool) -> None:
@@ -414,12 +457,8 @@ class Trainer:
             self._print(f"warning: TrainingConfig.warmup is {warmup_steps} steps but the run has {self.total_steps}: "
                         f"the learning rate never reaches its peak {c.lr:g} (give warmup as a fraction, e.g. 0.1)")
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
-        self.step, self.pos, self.tokens_seen = 0, _Position(), 0
-        self.best_value: float | None = None
-        self.best_step: int | None = None
-        self.best_metrics: dict[str, Any] | None = None
+        self.state = TrainState()
         self.last_metrics: dict[str, Any] | None = None
-        self.last_eval_step: int | None = None
         self.logger = MetricsLogger(self.output_dir, enabled=self.dist.is_main, tensorboard=c.tensorboard)
         if self.dist.is_main:
             ckpt.remove_leftovers(self.output_dir / CHECKPOINTS)  # of writes and deletions a kill interrupted
@@ -427,8 +466,8 @@ class Trainer:
         if resume and latest is not None:
             self._load_checkpoint(latest)
             if self.dist.is_main:
-                truncate_metrics(self.logger.path, self.step)
-                self._print(f"resumed from {latest} at step {self.step}")
+                truncate_metrics(self.logger.path, self.state.step)
+                self._print(f"resumed from {latest} at step {self.state.step}")
             return
         if latest is not None:
             raise ConfigError(f"{self.output_dir / CHECKPOINTS} already holds checkpoints ({latest.name}): resume "
@@ -476,81 +515,31 @@ class Trainer:
         self._setup(resume)
         model = self._wrap_ddp()
         model.train()
-        params = [p for p in model.parameters() if p.requires_grad]
-        bar = self._bar = progress_bar(self.total_steps, self.output_dir.name, "step", initial=self.step,
+        st = self.state
+        bar = self._bar = progress_bar(self.total_steps, self.output_dir.name, "step", initial=st.step,
                                        enabled=self.dist.is_main and c.progress_bar)
-        ends = np.cumsum(self.phase_steps).tolist()
-        loss_sum, loss_count, window_tokens, window_start = torch.zeros((), device=self.device), 0, 0, time.perf_counter()
+        window = _LogWindow(self.device)
         stream: Iterator[tuple[Any, _Position, bool]] | None = None
         with self._signals():
-            while self.step < self.total_steps:
-                if self.step >= ends[self.pos.phase] or stream is None:
-                    while self.step >= ends[self.pos.phase]:
-                        self.pos = _Position(self.pos.phase + 1, 0, 0)
-                    stream = self._micro_batches(self.pos)
-                epoch_ended = False
-                accum = self._accum_steps(self.pos.phase)
-                for micro in range(accum):
-                    batch, self.pos, ended = next(stream)
-                    epoch_ended |= ended
-                    tokens = _count_tokens(batch)
-                    batch = _to_device(batch, self.device)
-                    last = micro == accum - 1
-                    sync = contextlib.nullcontext() if last or not self.dist.distributed else model.no_sync()
-                    with sync:
-                        with self._autocast():
-                            loss = batch_loss(_forward(model, batch))
-                        scaled = loss / accum
-                        (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
-                    loss_sum += loss.detach().float()
-                    loss_count += 1
-                    window_tokens += tokens * self.dist.world_size
-                if self.scaler is not None:
-                    self.scaler.unscale_(self.optimizer)
-                grad_norm = (torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
-                             if c.max_grad_norm is not None else None)
-                lr = self.optimizer.param_groups[0]["lr"]
-                if self.scaler is not None:
-                    self.scaler.step(self.optimizer)
-                    self.scaler.update()
-                else:
-                    self.optimizer.step()
-                self.scheduler.step()
-                self.optimizer.zero_grad(set_to_none=True)
-                self.step += 1
+            while st.step < self.total_steps:
+                stream = self._stream_at(st, stream)
+                outcome = self.train_step(model, stream)
+                st.step += 1
                 bar.update(1)
-
-                if self.step % c.log_every == 0 or self.step == self.total_steps:
-                    elapsed = time.perf_counter() - window_start
-                    mean_loss = float(loss_sum) / max(1, loss_count)
-                    record = {"step": self.step, "split": "train", "epoch": self._epoch_float(),
-                              "phase": self.pos.phase, "loss": mean_loss, "lr": lr,
-                              "tokens_per_s": window_tokens / max(elapsed, 1e-9)}
-                    if grad_norm is not None:
-                        record["grad_norm"] = float(grad_norm)
-                    self.tokens_seen += window_tokens
-                    self.logger.log(record)
-                    bar.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{record['tokens_per_s']:.0f}")
-                    loss_sum.zero_()
-                    loss_count, window_tokens, window_start = 0, 0, time.perf_counter()
-
-                done = self.step >= self.total_steps
-                due = (self.step % c.eval_every == 0) if c.eval_every else epoch_ended
+                window.add(outcome)
+                if st.step % c.log_every == 0 or st.step == self.total_steps:
+                    self._log_window(window, outcome, bar)
+                done = st.step >= self.total_steps
+                due = (st.step % c.eval_every == 0) if c.eval_every else outcome.epoch_ended
                 if due and not done:
                     self.run_evaluation()
-                if c.save_every and self.step % c.save_every == 0 and not done:
+                if c.save_every and st.step % c.save_every == 0 and not done:
                     self.save_checkpoint()
                 if any_rank(self._stop_signal is not None, self.dist):
-                    signum = self._stop_signal or signal.SIGTERM
-                    folder = self.save_checkpoint()
-                    bar.close()
-                    self._bar = None
-                    self._print(f"stopped by signal {signum} at step {self.step}; checkpoint written to {folder}")
-                    self.logger.close()
-                    return self._result(interrupted=True, signum=signum)
+                    return self._stop(bar)
         bar.close()
         self._bar = None
-        if self.last_eval_step != self.step:
+        if st.last_eval_step != st.step:
             self.run_evaluation()
         self.save_checkpoint()
         final_dir = None
@@ -562,12 +551,77 @@ class Trainer:
         self.logger.close()
         return self._result(final_dir=final_dir)
 
+    def _stream_at(self, st: TrainState, stream: Iterator | None) -> Iterator[tuple[Any, _Position, bool]]:
+        """The micro-batch stream for the next step: a new one at the start and when a phase has ended."""
+        ends = np.cumsum(self.phase_steps).tolist()
+        if stream is not None and st.step < ends[st.position.phase]:
+            return stream
+        while st.step >= ends[st.position.phase]:
+            st.position = _Position(st.position.phase + 1, 0, 0)
+        return self._micro_batches(st.position)
+
+    def train_step(self, model: nn.Module, stream: Iterator[tuple[Any, _Position, bool]]) -> StepOutcome:
+        """One optimizer update: the phase's micro-batches with gradients accumulated (DDP syncs on the last one
+        only), then unscaling (fp16), clipping, the optimizer, scheduler and scaler steps."""
+        c, st = self.config, self.state
+        accum = self._accum_steps(st.position.phase)
+        loss_sum, tokens, epoch_ended = torch.zeros((), device=self.device), 0, False
+        for micro in range(accum):
+            batch, st.position, ended = next(stream)
+            epoch_ended |= ended
+            tokens += _count_tokens(batch) * self.dist.world_size
+            batch = _to_device(batch, self.device)
+            last = micro == accum - 1
+            with contextlib.nullcontext() if last or not self.dist.distributed else model.no_sync():
+                with self._autocast():
+                    loss = batch_loss(_forward(model, batch))
+                scaled = loss / accum
+                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+            loss_sum += loss.detach().float()
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        params = [p for p in model.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm is not None else None
+        lr = self.optimizer.param_groups[0]["lr"]
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return StepOutcome(loss_sum, accum, tokens, lr, grad_norm, epoch_ended)
+
+    def _log_window(self, window: _LogWindow, outcome: StepOutcome, bar: Any) -> None:
+        """Append a training record (mean loss, LR, tokens/s since the last one) and show it on the bar."""
+        st = self.state
+        elapsed = time.perf_counter() - window.start
+        mean_loss = float(window.loss_sum) / max(1, window.count)
+        record = {"step": st.step, "split": "train", "epoch": self._epoch_float(), "phase": st.position.phase,
+                  "loss": mean_loss, "lr": outcome.lr, "tokens_per_s": window.tokens / max(elapsed, 1e-9)}
+        if outcome.grad_norm is not None:
+            record["grad_norm"] = float(outcome.grad_norm)
+        st.tokens_seen += window.tokens
+        self.logger.log(record)
+        bar.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{outcome.lr:.2e}", tok_s=f"{record['tokens_per_s']:.0f}")
+        window.reset()
+
+    def _stop(self, bar: Any) -> TrainResult:
+        """A signal arrived: write a checkpoint and return an interrupted result."""
+        signum = self._stop_signal or signal.SIGTERM
+        folder = self.save_checkpoint()
+        bar.close()
+        self._bar = None
+        self._print(f"stopped by signal {signum} at step {self.state.step}; checkpoint written to {folder}")
+        self.logger.close()
+        return self._result(interrupted=True, signum=signum)
+
     def _result(self, interrupted: bool = False, signum: int | None = None, final_dir: Path | None = None) -> TrainResult:
         best_dir = self.output_dir / BEST
         return TrainResult(
-            global_step=self.step,
+            global_step=self.state.step,
             final_metrics=self.last_metrics,
-            best_metrics=self.best_metrics,
+            best_metrics=self.state.best_metrics,
             best_dir=best_dir if self.dist.is_main and best_dir.is_dir() else None,
             final_dir=final_dir,
             history=read_metrics(self.logger.path) if self.dist.is_main else [],
