@@ -65,7 +65,7 @@ def load(folder: str | os.PathLike, model_class: str | None = None, **kwargs: An
 
     kwargs go to from_pretrained (strict=, dtype=, config field overrides such as num_labels=).
     """
-    from bertkit.inference.embed import folder_defaults
+    from bertkit.inference.pooling import folder_defaults
     from bertkit.tokenizer import BertTokenizer
 
     folder = resolve_model_dir(folder)  # a shipped model's name (bertkit.pretrained) works too

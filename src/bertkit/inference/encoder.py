@@ -25,8 +25,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.errors import ConfigError
-from bertkit.inference.embed import POOLINGS, folder_defaults, pad_batch, pool_hidden
 from bertkit.inference.loading import base_model, load_model, load_tokenizer
+from bertkit.inference.pooling import POOLINGS, folder_defaults, pad_batch, pool_hidden
 from bertkit.model import BertPreTrainedModel
 from bertkit.model.bert import BertSelfAttention
 

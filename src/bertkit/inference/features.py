@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from bertkit.errors import ConfigError
-from bertkit.inference.embed import pad_batch
+from bertkit.inference.pooling import pad_batch
 from bertkit.inference.loading import base_model
 from bertkit.model import BertPreTrainedModel
 

@@ -20,7 +20,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from bertkit.inference.embed import folder_defaults, pad_batch
+from bertkit.inference.pooling import folder_defaults, pad_batch
 from bertkit.inference.encoder import Encoder
 from bertkit.inference.fill_mask import MASK, fill_mask_batch
 from bertkit.inference import loading

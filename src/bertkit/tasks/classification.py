@@ -24,7 +24,7 @@ import numpy as np
 
 from bertkit.errors import data_error
 from bertkit.io import atomic_open
-from bertkit.tasks import metrics
+import bertkit.tasks.metrics as metrics
 from bertkit.tasks.base import (
     Feature,
     Settings,

@@ -22,7 +22,7 @@ import numpy as np
 
 from bertkit.errors import data_error
 from bertkit.io import atomic_open
-from bertkit.tasks import metrics
+import bertkit.tasks.metrics as metrics
 from bertkit.tasks.base import IGNORE_INDEX, Feature, Settings, Task, read_text
 
 logger = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ import numpy as np
 
 from bertkit.errors import ConfigError, data_error
 from bertkit.io import atomic_write_json
-from bertkit.tasks import metrics
+import bertkit.tasks.metrics as metrics
 from bertkit.tasks.base import Feature, Settings, Task, read_text
 
 # Reference settings of run_squad.py (google-research/bert) and transformers' run_qa.py.

@@ -30,7 +30,7 @@ from bertkit.io import folder_lock, make_dir
 from bertkit.model.bert import set_activation_checkpointing
 from bertkit.progress import progress_bar
 from bertkit.runtime import keep_freed_memory
-from bertkit.training import checkpoint as ckpt
+import bertkit.training.checkpoint as ckpt
 from bertkit.training.config import TrainingConfig
 from bertkit.training.distributed import DistInfo, all_gather_objects, any_rank, barrier, setup_distributed
 from bertkit.training.logging import MetricsLogger, read_metrics, truncate_metrics

@@ -1,0 +1,85 @@
+"""Imports flow downward only, with no circles (docs/design.md): every `bertkit` import in the source, including the
+ones inside functions, goes to the same floor or a lower one, and the only cycle is the documented
+`from_pretrained` <-> checkpoint pair of the model floor."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+# The floors, bottom first (docs/design.md).
+FLOORS = ["errors", "io", "progress", "runtime", "dataclass_io", "pretrained", "tokenizer", "data", "model", "training",
+          "tasks", "inference", "serve", "api", "demo", "cli", "__main__"]
+ALLOWED_CYCLE = {"bertkit.model.bert", "bertkit.model.checkpoint", "bertkit.model.heads"}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the bertkit modules it imports (a package's submodule when one is named, else the package)."""
+    modules = {}
+    for path in (SRC / "bertkit").rglob("*.py"):
+        name = ".".join(path.relative_to(SRC).with_suffix("").parts)
+        modules[name.removesuffix(".__init__")] = path
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bertkit"):
+                subs = {f"{node.module}.{a.name}" for a in node.names} & modules.keys()
+                graph[name] |= subs or ({node.module} & modules.keys())
+            elif isinstance(node, ast.Import):
+                graph[name] |= {a.name for a in node.names} & modules.keys()
+    return graph
+
+
+def floor(module: str) -> int:
+    parts = module.split(".")
+    return FLOORS.index(parts[1]) if len(parts) > 1 else len(FLOORS)
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_every_package_has_a_floor() -> None:
+    packages = {p.name.removesuffix(".py") for p in (SRC / "bertkit").iterdir()
+                if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.name != "__init__.py")}
+    assert packages <= set(FLOORS), packages - set(FLOORS)
+
+
+def test_imports_only_flow_downward() -> None:
+    upward = sorted(f"{m} -> {t}" for m, targets in import_graph().items() for t in targets if floor(t) > floor(m))
+    assert not upward
+
+
+def test_no_import_cycles_but_the_documented_one() -> None:
+    found = cycles(import_graph())
+    assert all(c <= ALLOWED_CYCLE for c in found), found
