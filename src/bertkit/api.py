@@ -14,10 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.errors import CheckpointError
-from bertkit.model import MODEL_CLASSES, BertPreTrainedModel
-from bertkit.model.checkpoint import load_model, save_pretrained
-from bertkit.pretrained import resolve_model_dir
+from bertkit.model import BertPreTrainedModel
+from bertkit.model.checkpoint import save_pretrained
+from bertkit.model.folder import open_folder
 
 
 @dataclass
@@ -65,14 +64,5 @@ def load(folder: str | os.PathLike, model_class: str | None = None, **kwargs: An
 
     kwargs go to from_pretrained (strict=, dtype=, config field overrides such as num_labels=).
     """
-    from bertkit.inference.pooling import folder_defaults
-    from bertkit.tokenizer import BertTokenizer
-
-    folder = resolve_model_dir(folder)  # a shipped model's name (bertkit.pretrained) works too
-    if model_class is None:
-        model = load_model(folder, **kwargs)
-    elif model_class in MODEL_CLASSES:
-        model = MODEL_CLASSES[model_class].from_pretrained(folder, **kwargs)
-    else:
-        raise CheckpointError(f"unknown model class {model_class!r}; expected one of {', '.join(MODEL_CLASSES)}")
-    return Bert(model, BertTokenizer.from_pretrained(folder), folder_defaults(folder))
+    opened = open_folder(folder, model_class, **kwargs)  # a shipped model's name (bertkit.pretrained) works too
+    return Bert(opened.model, opened.tokenizer, opened.defaults)

@@ -70,13 +70,13 @@ def test_empty_dev_set(tmp_path: Path, minilm_dir: Path) -> None:
 
 def _finetuned_folder(tmp_path: Path, tokenizer, task: str, cls_name: str, labels: list[str]) -> Path:
     """A tiny fine-tuned-looking folder: task, label names, tokenizer."""
-    from bertkit.model import BertConfig, bert
+    from bertkit.model import MODEL_CLASSES, BertConfig
 
     config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                         intermediate_size=37, num_labels=len(labels), label_names=labels, task=task,
                         task_settings={"max_length": 32, "label_names": labels})
     folder = tmp_path / f"{task}_model"
-    bert.MODEL_CLASSES[cls_name](config).save_pretrained(str(folder))
+    MODEL_CLASSES[cls_name](config).save_pretrained(str(folder))
     tokenizer.save_pretrained(folder)
     return folder
 

@@ -43,9 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _load(folder: str):  # noqa: ANN202 (model, tokenizer)
-    from bertkit.inference.loading import load_model, load_tokenizer
+    from bertkit.model.folder import open_folder
 
-    return load_model(folder), load_tokenizer(folder)
+    opened = open_folder(folder)
+    return opened.model, opened.tokenizer
 
 
 def fill_mask_command(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def export_onnx_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit export-onnx`."""
-    from bertkit.inference.loading import load_model
+    from bertkit.model.checkpoint import load_model
     from bertkit.inference.onnx_export import export_onnx
 
     model = load_model(args.model)

@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from bertkit.inference.loading import base_model
 from bertkit.io import atomic_open, atomic_write_text
 from bertkit.model import BertPreTrainedModel
+from bertkit.model.heads import base_model
 
 MAX_TOKENS = 64  # beyond this the token labels are unreadable; longer inputs are truncated with a warning
 

@@ -25,10 +25,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.errors import ConfigError
-from bertkit.inference.loading import base_model, load_model, load_tokenizer
-from bertkit.inference.pooling import POOLINGS, folder_defaults, pad_batch, pool_hidden
+from bertkit.inference.pooling import POOLINGS, pad_batch, pool_hidden
 from bertkit.model import BertPreTrainedModel
 from bertkit.model.bert import BertSelfAttention
+from bertkit.model.folder import open_folder
+from bertkit.model.heads import base_model
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +78,11 @@ class Encoder:
         max_seq_length: int | None = None,
         defaults: dict[str, Any] | None = None,
     ) -> None:
-        folder = None
+        folder_defaults: dict[str, Any] = {}
         if isinstance(model, (str, Path)):
-            folder = Path(model)
-            tokenizer = tokenizer if tokenizer is not None else load_tokenizer(folder)
-            model = load_model(folder)
+            opened = open_folder(model)
+            tokenizer = tokenizer if tokenizer is not None else opened.tokenizer
+            model, folder_defaults = opened.model, opened.defaults
         if tokenizer is None:
             raise ConfigError("Encoder needs a tokenizer when given a model object (or pass a model folder)")
         if precision not in PRECISIONS:
@@ -92,7 +93,7 @@ class Encoder:
         self.precision = precision
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if defaults is None:  # pooling, normalisation and length from the folder's sentence-transformers files
-            defaults = folder_defaults(folder) if folder is not None else {}
+            defaults = folder_defaults
         self.default_pooling: str = defaults.get("pooling", "mean")
         self.default_normalize: bool = defaults.get("normalize", False)
         self.max_seq_length = max_seq_length or defaults.get("max_length") or self.config.max_position_embeddings

@@ -13,8 +13,8 @@ import torch
 
 from bertkit.errors import ConfigError
 from bertkit.inference.pooling import pad_batch
-from bertkit.inference.loading import base_model
 from bertkit.model import BertPreTrainedModel
+from bertkit.model.heads import base_model
 
 PAIR_SEPARATOR = " ||| "
 

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 
 from bertkit.errors import CheckpointError, ConfigError
-from bertkit.inference.loading import base_model
 from bertkit.model import BertPreTrainedModel
+from bertkit.model.heads import base_model
 
 MASK = "[MASK]"
 

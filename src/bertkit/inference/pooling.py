@@ -1,14 +1,10 @@
-"""The embedding helpers: pooling token vectors into one sentence vector, padding id lists into a batch, and the
-pooling, normalisation and length a folder's sentence-transformers files ask for. Used by the encoder, the
-reference path, the feature extractor and the server.
+"""The embedding helpers: pooling token vectors into one sentence vector and padding id lists into a batch. Used by
+the encoder, the reference path, the feature extractor and the server.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -41,29 +37,3 @@ def pad_batch(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]], p
         token_type_ids[row, : len(t)] = torch.tensor(t, dtype=torch.long)
         attention_mask[row, : len(x)] = 1
     return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
-
-
-def folder_defaults(folder: str | Path) -> dict[str, Any]:
-    """Pooling, normalisation and length a folder's sentence-transformers files ask for (empty dict if none)."""
-    folder = Path(folder)
-    found: dict[str, Any] = {}
-
-    def read(name: str) -> Any:
-        try:
-            return json.loads((folder / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-
-    settings = read("sentence_bert_config.json")
-    if isinstance(settings, dict) and isinstance(settings.get("max_seq_length"), int):
-        found["max_length"] = settings["max_seq_length"]
-    pooling = read("1_Pooling/config.json")
-    if isinstance(pooling, dict):
-        if pooling.get("pooling_mode_mean_tokens"):
-            found["pooling"] = "mean"
-        elif pooling.get("pooling_mode_cls_token"):
-            found["pooling"] = "cls"
-    modules = read("modules.json")
-    if isinstance(modules, list):
-        found["normalize"] = any(str(m.get("type", "")).endswith("Normalize") for m in modules if isinstance(m, dict))
-    return found

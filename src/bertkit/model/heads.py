@@ -135,6 +135,11 @@ class BertHeadModel(BertPreTrainedModel):
         self.bert = BertModel(config, add_pooling_layer=self.reads_pooled_output)
 
 
+def base_model(model: BertPreTrainedModel) -> BertModel:
+    """The BertModel inside a head (or the model itself)."""
+    return model if isinstance(model, BertModel) else model.bert  # type: ignore[return-value]
+
+
 class _MLMHeadMixin:
     """Ties the MLM decoder weight to the input word embeddings."""
 

@@ -20,11 +20,11 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from bertkit.inference.pooling import folder_defaults, pad_batch
 from bertkit.inference.encoder import Encoder
 from bertkit.inference.fill_mask import MASK, fill_mask_batch
-from bertkit.inference import loading
+from bertkit.inference.pooling import pad_batch
 from bertkit.model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bertkit.model.folder import open_folder
 from bertkit.runtime import release_free_memory
 from bertkit.serve.batching import DynamicBatcher, QueueFull, RequestTimeout
 from bertkit.serve.settings import ServeSettings
@@ -153,11 +153,10 @@ class Predictor:
     """The folder's model, tokenizer and encoder, and one batch function per endpoint."""
 
     def __init__(self, folder: str | Path) -> None:
-        self.folder = Path(folder)
-        self.model = loading.load_model(self.folder)
-        self.tokenizer = loading.load_tokenizer(self.folder)
+        opened = open_folder(folder)
+        self.folder, self.model, self.tokenizer = opened.path, opened.model, opened.tokenizer
         # The folder's own embedding settings (pooling, normalisation, max length), as bertkit.load(folder) reads them.
-        self.encoder = Encoder(self.model, self.tokenizer, device="cpu", defaults=folder_defaults(self.folder))
+        self.encoder = Encoder(self.model, self.tokenizer, device="cpu", defaults=opened.defaults)
         self.config = self.model.config
         self.max_length = self.config.max_position_embeddings
         self.labels = self.config.label_names or [f"LABEL_{i}" for i in range(self.config.num_labels)]

@@ -76,16 +76,15 @@ def _check_head(task: Task, config: Any, settings: Settings, folder: str | os.Pa
 
 def build_model(task: Task, folder: str | os.PathLike, settings: Settings) -> Any:
     """The task's head on the folder's weights, its config carrying task, settings and label names."""
-    from bertkit.model import MODEL_CLASSES
+    from bertkit.model.folder import open_folder
 
-    cls = MODEL_CLASSES[task.model_class_name]
     overrides: dict[str, Any] = {"task": config_task_name(task), "task_settings": settings}
     n = task.num_labels(settings)
     if n is not None:
         overrides.update(num_labels=n, label_names=settings.get("label_names"))
         if hasattr(task, "problem_type"):
             overrides["problem_type"] = task.problem_type(settings)
-    return cls.from_pretrained(str(folder), **overrides)
+    return open_folder(folder, task.model_class_name, **overrides).model
 
 
 def finetune(
@@ -180,7 +179,7 @@ def finetune(
 
 def _load_finetuned(model: str) -> tuple[Task, Settings, Any, Any]:
     """Task, settings, model and tokenizer of a fine-tuned folder."""
-    from bertkit.model.checkpoint import load_model
+    from bertkit.model.folder import open_folder
 
     config = read_folder_config(model)
     if not config.task:
@@ -190,14 +189,15 @@ def _load_finetuned(model: str) -> tuple[Task, Settings, Any, Any]:
     settings = dict(config.task_settings or {})
     if config.label_names is not None and t.num_labels(settings) is not None:
         settings["label_names"] = list(config.label_names)
-    net = load_model(model)
+    opened = open_folder(model)
+    net = opened.model
     if type(net).__name__ != t.model_class_name:
         raise CheckpointError(f"{model}: config.json says task {config.task!r} but its architecture is "
                               f"{type(net).__name__}, not {t.model_class_name}")
     n = t.num_labels(settings)
     if n is not None and n != config.num_labels:
         raise CheckpointError(f"{model}: the head has {config.num_labels} outputs but {n} label names")
-    return t, settings, net, BertTokenizer.from_pretrained(model)
+    return t, settings, net, opened.tokenizer
 
 
 def evaluate(model: str, input: str, output: str | None = None, batch_size: int = 64,
