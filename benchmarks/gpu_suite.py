@@ -451,16 +451,21 @@ def section_embed(suite: Suite) -> dict:
 
 
 def section_finetune(suite: Suite) -> dict:
-    from bertkit.tasks.runner import finetune
+    from bertkit.tasks.runner import FinetuneConfig, finetune
 
     sst2 = suite.data / "sst2"
-    kw = dict(max_train_examples=64, max_eval_examples=32, epochs=1.0) if suite.dry else dict(epochs=3.0)
+    epochs = 1.0 if suite.dry else 3.0
     start_model = suite.random_folder("base", 1) if suite.dry else suite.minilm
+    config = FinetuneConfig.from_dict({
+        "task": "classification", "model": str(start_model), "train": str(sst2 / "train.tsv"),
+        "dev": str(sst2 / "dev.tsv"), "max_train_examples": 64 if suite.dry else None,
+        "max_eval_examples": 32 if suite.dry else None,
+        "training": {"output_dir": str(suite.scratch / "finetune-sst2"), "lr": 5e-5, "batch_size": 32,
+                     "epochs": epochs, "progress_bar": False}})
     start = time.perf_counter()
-    res = finetune("classification", str(start_model), str(sst2 / "train.tsv"), str(sst2 / "dev.tsv"),
-                   str(suite.scratch / "finetune-sst2"), lr=5e-5, batch_size=32, progress=False, **kw)
+    res = finetune(config)
     seconds = time.perf_counter() - start
-    out = {"train_examples": res["train_examples"], "epochs": kw["epochs"], "dev_accuracy": res["best_metrics"]["accuracy"],
+    out = {"train_examples": res["train_examples"], "epochs": epochs, "dev_accuracy": res["best_metrics"]["accuracy"],
            "wall_seconds": seconds, "precision": res["training"]["precision"]}
     out["model"] = "random-tiny" if suite.dry else "MiniLM"
     print(f"  SST-2 from {out['model']}: dev accuracy {out['dev_accuracy']:.4f}, {seconds:.0f} s", flush=True)

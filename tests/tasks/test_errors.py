@@ -8,7 +8,12 @@ import pytest
 
 from bertkit.errors import CheckpointError, DataError
 from bertkit.tasks import get_task
-from bertkit.tasks.runner import evaluate, finetune
+from bertkit.tasks.runner import FinetuneConfig, evaluate, finetune
+
+
+def finetune_config(task: str, model: Path, train: Path, dev: Path, output: Path, **options: str) -> FinetuneConfig:
+    return FinetuneConfig.from_dict({"task": task, "model": str(model), "train": str(train), "dev": str(dev),
+                                     "options": options, "training": {"output_dir": str(output)}})
 
 
 def test_dev_label_that_train_never_had(tmp_path: Path) -> None:
@@ -64,8 +69,8 @@ def test_empty_dev_set(tmp_path: Path, minilm_dir: Path) -> None:
     (tmp_path / "train.tsv").write_text("sentence\tlabel\ngood\t1\nbad\t0\n")
     (tmp_path / "dev.tsv").write_text("")
     with pytest.raises(DataError, match=r"dev\.tsv: no dev examples found"):
-        finetune("classification", str(minilm_dir), str(tmp_path / "train.tsv"), str(tmp_path / "dev.tsv"),
-                 str(tmp_path / "out"))
+        finetune(finetune_config("classification", minilm_dir, tmp_path / "train.tsv", tmp_path / "dev.tsv",
+                                 tmp_path / "out"))
 
 
 def _finetuned_folder(tmp_path: Path, tokenizer, task: str, cls_name: str, labels: list[str]) -> Path:
@@ -85,16 +90,16 @@ def test_task_model_mismatch(tmp_path: Path, tokenizer) -> None:
     folder = _finetuned_folder(tmp_path, tokenizer, "ner", "BertForTokenClassification", ["O", "B-PER", "I-PER"])
     (tmp_path / "train.tsv").write_text("sentence\tlabel\ngood\t1\nbad\t0\n")
     with pytest.raises(CheckpointError, match=r"ner_model: a model fine-tuned for task 'ner'"):
-        finetune("classification", str(folder), str(tmp_path / "train.tsv"), str(tmp_path / "train.tsv"),
-                 str(tmp_path / "out"))
+        finetune(finetune_config("classification", folder, tmp_path / "train.tsv", tmp_path / "train.tsv",
+                                 tmp_path / "out"))
 
 
 def test_head_size_does_not_match_the_label_set(tmp_path: Path, tokenizer) -> None:
     folder = _finetuned_folder(tmp_path, tokenizer, "classification", "BertForSequenceClassification", ["0", "1"])
     (tmp_path / "train.tsv").write_text("text\tlabel\ngood\t1\nbad\t0\nmeh\t2\n")
     with pytest.raises(CheckpointError, match=r"the head has 2 labels \['0', '1'\], the training data has 3"):
-        finetune("classification", str(folder), str(tmp_path / "train.tsv"), str(tmp_path / "train.tsv"),
-                 str(tmp_path / "out"), text_column="text", label_column="label")
+        finetune(finetune_config("classification", folder, tmp_path / "train.tsv", tmp_path / "train.tsv",
+                                 tmp_path / "out", text_column="text", label_column="label"))
 
 
 def test_head_weights_that_do_not_match_config(tmp_path: Path, tokenizer) -> None:

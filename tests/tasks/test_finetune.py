@@ -184,3 +184,43 @@ def test_a_stopped_run_reports_no_result_and_resumes_to_the_same_one(tmp_path, d
     assert main(["finetune", "--output", str(out), "--resume", *args]) == 0
     resumed = json.loads((out / "results.json").read_text())
     assert resumed["best_metrics"] == straight["best_metrics"]
+
+
+def _resolve(*argv: str):  # noqa: ANN202
+    import argparse
+
+    from bertkit.cli import finetune as cli_finetune
+
+    parser = argparse.ArgumentParser()
+    cli_finetune.register(parser.add_subparsers())
+    return cli_finetune.resolve_finetune_config(parser.parse_args(["finetune", *argv]))
+
+
+def test_finetune_config_defaults_round_trip_and_task_options(tmp_path: Path) -> None:
+    from bertkit.dataclass_io import dump_config, read_config_file
+    from bertkit.errors import ConfigError
+    from bertkit.tasks.runner import FinetuneConfig
+
+    base = ["--model", "m", "--train", "data.json#:38", "--dev", "data.json#38:", "--output", "out"]
+    ner = _resolve("--task", "ner", *base)
+    assert (ner.training.lr, ner.training.epochs, ner.training.batch_size, ner.training.warmup) == (5e-5, 3.0, 32, 0.1)
+    assert ner.train == "data.json#:38" and ner.training.output_dir == "out"  # strings are never YAML-parsed
+    assert ner.training.metric_for_best == "f1"
+    cls = _resolve("--task", "classification", *base, "--lr", "1e-4", "--text-column", "0", "--regression",
+                   "--max-length", "64", "--no-progress")
+    assert cls.training.lr == 1e-4 and cls.training.progress_bar is False
+    assert cls.options == {"text_column": "0", "regression": True, "max_length": 64}
+    # the config file is the same run: dump, read back, resolve again
+    path = tmp_path / "run.yaml"
+    path.write_text(dump_config(cls))
+    assert FinetuneConfig.from_dict(read_config_file(path)) == cls
+    assert _resolve("--config", str(path)) == cls
+    assert _resolve("--config", str(path), "--seed", "7").training.seed == 7
+    with pytest.raises(ConfigError, match="--doc-stride is an option of qa, not of --task classification"):
+        _resolve("--task", "classification", *base, "--doc-stride", "16")
+    with pytest.raises(ConfigError, match="unknown task 'nerr'"):
+        _resolve("--task", "nerr", *base)
+    with pytest.raises(ConfigError, match=r"FinetuneConfig.dev is required"):
+        _resolve("--task", "ner", "--model", "m", "--train", "t", "--output", "o")
+    with pytest.raises(ConfigError, match=r"unknown field\(s\) doc_strid"):
+        FinetuneConfig.from_dict({"task": "qa", "model": "m", "train": "t", "dev": "d", "options": {"doc_strid": 1}})

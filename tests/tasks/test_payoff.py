@@ -29,13 +29,14 @@ def test_best_lr_is_chosen_by_the_mean_over_seeds(tmp_path: Path, monkeypatch: p
     table = {(1.0, 1): 0.9, (1.0, 2): 0.5, (2.0, 1): 0.8, (2.0, 2): 0.8}
     calls = []
 
-    def fake_finetune(**kw):  # noqa: ANN003, ANN202
-        calls.append((kw["model"], kw["lr"], kw["seed"]))
-        assert kw["resume"] is (Path(kw["output"]) / "checkpoints").is_dir()  # a stopped run continues
-        score = table[(kw["lr"], kw["seed"])] - (0.1 if kw["model"] == "b" else 0.0)
+    def fake_finetune(config, resume=False):  # noqa: ANN001, ANN202
+        t = config.training
+        calls.append((config.model, t.lr, t.seed))
+        assert resume is (Path(t.output_dir) / "checkpoints").is_dir()  # a stopped run continues
+        score = table[(t.lr, t.seed)] - (0.1 if config.model == "b" else 0.0)
         summary = {"main_metric": "accuracy", "best_metrics": {"accuracy": score}}
-        Path(kw["output"]).mkdir(parents=True)
-        (Path(kw["output"]) / "results.json").write_text(json.dumps(summary))
+        Path(t.output_dir).mkdir(parents=True)
+        (Path(t.output_dir) / "results.json").write_text(json.dumps(summary))
         return summary
 
     import bertkit.tasks.runner as runner

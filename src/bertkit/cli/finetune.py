@@ -1,60 +1,95 @@
-"""Verbs `finetune`, `evaluate`, `predict`: thin argparse mirrors of bertkit.tasks.runner's functions."""
+"""Verbs `finetune`, `evaluate`, `predict`. `finetune`'s options are generated from FinetuneConfig, TrainingConfig
+and every task's options dataclass; `evaluate` and `predict` mirror bertkit.tasks.runner's functions."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
-from bertkit.tasks import TASKS
+from bertkit.cli.config_options import add_config_options, apply_overrides, dataclass_fields, option_names
+from bertkit.dataclass_io import dump_config, field_docs, read_config_file
+from bertkit.errors import ConfigError
+from bertkit.tasks import TASKS, get_task
+from bertkit.tasks.runner import FinetuneConfig
+from bertkit.training.config import TrainingConfig
+
+
+def _task_option_fields() -> dict[str, tuple[dataclasses.Field, str, list[str]]]:
+    """Every task option: name -> (field, help, the tasks that have it). The common ones (TaskOptions) first."""
+    out: dict[str, tuple[dataclasses.Field, str, list[str]]] = {}
+    for name, task_cls in TASKS.items():
+        docs = field_docs(task_cls.options_class)
+        for cls in reversed(task_cls.options_class.__mro__):  # base fields first, with the base's docs
+            if dataclasses.is_dataclass(cls):
+                docs = {**field_docs(cls), **docs}
+        for f in dataclasses.fields(task_cls.options_class):
+            if f.name not in out:
+                out[f.name] = (f, docs.get(f.name, ""), [])
+            out[f.name][2].append(name)
+    return out
 
 
 def _add_finetune(sub: Any) -> None:
     p = sub.add_parser("finetune", help="fine-tune a pre-trained model on a task (classification, ner, qa, ...)",
                        description="Fine-tune MODEL on TRAIN, evaluating on DEV every epoch (or --eval-every N "
-                       "steps); the best model by the task's main metric is kept in OUTPUT/best.")
-    p.add_argument("--task", required=True, choices=list(TASKS), help="the task")
-    p.add_argument("--model", required=True, help="pre-trained (or fine-tuned) model folder")
-    p.add_argument("--train", required=True, help="training file (QA: FILE#START:END selects articles)")
-    p.add_argument("--dev", required=True, help="dev file, evaluated during training")
-    p.add_argument("--output", required=True, help="output folder (best/, final/, checkpoints/, metrics.jsonl)")
-    p.add_argument("--epochs", type=float, default=3.0)
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: 3e-5; NER and QA 5e-5)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--eval-batch-size", type=int, default=64)
-    p.add_argument("--max-length", type=int, default=None, help="word pieces per sequence (default 128; QA 384)")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--warmup", type=float, default=0.1, help="warm-up: fraction of steps (<1) or steps (>=1)")
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--max-grad-norm", type=float, default=1.0)
-    p.add_argument("--eval-every", type=int, default=None, help="evaluate every N steps (default: every epoch)")
-    p.add_argument("--max-train-examples", type=int, default=None, help="a seeded random subset of TRAIN")
-    p.add_argument("--max-eval-examples", type=int, default=None, help="a seeded random subset of DEV")
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+                       "steps); the best model by the task's main metric is kept in OUTPUT/best. Every field of "
+                       "FinetuneConfig, its training: TrainingConfig and the task's options is an option here; "
+                       "--config reads them from a YAML/JSON file first.")
+    p.add_argument("--config", metavar="CONFIG.yaml", help="YAML or JSON FinetuneConfig")
     p.add_argument("--resume", action="store_true", help="continue from OUTPUT's latest checkpoint")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    g = p.add_argument_group("classification")
-    g.add_argument("--text-column", default=None, help="header name or 0-based index of the text")
-    g.add_argument("--text-pair-column", default=None, help="... of the second text of a pair")
-    g.add_argument("--label-column", default=None, help="... of the label")
-    g.add_argument("--glue", default=None, help="GLUE task name when the file's layout is ambiguous (e.g. cola)")
-    g.add_argument("--regression", action="store_true", help="real-valued labels (STS-B)")
-    g.add_argument("--multi-label", action="store_true", help="several labels per example")
-    g = p.add_argument_group("question answering")
-    g.add_argument("--doc-stride", type=int, default=None, help="overlap in tokens between context windows (128)")
-    g.add_argument("--version-2", action="store_true", help="SQuAD v2.0: allow no answer")
-    g.add_argument("--null-threshold", type=float, default=0.0, help="v2.0: answer '' if null - best > this")
+    group = p.add_argument_group("the run (YAML values; fine-tuning defaults: 3 epochs, batch 32, warm-up 0.1, "
+                                 "the task's LR)")
+    add_config_options(group, dataclass_fields(FinetuneConfig, {"training": TrainingConfig}, skip=("options",)),
+                       aliases={"training.output_dir": ("output",)})
+    for name, (f, doc, tasks) in _task_option_fields().items():
+        owners = "" if len(tasks) == len(TASKS) else f" [{', '.join(tasks)}]"
+        help_text = (doc + owners).replace("%", "%%") or None
+        flags = option_names(name, False)
+        if f.type in (bool, "bool"):
+            group.add_argument(*flags, dest=TASK_PREFIX + name, action="store_true", default=argparse.SUPPRESS,
+                               help=help_text)
+        else:
+            kind = {"int | None": int, "float": float, "float | None": float}.get(str(f.type), str)
+            group.add_argument(*flags, dest=TASK_PREFIX + name, type=kind, default=argparse.SUPPRESS,
+                               metavar="VALUE", help=help_text)
     p.set_defaults(func=_finetune)
+
+
+TASK_PREFIX = "task-option:"
+
+
+def resolve_finetune_config(args: argparse.Namespace) -> FinetuneConfig:
+    """The config file (or nothing) with the command-line options applied; a task option the chosen task does not
+    have is a ConfigError naming the flag and the tasks that do have it."""
+    d: dict[str, Any] = read_config_file(args.config) if args.config else {}
+    apply_overrides(d, args)
+    if not getattr(args, "progress", True):
+        d.setdefault("training", {})["progress_bar"] = False
+    given = {k[len(TASK_PREFIX):]: v for k, v in vars(args).items() if k.startswith(TASK_PREFIX)}
+    if given:
+        fields = _task_option_fields()
+        task = d.get("task")
+        name = get_task(task).name if task else None
+        for option in given:
+            if name is not None and name not in fields[option][2]:
+                raise ConfigError(f"--{option.replace('_', '-')} is an option of {', '.join(fields[option][2])}, "
+                                  f"not of --task {name}")
+        d["options"] = {**(d.get("options") or {}), **given}
+    return FinetuneConfig.from_dict(d, args.config or "bertkit finetune")
 
 
 def _finetune(args: argparse.Namespace) -> int:
     from bertkit.tasks.runner import finetune, format_metrics
 
-    keys = ("task", "model", "train", "dev", "output", "epochs", "lr", "batch_size", "eval_batch_size", "max_length",
-            "seed", "warmup", "weight_decay", "max_grad_norm", "eval_every", "max_train_examples",
-            "max_eval_examples", "precision", "resume", "progress", "text_column", "text_pair_column",
-            "label_column", "glue", "regression", "multi_label", "doc_stride", "version_2", "null_threshold")
-    summary = finetune(**{k: getattr(args, k) for k in keys})
+    config = resolve_finetune_config(args)
+    if args.print_config:
+        print(dump_config(config), end="")
+        return 0
+    summary = finetune(config, resume=args.resume)
     print(f"best ({summary['main_metric']}): {format_metrics(summary['best_metrics'] or {})}")
     print(f"model: {summary['best_dir']}  ({summary['train_examples']} training examples, "
           f"{summary['seconds']:.0f} s)")

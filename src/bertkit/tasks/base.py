@@ -33,6 +33,15 @@ Settings = dict[str, Any]
 Feature = dict[str, Any]
 
 
+@dataclass
+class TaskOptions:
+    """The options every task has. A task module subclasses this with its own typed fields and names it as its
+    `options_class`; `bertkit finetune` gets a command-line flag for each field."""
+
+    max_length: int | None = None
+    """Word pieces per sequence (None: the task's default, 128; QA 384)."""
+
+
 class Task:
     """One fine-tuning task: how to read it, turn it into model inputs, decode outputs, score and write predictions."""
 
@@ -44,11 +53,27 @@ class Task:
     default_max_length: int = 128
     output_keys: tuple[str, ...] = ("logits",)  # what batched inference keeps of the model's output
     per_token_outputs: bool = False  # outputs are (seq, ...) per feature (tagging, QA) rather than per sequence
+    options_class: type[TaskOptions] = TaskOptions  # the task's typed options
 
     # --- what the runner calls, in order ---------------------------------------------------------------------
-    def settings(self, options: dict[str, Any]) -> Settings:
-        """Task settings from the runner's options (CLI arguments); only JSON-ready values."""
-        return {"max_length": options.get("max_length") or self.default_max_length}
+    def options(self, values: dict[str, Any] | None = None, where: str = "options") -> TaskOptions:
+        """The task's typed options from a dict (a config file's `options:`); a key the task does not have is a
+        ConfigError naming it and the task."""
+        from bertkit.dataclass_io import config_from_dict
+
+        return config_from_dict(self.options_class, dict(values or {}), f"{where} (task {self.name})")
+
+    def settings(self, options: TaskOptions | dict[str, Any] | None = None) -> Settings:
+        """Task settings from its options (typed, or a dict of them): JSON-ready values, stored in the fine-tuned
+        model's config so that evaluate, predict and serve read inputs exactly as fine-tuning did."""
+        if not isinstance(options, TaskOptions):
+            options = self.options(options)
+        return self.settings_from(options)
+
+    def settings_from(self, options: TaskOptions) -> Settings:
+        """What a task module overrides (calling this first): its settings from its typed options."""
+        check_positive("max_length", options.max_length)
+        return {"max_length": options.max_length or self.default_max_length}
 
     def read(self, path: str | os.PathLike, settings: Settings, labelled: bool = True) -> list:
         """Read a data file into examples; raise DataError naming the file and line of anything malformed."""

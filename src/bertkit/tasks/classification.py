@@ -29,6 +29,7 @@ from bertkit.tasks.base import (
     Feature,
     Settings,
     Task,
+    TaskOptions,
     is_jsonl,
     read_jsonl,
     read_table,
@@ -115,6 +116,26 @@ def glue_name(layout: Layout) -> str | None:
     return next((name for name, known in GLUE_LAYOUTS.items() if known == layout), None)
 
 
+@dataclass
+class ClassificationOptions(TaskOptions):
+    """Which columns hold what, and what kind of label it is."""
+
+    text_column: str | None = None
+    """Header name or 0-based index of the text (default: found from the file's layout)."""
+    text_pair_column: str | None = None
+    """... of the second text of a pair."""
+    label_column: str | None = None
+    """... of the label."""
+    glue: str | None = None
+    """GLUE task name when the file's layout is ambiguous (e.g. cola)."""
+    regression: bool = False
+    """Real-valued labels (STS-B): one output, mean squared error."""
+    multi_label: bool = False
+    """Several labels per example: one sigmoid per label."""
+    label_separator: str = ","
+    """Between the labels of a multi-label example."""
+
+
 class ClassificationTask(Task):
     """Single sentences or pairs -> one label, several labels, or a real number."""
 
@@ -123,17 +144,18 @@ class ClassificationTask(Task):
     main_metric = "accuracy"
     default_lr = 3e-5
     default_max_length = 128
+    options_class = ClassificationOptions
 
-    def settings(self, options: dict[str, Any]) -> Settings:
-        s = super().settings(options)
+    def settings_from(self, options: ClassificationOptions) -> Settings:
+        s = super().settings_from(options)
         for key in ("text_column", "text_pair_column", "label_column", "glue"):
-            if options.get(key) is not None:
-                s[key] = str(options[key])
-        if options.get("regression"):
+            if getattr(options, key) is not None:
+                s[key] = str(getattr(options, key))
+        if options.regression:
             s["problem"] = "regression"
-        elif options.get("multi_label"):
+        elif options.multi_label:
             s["problem"] = "multi_label"
-        s["label_separator"] = options.get("label_separator") or ","
+        s["label_separator"] = options.label_separator or ","
         return s
 
     # --- reading -----------------------------------------------------------------------------------------------

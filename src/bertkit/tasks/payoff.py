@@ -95,7 +95,7 @@ def compare_starts(
 
     `on_run(start, lr, seed, score)` is called after each run (finished or read back).
     """
-    from bertkit.tasks.runner import RESULTS_NAME, finetune
+    from bertkit.tasks.runner import RESULTS_NAME, FinetuneConfig, finetune
 
     out = Path(output_dir)
     results = []
@@ -108,11 +108,14 @@ def compare_starts(
                 if (run / RESULTS_NAME).is_file():
                     summary = json.loads((run / RESULTS_NAME).read_text(encoding="utf-8"))
                 else:
-                    summary = finetune(task=budget.task, model=str(model), train=budget.train, dev=budget.dev,
-                                       output=str(run), epochs=budget.epochs, lr=lr, batch_size=budget.batch_size,
-                                       max_length=budget.max_length, seed=seed, eval_every=budget.eval_every,
-                                       max_train_examples=budget.max_train_examples, progress=progress,
-                                       resume=(run / "checkpoints").is_dir())  # a stopped run continues
+                    config = FinetuneConfig.from_dict({
+                        "task": budget.task, "model": str(model), "train": budget.train, "dev": budget.dev,
+                        "options": {"max_length": budget.max_length},
+                        "max_train_examples": budget.max_train_examples,
+                        "training": {"output_dir": str(run), "epochs": budget.epochs, "lr": lr,
+                                     "batch_size": budget.batch_size, "seed": seed, "eval_every": budget.eval_every,
+                                     "progress_bar": progress}})
+                    summary = finetune(config, resume=(run / "checkpoints").is_dir())  # a stopped run continues
                 score = float(summary["best_metrics"][summary["main_metric"]])
                 dev_examples = summary.get("dev_examples", dev_examples)
                 scores.setdefault(_lr_name(lr), {})[str(seed)] = score

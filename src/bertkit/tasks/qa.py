@@ -30,7 +30,7 @@ import numpy as np
 from bertkit.errors import ConfigError, data_error
 from bertkit.io import atomic_write_json
 import bertkit.tasks.metrics as metrics
-from bertkit.tasks.base import Feature, Settings, Task, read_text
+from bertkit.tasks.base import Feature, Settings, Task, TaskOptions, check_positive, read_text
 
 # Reference settings of run_squad.py (google-research/bert) and transformers' run_qa.py.
 DOC_STRIDE = 128
@@ -188,8 +188,26 @@ def decode_answer(context: str, windows: Sequence[dict[str, Any]], n_best: int =
     return (nbest[0][1] if nbest else ""), nbest
 
 
+@dataclass
+class QAOptions(TaskOptions):
+    """How contexts are windowed and answers chosen."""
+
+    doc_stride: int | None = None
+    """Overlap in tokens between context windows (default 128)."""
+    version_2: bool = False
+    """SQuAD v2.0: a question may have no answer."""
+    null_threshold: float = 0.0
+    """v2.0: answer '' when the null score exceeds the best span's by more than this."""
+    n_best: int | None = None
+    """Start and end candidates considered per window (default 20)."""
+    max_answer_length: int | None = None
+    """Longest answer in tokens (default 30)."""
+
+
 class QATask(Task):
     """SQuAD-style extractive QA."""
+
+    options_class = QAOptions
 
     name = "qa"
     model_class_name = "BertForQuestionAnswering"
@@ -199,13 +217,15 @@ class QATask(Task):
     output_keys = ("start_logits", "end_logits")
     per_token_outputs = True
 
-    def settings(self, options: dict[str, Any]) -> Settings:
-        s = super().settings(options)
-        s["doc_stride"] = options.get("doc_stride") or DOC_STRIDE
-        s["n_best"] = options.get("n_best") or N_BEST
-        s["max_answer_length"] = options.get("max_answer_length") or MAX_ANSWER_LENGTH
-        s["version_2"] = bool(options.get("version_2", False))
-        s["null_threshold"] = float(options.get("null_threshold") or 0.0)
+    def settings_from(self, options: QAOptions) -> Settings:
+        s = super().settings_from(options)
+        for name in ("doc_stride", "n_best", "max_answer_length"):
+            check_positive(name, getattr(options, name))
+        s["doc_stride"] = options.doc_stride or DOC_STRIDE
+        s["n_best"] = options.n_best or N_BEST
+        s["max_answer_length"] = options.max_answer_length or MAX_ANSWER_LENGTH
+        s["version_2"] = bool(options.version_2)
+        s["null_threshold"] = float(options.null_threshold or 0.0)
         if s["doc_stride"] >= s["max_length"] // 2:
             raise ConfigError(f"--doc-stride {s['doc_stride']} must be well below --max-length {s['max_length']} "
                               "(it is the overlap between windows)")

@@ -1,6 +1,6 @@
 """Fine-tune, evaluate and predict: the functions behind `bertkit finetune | evaluate | predict`.
 
-Each function's typed arguments are the CLI's options one to one. Training is the one Trainer's
+`finetune(FinetuneConfig)` runs one fine-tuning; the CLI's options are generated from that config. Training is the one Trainer's
 (AdamW with decoupled weight decay, linear warm-up and decay, gradient clipping at 1.0, bf16 autocast where
 supported, evaluation every epoch or every N steps, `best/` kept by the task's main metric, metrics.jsonl,
 resume); this module only wires a task's data, head and metric into it. The fine-tuned folder (`OUTPUT/best`)
@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -27,6 +28,7 @@ from bertkit.pretrained import resolve_model_dir
 from bertkit.tasks import get_task
 from bertkit.tasks.base import Settings, Task, check_positive, require_examples
 from bertkit.tokenizer import BertTokenizer
+from bertkit.training.config import TrainingConfig
 
 logger = logging.getLogger(__name__)
 
@@ -87,63 +89,104 @@ def build_model(task: Task, folder: str | os.PathLike, settings: Settings) -> An
     return open_folder(folder, task.model_class_name, **overrides).model
 
 
-def finetune(
-    task: str,
-    model: str,
-    train: str,
-    dev: str,
-    output: str,
-    epochs: float = 3.0,
-    lr: float | None = None,
-    batch_size: int = 32,
-    eval_batch_size: int = 64,
-    max_length: int | None = None,
-    seed: int = 42,
-    warmup: float = 0.1,
-    weight_decay: float = 0.01,
-    max_grad_norm: float = 1.0,
-    eval_every: int | None = None,
-    max_train_examples: int | None = None,
-    max_eval_examples: int | None = None,
-    precision: str = "auto",
-    resume: bool = False,
-    progress: bool = True,
-    text_column: str | None = None,
-    text_pair_column: str | None = None,
-    label_column: str | None = None,
-    glue: str | None = None,
-    regression: bool = False,
-    multi_label: bool = False,
-    doc_stride: int | None = None,
-    version_2: bool = False,
-    null_threshold: float = 0.0,
-) -> dict[str, Any]:
-    """Fine-tune `model` on `train`, evaluating on `dev`; the best model by the task's main metric -> OUTPUT/best."""
-    from bertkit.training import Trainer, TrainingConfig
+@dataclass
+class FinetuneConfig:
+    """One fine-tuning run: the task and its typed options, the start, the data and the training settings.
 
-    for name, value in (("epochs", epochs), ("lr", lr), ("batch_size", batch_size), ("max_length", max_length),
-                        ("max_train_examples", max_train_examples), ("eval_every", eval_every)):
-        check_positive(name, value)
+    Reads from and writes to YAML/JSON like PretrainConfig (`FinetuneConfig.from_dict`, `bertkit finetune --config`);
+    `bertkit finetune`'s options are generated from these fields, TrainingConfig's and every task's options.
+    """
+
+    task: str = ""
+    """The task: classification, ner, qa or multiple-choice (or an alias such as glue, squad, swag)."""
+    model: str = ""
+    """Pre-trained (or fine-tuned) model folder, or a shipped model's name."""
+    train: str = ""
+    """Training file (QA: FILE#START:END selects articles)."""
+    dev: str = ""
+    """Dev file, evaluated during training; the best model by the task's main metric is kept."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """The task's own options (its `options_class`: max_length, text_column, doc_stride, ...)."""
+    eval_batch_size: int = 64
+    """Batch size of evaluation."""
+    max_train_examples: int | None = None
+    """A seeded random subset of the training file (None: all of it)."""
+    max_eval_examples: int | None = None
+    """A seeded random subset of the dev file (None: all of it)."""
+    training: TrainingConfig | None = None
+    """The one trainer's settings; None = the fine-tuning defaults (paper, appendix A.3: 3 epochs, batch 32, warm-up
+    10% of the steps, the task's learning rate, evaluation every epoch). training.output_dir is the run's folder."""
+
+    def __post_init__(self) -> None:
+        for name in ("task", "model", "train", "dev"):
+            if not getattr(self, name):
+                raise ConfigError(f"FinetuneConfig.{name} is required (--{name})")
+        for name in ("eval_batch_size", "max_train_examples", "max_eval_examples"):
+            check_positive(name, getattr(self, name))
+        task = get_task(self.task)  # an unknown task name is an error here, before anything is read
+        task.options(self.options)
+        if self.training is None:
+            self.training = finetune_training(task, {})
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "FinetuneConfig") -> "FinetuneConfig":
+        """From a config file's dict: `training:` fields not given take the fine-tuning defaults (not the
+        pre-training ones TrainingConfig has), the learning rate the task's."""
+        from bertkit.dataclass_io import config_from_dict
+
+        d = dict(d)
+        training = d.pop("training", None) or {}
+        if not isinstance(training, dict):
+            raise ConfigError(f"{where}: training must be a mapping of TrainingConfig fields")
+        config = config_from_dict(cls, d, where)
+        config.training = finetune_training(get_task(config.task), training, where)
+        return config
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def finetune_training(task: Task, overrides: dict[str, Any], where: str = "FinetuneConfig") -> TrainingConfig:
+    """TrainingConfig for fine-tuning: the paper's fine-tuning defaults and the task's LR, then `overrides`."""
+    from bertkit.dataclass_io import config_from_dict
+
+    values: dict[str, Any] = dict(output_dir="", lr=task.default_lr, batch_size=32, epochs=3.0, warmup=0.1,
+                                  weight_decay=0.01, max_grad_norm=1.0, eval_every=None, seed=42, precision="auto",
+                                  metric_for_best=task.main_metric, greater_is_better=task.greater_is_better,
+                                  tensorboard=False)
+    values.update(overrides)
+    return config_from_dict(TrainingConfig, values, f"{where}.training")
+
+
+def finetune(config: FinetuneConfig, resume: bool = False) -> dict[str, Any]:
+    """Fine-tune config.model on config.train, evaluating on config.dev; the best model -> OUTPUT/best.
+
+    Returns the run's summary (also written to OUTPUT/results.json). `resume` continues OUTPUT's latest checkpoint.
+    """
+    from bertkit.training import Trainer
+
+    c, cfg = config, config.training
+    assert cfg is not None  # set by __post_init__ / from_dict
+    if not cfg.output_dir:
+        raise ConfigError("FinetuneConfig.training.output_dir is required (--output)")
     started = time.perf_counter()
-    model = str(resolve_model_dir(model))  # a shipped model's name works too
-    t = get_task(task)
-    config = read_folder_config(model)
-    _check_same_task(t, config, model)
-    options = dict(max_length=max_length, text_column=text_column, text_pair_column=text_pair_column,
-                   label_column=label_column, glue=glue, regression=regression, multi_label=multi_label,
-                   doc_stride=doc_stride, version_2=version_2, null_threshold=null_threshold)
-    settings = t.settings(options)
+    model = str(resolve_model_dir(c.model))  # a shipped model's name works too
+    train, dev, seed = c.train, c.dev, cfg.seed
+    t = get_task(c.task)
+    folder_config = read_folder_config(model)
+    _check_same_task(t, folder_config, model)
+    settings = t.settings(c.options)
     tokenizer = BertTokenizer.from_pretrained(model)
 
     train_examples = t.read(train, settings)
     require_examples(train_examples, train, "training examples")
-    train_examples = subset(train_examples, max_train_examples, seed)
+    train_examples = subset(train_examples, c.max_train_examples, seed)
     settings = t.fit_labels(train_examples, settings)
-    _check_head(t, config, settings, model)
+    _check_head(t, folder_config, settings, model)
     dev_examples = t.read(dev, settings)
     require_examples(dev_examples, dev, "dev examples")
     t.check_examples(dev_examples, settings, dev)
-    dev_examples = subset(dev_examples, max_eval_examples, seed)
+    dev_examples = subset(dev_examples, c.max_eval_examples, seed)
 
     train_features = t.features(train_examples, tokenizer, settings, training=True)
     dev_features = t.features(dev_examples, tokenizer, settings, training=False)
@@ -151,12 +194,11 @@ def finetune(
         torch.manual_seed(seed)
         net = build_model(t, model, settings)
     main = settings.get("main_metric", t.main_metric)
-    cfg = TrainingConfig(output_dir=output, lr=lr or t.default_lr, batch_size=batch_size, epochs=epochs,
-                         warmup=warmup, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
-                         precision=precision, eval_every=eval_every, seed=seed, metric_for_best=main,
-                         greater_is_better=t.greater_is_better, progress_bar=progress, tensorboard=False)
+    if main != cfg.metric_for_best:  # the data picked the metric (MRPC/QQP: F1; CoLA: Matthews)
+        cfg = dataclasses.replace(cfg, metric_for_best=main)
+    output = cfg.output_dir
     trainer = Trainer(net, cfg, train_features, t.collator(tokenizer),
-                      evaluate=lambda m: t.evaluate(m, dev_examples, dev_features, settings, eval_batch_size,
+                      evaluate=lambda m: t.evaluate(m, dev_examples, dev_features, settings, c.eval_batch_size,
                                                     tokenizer),
                       save_extra=lambda folder: tokenizer.save_pretrained(folder))
     result = trainer.train(resume=resume)
