@@ -99,7 +99,7 @@ def main() -> int:
     n_tokens = 0
     tokenize_secs = 0.0
     for precision in args.precisions.split(","):
-        enc = Encoder(folder, precision=precision, device="cpu", max_seq_length=MAX_LEN)
+        enc = Encoder(folder, precision=precision, device="cpu", max_length=MAX_LEN)
         enc.encode(texts[:64])  # warm-up
         (ids, tok_secs) = timed(lambda: enc.tokenize(texts))
         tokenize_secs = tok_secs

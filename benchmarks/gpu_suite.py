@@ -409,11 +409,11 @@ def section_embed(suite: Suite) -> dict:
     tok = BertTokenizer.from_pretrained(str(suite.minilm))
     real_tokens = sum(len(tok.encode(t, max_length=256).input_ids) for t in texts)
     folders = suite.models()
-    result: dict[str, Any] = {"texts": len(texts), "real_tokens": real_tokens, "max_seq_length": 256}
+    result: dict[str, Any] = {"texts": len(texts), "real_tokens": real_tokens, "max_length": 256}
     dev = str(suite.device)
     for label, folder in folders.items():
-        ours = Encoder(folder, precision="bf16", device=dev, max_seq_length=256, compile=suite.compile)
-        exact = Encoder(folder, precision="fp32", device=dev, max_seq_length=256)
+        ours = Encoder(folder, precision="bf16", device=dev, max_length=256, compile=suite.compile)
+        exact = Encoder(folder, precision="fp32", device=dev, max_length=256)
         transformer = Transformer(str(folder), max_seq_length=256)
         hidden = transformer.auto_model.config.hidden_size
         st = SentenceTransformer(modules=[transformer, Pooling(hidden, "mean")], device=dev)

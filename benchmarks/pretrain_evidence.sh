@@ -28,9 +28,9 @@ timed() {  # name, command...: runs it and appends "name seconds" to OUT/timings
   "$DATA/wikitext2/valid.txt" "$DATA/tiny_shakespeare/input.txt" "$DATA"/jane_austen/*.txt
 [ -f "$OUT/pt128/index.json" ] || timed prepare $BK prepare-pretraining "$DATA/wikitext2/valid.txt" \
   "$DATA/tiny_shakespeare/input.txt" "$DATA/jane_austen" -o "$OUT/pt128" --tokenizer "$OUT/tokenizer" \
-  --max-seq-length 128 --dupe-factor 3 --dynamic-masking --workers 2
+  --max-length 128 --dupe-factor 3 --dynamic-masking --workers 2
 [ -f "$OUT/heldout/index.json" ] || timed prepare-heldout $BK prepare-pretraining "$DATA/wikitext2/test.txt" \
-  -o "$OUT/heldout" --tokenizer "$OUT/tokenizer" --max-seq-length 128 --dupe-factor 1
+  -o "$OUT/heldout" --tokenizer "$OUT/tokenizer" --max-length 128 --dupe-factor 1
 [ -f "$OUT/mini/final/config.json" ] || timed pretrain $BK pretrain --config "$CONFIG" --train_data "$OUT/pt128" \
   --eval_data "$OUT/heldout" --training.output_dir "$OUT/mini" --resume
 

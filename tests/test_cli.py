@@ -9,7 +9,7 @@ VERBS = {
     "train-tokenizer": ["--vocab-size", "--min-frequency", "--cased", "-o"],
     "info": [],
     "convert": ["--from-hf", "--to-hf", "--out"],
-    "prepare-pretraining": ["-o", "--tokenizer", "--max-seq-length", "--dupe-factor", "--whole-word-mask"],
+    "prepare-pretraining": ["-o", "--tokenizer", "--max-length", "--dupe-factor", "--whole-word-mask"],
     "pretrain": ["--config", "--resume"],
     "finetune": ["--task", "--model", "--train", "--dev", "--output", "--epochs", "--lr", "--batch-size",
                  "--max-length", "--seed"],

@@ -63,7 +63,7 @@ class DemoConfig:
     """WordPiece vocabulary size."""
     model: str = "mini"
     """Model size preset (tiny, mini, small, ...)."""
-    max_seq_length: int = 128
+    max_length: int = 128
     """Pre-training sequence length."""
     dupe_factor: int = 2
     """How many differently masked copies of the corpus to make."""
@@ -89,7 +89,7 @@ class DemoConfig:
     @classmethod
     def quick(cls, **overrides: Any) -> "DemoConfig":
         """About a minute on two cores: a tiny model, a small vocabulary, a few hundred steps."""
-        values = dict(vocab_size=3000, model="tiny", max_seq_length=64, dupe_factor=1, pretrain_steps=120,
+        values = dict(vocab_size=3000, model="tiny", max_length=64, dupe_factor=1, pretrain_steps=120,
                       finetune_examples=1500, finetune_epochs=1.0, reference_model="")
         values.update(overrides)
         return cls(**values)
@@ -170,8 +170,8 @@ def pretrain(cfg: DemoConfig, tokenizer: Any, out: Path, report: DemoReport) -> 
     from bertkit.training import TrainingConfig
     from bertkit.training.pretrain import PretrainConfig, run_pretraining
 
-    data_cfg = PretrainingDataConfig(max_seq_length=cfg.max_seq_length, dupe_factor=cfg.dupe_factor, seed=cfg.seed,
-                                     max_predictions_per_seq=max(1, round(cfg.max_seq_length * 0.15)))
+    data_cfg = PretrainingDataConfig(max_length=cfg.max_length, dupe_factor=cfg.dupe_factor, seed=cfg.seed,
+                                     max_predictions_per_seq=max(1, round(cfg.max_length * 0.15)))
     train = prepare_pretraining([bundled_file(n) for n in PRETRAIN_FILES], out / "data" / "train", tokenizer,
                                 data_cfg, workers=2)
     heldout_cfg = PretrainingDataConfig(**{**asdict(data_cfg), "dupe_factor": 1, "seed": cfg.seed + 1})

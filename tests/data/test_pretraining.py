@@ -115,7 +115,7 @@ def _is_sub_span(part: list[int], whole: list[int]) -> bool:
 def check_provenance(documents, instances, config: PretrainingDataConfig) -> None:
     """Every A is a span of its document's sentences; IsNext B follows A; random B is from another document."""
     for x in instances:
-        assert 3 <= len(x.input_ids) <= config.max_seq_length
+        assert 3 <= len(x.input_ids) <= config.max_length
         a = x.input_ids[1 : x.a_length - 1]
         b = x.input_ids[x.a_length : -1]
         assert a and b
@@ -136,7 +136,7 @@ def test_instances_follow_the_reference_on_toy_documents() -> None:
     documents = _toy_documents(random.Random(3))
     shares = {}
     for balanced in (True, False):
-        config = PretrainingDataConfig(max_seq_length=64, dynamic_masking=True, balanced_nsp=balanced, dupe_factor=5)
+        config = PretrainingDataConfig(max_length=64, dynamic_masking=True, balanced_nsp=balanced, dupe_factor=5)
         instances = create_instances(documents, config, VOCAB, random.Random(4))
         check_provenance(documents, instances, config)
         shares[balanced] = sum(x.is_random_next for x in instances) / len(instances)
@@ -146,7 +146,7 @@ def test_instances_follow_the_reference_on_toy_documents() -> None:
 
 
 def test_same_seed_same_instances() -> None:
-    config = PretrainingDataConfig(max_seq_length=64)
+    config = PretrainingDataConfig(max_length=64)
     documents = _toy_documents(random.Random(3))
     one = create_instances_from_document(documents, 5, config, VOCAB, random.Random(9))
     two = create_instances_from_document(documents, 5, config, VOCAB, random.Random(9))
@@ -177,7 +177,7 @@ def test_provenance_on_real_text(data_dir: Path, tokenizer) -> None:
 
 
 def test_short_target_share_per_document_pass() -> None:
-    config = PretrainingDataConfig(max_seq_length=128, dynamic_masking=True, dupe_factor=1)
+    config = PretrainingDataConfig(max_length=128, dynamic_masking=True, dupe_factor=1)
     documents = _toy_documents(random.Random(5), n_docs=400)
     instances = create_instances(documents, config, VOCAB, random.Random(6))
     first = {}
@@ -189,7 +189,7 @@ def test_short_target_share_per_document_pass() -> None:
 
 
 def test_config_round_trips_and_validates(tmp_path: Path) -> None:
-    c = PretrainingDataConfig(max_seq_length=512, max_predictions_per_seq=80, whole_word_mask=True, seed=7)
+    c = PretrainingDataConfig(max_length=512, max_predictions_per_seq=80, whole_word_mask=True, seed=7)
     assert PretrainingDataConfig.from_json(c.to_json()) == c
     c.save(tmp_path / "c.json")
     assert PretrainingDataConfig.load(tmp_path / "c.json") == c
@@ -210,14 +210,14 @@ def _toy_documents(rng: random.Random, n_docs: int = 40) -> list[list[list[int]]
             for _ in range(n_docs)]
 
 
-@pytest.mark.parametrize("max_seq_length", [16, 32, 128])
-def test_full_sentence_packing_keeps_every_token_exactly_once(max_seq_length: int) -> None:
+@pytest.mark.parametrize("max_length", [16, 32, 128])
+def test_full_sentence_packing_keeps_every_token_exactly_once(max_length: int) -> None:
     rng = random.Random(0)
-    documents = [[s[: max_seq_length - 3] for s in d] for d in _toy_documents(rng)]  # as tokenize_documents cuts
-    config = PretrainingDataConfig(instances="full_sentences", max_seq_length=max_seq_length, dupe_factor=1,
+    documents = [[s[: max_length - 3] for s in d] for d in _toy_documents(rng)]  # as tokenize_documents cuts
+    config = PretrainingDataConfig(instances="full_sentences", max_length=max_length, dupe_factor=1,
                                    dynamic_masking=True)
     instances = create_instances(documents, config, VOCAB, random.Random(1))
-    assert all(len(x.input_ids) <= max_seq_length for x in instances)
+    assert all(len(x.input_ids) <= max_length for x in instances)
     assert all(x.input_ids[0] == CLS and x.input_ids[-1] == SEP for x in instances)
     assert all(x.a_length == len(x.input_ids) and not x.is_random_next for x in instances)  # one segment
     # Unshuffle: instances in stream order (the first document of each, then position) rebuild the token stream.
@@ -231,7 +231,7 @@ def test_full_sentence_packing_keeps_every_token_exactly_once(max_seq_length: in
         for s in d:
             assert any(_contains(p, s) for p in packed)
     # instances are filled: the next sentence would not have fitted (so at most one short instance per boundary)
-    short = sum(len(x.input_ids) < max_seq_length - 30 for x in instances)
+    short = sum(len(x.input_ids) < max_length - 30 for x in instances)
     assert short <= max(1, len(instances) // 10)
 
 
@@ -242,14 +242,14 @@ def _contains(seq: tuple[int, ...], part: list[int]) -> bool:
 
 def test_full_sentence_packing_crosses_documents_with_a_separator() -> None:
     docs = [[[6, 7]], [[8, 9], [10]], [[11, 12, 6]]]
-    config = PretrainingDataConfig(instances="full_sentences", max_seq_length=64, dupe_factor=1, dynamic_masking=True)
+    config = PretrainingDataConfig(instances="full_sentences", max_length=64, dupe_factor=1, dynamic_masking=True)
     (instance,) = create_instances(docs, config, VOCAB, random.Random(0))
     ids = instance.input_ids
     assert ids[0] == CLS and ids[-1] == SEP and ids.count(SEP) == 3  # two document separators + the closing one
     segments = [tuple(x) for x in _split(ids[1:-1], SEP)]
     assert sorted(segments) == sorted([(6, 7), (8, 9, 10), (11, 12, 6)])
     # each dupe pass reads the documents in a new order
-    config2 = PretrainingDataConfig(instances="full_sentences", max_seq_length=64, dupe_factor=8, dynamic_masking=True)
+    config2 = PretrainingDataConfig(instances="full_sentences", max_length=64, dupe_factor=8, dynamic_masking=True)
     orders = {tuple(x.input_ids) for x in create_instances(docs, config2, VOCAB, random.Random(0))}
     assert len(orders) > 1
 
@@ -269,7 +269,7 @@ def test_full_sentence_static_masks_realise_the_configured_rate_and_split(rate: 
                                                                           random_share: float) -> None:
     rng = random.Random(0)
     documents = _toy_documents(rng, 200)
-    config = PretrainingDataConfig(instances="full_sentences", max_seq_length=64, dupe_factor=2, masked_lm_prob=rate,
+    config = PretrainingDataConfig(instances="full_sentences", max_length=64, dupe_factor=2, masked_lm_prob=rate,
                                    max_predictions_per_seq=64, mask_token_prob=mask_share,
                                    random_token_prob=random_share)
     instances = create_instances(documents, config, VOCAB, random.Random(1))
@@ -283,3 +283,12 @@ def test_full_sentence_static_masks_realise_the_configured_rate_and_split(rate: 
     assert total / maskable == pytest.approx(rate, abs=0.01)
     assert kinds["mask"] / total == pytest.approx(mask_share, abs=0.015)
     assert kinds["random"] / total == pytest.approx(random_share * 6 / 7, abs=0.015)  # 1/7 of draws hit the original
+
+
+def test_data_prepared_before_the_rename_still_loads() -> None:
+    """One name per concept (`max_length`); a config written as `max_seq_length` reads as max_length."""
+    from bertkit.data import PretrainingDataConfig
+
+    old = PretrainingDataConfig(max_length=64).to_dict()
+    old["max_seq_length"] = old.pop("max_length")
+    assert PretrainingDataConfig.from_dict(old).max_length == 64

@@ -65,7 +65,7 @@ def test_bf16_and_int8_stay_close_to_fp32(minilm) -> None:  # noqa: ANN001
 
 def test_long_texts_are_truncated_with_a_warning(minilm) -> None:  # noqa: ANN001
     _, model, tok = minilm
-    enc = Encoder(model, tok, max_seq_length=16)
+    enc = Encoder(model, tok, max_length=16)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = enc.encode(["word " * 100, "short"])

@@ -63,7 +63,7 @@ def test_extract_features_reference_format(mlm_dir: Path, tmp_path: Path) -> Non
     src.write_text("Hello world.\nThe first part ||| the second part\n", encoding="utf-8")
     out = tmp_path / "out.jsonl"
     assert main(["extract-features", "--model", str(mlm_dir), str(src), "-o", str(out), "--layers=-1,-2",
-                 "--max-seq-length", "16"]) == 0
+                 "--max-length", "16"]) == 0
     records = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["linex_index"] for r in records] == [0, 1]
     first = records[0]["features"]

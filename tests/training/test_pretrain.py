@@ -38,7 +38,7 @@ def prepared(tmp_path_factory) -> dict[str, Path]:
                                             "full_eval": (2500, 3000, 64, False)}.items():
         src = root / f"{name}.txt"
         src.write_text("\n".join(lines[lo:hi]) + "\n", encoding="utf-8")
-        cfg = PretrainingDataConfig(max_seq_length=length, dupe_factor=1, layout="lines", dynamic_masking=dynamic,
+        cfg = PretrainingDataConfig(max_length=length, dupe_factor=1, layout="lines", dynamic_masking=dynamic,
                                     max_predictions_per_seq=length // 6,
                                     instances="full_sentences" if name.startswith("full") else "sentence_pairs")
         out[name] = prepare_pretraining([src], root / name, tok, cfg).output_dir

@@ -18,6 +18,7 @@ from bertkit.io import check_output_dir
 
 _DEFAULTS = PretrainingDataConfig()
 _CHOICES = {"instances": INSTANCE_FORMATS, "layout": LAYOUTS, "on_bad_utf8": BAD_UTF8_POLICIES}
+_ALIASES = {"max_length": ("--max-seq-length",)}  # google-research/bert's create_pretraining_data.py spelling
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,7 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             extra["action"] = argparse.BooleanOptionalAction
         else:
             extra["type"] = type(default)
-        p.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=default,
+        names = [f"--{f.name.replace('_', '-')}", *_ALIASES.get(f.name, ())]
+        p.add_argument(*names, dest=f.name, default=default,
                        help=docs.get(f.name, "").replace("%", "%%") + " (default %(default)s)", **extra)
     p.set_defaults(func=prepare_pretraining_command)
 

@@ -27,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, metavar="OUT.jsonl")
     p.add_argument("--model", required=True, metavar="DIR")
     p.add_argument("--layers", default="-1,-2,-3,-4", help="layer indices, -1 = last; write --layers=-1,-2 (default %(default)s)")
-    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--max-length", "--max-seq-length", type=int, default=128,
+                   help="word pieces per sequence (default %(default)s; --max-seq-length is the reference spelling)")
     p.add_argument("--batch-size", type=int, default=32)
     p.set_defaults(func=extract_features_command)
 
@@ -67,14 +68,14 @@ def extract_features_command(args: argparse.Namespace) -> int:
     from bertkit.inference.features import extract_features, parse_layers
     from bertkit.io import atomic_open
 
-    if args.max_seq_length < 3:
-        raise ConfigError(f"--max-seq-length must be at least 3, got {args.max_seq_length}")
+    if args.max_length < 3:
+        raise ConfigError(f"--max-length must be at least 3, got {args.max_length}")
     lines = read_lines(args.input)
     model, tokenizer = _load(args.model)
     layers = parse_layers(args.layers, model.config.num_hidden_layers)
     n = 0
     with atomic_open(args.output, "w") as f:
-        for record in extract_features(model, tokenizer, lines, layers, args.max_seq_length, args.batch_size):
+        for record in extract_features(model, tokenizer, lines, layers, args.max_length, args.batch_size):
             f.write(json.dumps(record) + "\n")
             n += 1
     print(f"wrote features of {n} lines to {args.output}", file=sys.stderr)

@@ -28,10 +28,10 @@ class PretrainingDataConfig:
     instances: str = "sentence_pairs"
     """What an instance is. "sentence_pairs": [CLS] A [SEP] B [SEP] with a next-sentence label (the paper, section
     3.1). "full_sentences": RoBERTa's FULL-SENTENCES (Liu et al. 2019, section 4.2), for an MLM-only objective: [CLS]
-    then whole sentences read contiguously up to max_seq_length, crossing document boundaries with a [SEP] between
+    then whole sentences read contiguously up to max_length, crossing document boundaries with a [SEP] between
     documents, one segment, no next-sentence label. Every token of a pass over the text lands in exactly one
     instance; each pass reads the documents in a new shuffled order."""
-    max_seq_length: int = 128
+    max_length: int = 128
     """Length of [CLS] A [SEP] B [SEP]; 128 for 90% of the paper's steps, 512 for the rest (appendix A.2)."""
     short_seq_prob: float = 0.1
     """Probability of drawing a shorter target length randint(2, max_num_tokens), to reduce the pre-train/fine-tune
@@ -87,8 +87,8 @@ class PretrainingDataConfig:
 
     @property
     def max_num_tokens(self) -> int:
-        """Room for A and B: max_seq_length less [CLS] and two [SEP]."""
-        return self.max_seq_length - 3
+        """Room for A and B: max_length less [CLS] and two [SEP]."""
+        return self.max_length - 3
 
     def mask_options(self) -> dict[str, Any]:
         """The keyword arguments of `bertkit.data.pretraining.mask_tokens` that this config sets."""
@@ -108,10 +108,10 @@ class PretrainingDataConfig:
 
         if self.instances not in INSTANCE_FORMATS:
             raise bad("instances", f"one of {', '.join(INSTANCE_FORMATS)}")
-        if not isinstance(self.max_seq_length, int) or self.max_seq_length < 5:
-            raise bad("max_seq_length", "an integer >= 5")
-        if self.max_seq_length > 65535:
-            raise bad("max_seq_length", "at most 65535 (positions are stored as uint16)")
+        if not isinstance(self.max_length, int) or self.max_length < 5:
+            raise bad("max_length", "an integer >= 5")
+        if self.max_length > 65535:
+            raise bad("max_length", "at most 65535 (positions are stored as uint16)")
         for name in ("short_seq_prob", "mask_token_prob", "random_token_prob", "random_next_prob"):
             if not 0.0 <= float(getattr(self, name)) <= 1.0:
                 raise bad(name, "a probability in [0, 1]")
@@ -142,7 +142,10 @@ class PretrainingDataConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "PretrainingDataConfig":
-        """Inverse of `to_dict`; unknown keys and wrong types are errors naming the field."""
+        """Inverse of `to_dict`; unknown keys and wrong types are errors naming the field. Data prepared before
+        the field was renamed says `max_seq_length`; it is read as `max_length`."""
+        if "max_seq_length" in d and "max_length" not in d:
+            d = {("max_length" if k == "max_seq_length" else k): v for k, v in d.items()}
         return config_from_dict(cls, d)
 
     def to_json(self) -> str:

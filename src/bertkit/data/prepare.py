@@ -58,7 +58,7 @@ class ShardStats:
     sentences: int = 0
     single_sentence_documents: int = 0  # fewer than 2 non-empty sentences after tokenization: skipped
     empty_sentences: int = 0  # sentences with no token (e.g. only control characters): dropped
-    truncated_sentences: int = 0  # sentences longer than max_seq_length - 3 tokens: cut to that length
+    truncated_sentences: int = 0  # sentences longer than max_length - 3 tokens: cut to that length
     unpaired_documents: int = 0  # documents of a chunk with no other document to draw a random B from
     unpaired_last_sentences: int = 0  # balanced_nsp: a document's lone last sentence, no instance made
     instances: int = 0
@@ -286,7 +286,7 @@ def prepare_pretraining(
         "version": FORMAT_VERSION,
         "dynamic_masking": config.dynamic_masking,
         "next_sentence": config.next_sentence,
-        "max_seq_length": config.max_seq_length,
+        "max_length": config.max_length,
         "vocab_size": vocab.vocab_size,
         "vocab_sha256": vocab_fingerprint(tokenizer.vocab),
         "token_dtype": token_dtype(vocab.vocab_size).str,

@@ -264,12 +264,12 @@ def create_full_sentence_instances(
 ) -> list[Instance]:
     """One pass of RoBERTa's FULL-SENTENCES packing (Liu et al. 2019, section 4.2) over shuffled documents.
 
-    [CLS] + whole sentences read contiguously + [SEP], at most `max_seq_length` tokens; the stream crosses
+    [CLS] + whole sentences read contiguously + [SEP], at most `max_length` tokens; the stream crosses
     document boundaries with one [SEP] between documents (dropped where an instance ends anyway). A sentence
     never straddles two instances, and every sentence token lands in exactly one instance. One segment, no
     next-sentence label. Masks are drawn here unless `config.dynamic_masking`.
     """
-    room = config.max_seq_length - 2  # less [CLS] and the closing [SEP]
+    room = config.max_length - 2  # less [CLS] and the closing [SEP]
     order = list(range(len(documents)))
     rng.shuffle(order)
     instances: list[Instance] = []
@@ -283,7 +283,7 @@ def create_full_sentence_instances(
         if current:
             input_ids = [vocab.cls_id, *current, vocab.sep_id]
             instance = Instance(input_ids=input_ids, a_length=len(input_ids), is_random_next=False,
-                                document=first_document, target_length=config.max_seq_length)
+                                document=first_document, target_length=config.max_length)
             if not config.dynamic_masking:
                 instance.input_ids, instance.masked_positions, instance.masked_labels = mask_tokens(
                     input_ids, vocab, rng, **config.mask_options()

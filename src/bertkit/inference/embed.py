@@ -36,7 +36,7 @@ def embed_texts(
     from bertkit.inference.encoder import Encoder
 
     device = next(model.parameters()).device
-    encoder = Encoder(model, tokenizer, device=device, max_seq_length=max_length)
+    encoder = Encoder(model, tokenizer, device=device, max_length=max_length)
     return encoder.encode(list(texts), pooling=pooling, normalize=normalize, batch_size=batch_size).numpy()
 
 

@@ -75,7 +75,7 @@ class Encoder:
         precision: str = "fp32",
         device: str | torch.device | None = None,
         compile: bool = False,
-        max_seq_length: int | None = None,
+        max_length: int | None = None,
         defaults: dict[str, Any] | None = None,
     ) -> None:
         folder_defaults: dict[str, Any] = {}
@@ -96,9 +96,9 @@ class Encoder:
             defaults = folder_defaults
         self.default_pooling: str = defaults.get("pooling", "mean")
         self.default_normalize: bool = defaults.get("normalize", False)
-        self.max_seq_length = max_seq_length or defaults.get("max_length") or self.config.max_position_embeddings
-        if self.max_seq_length > self.config.max_position_embeddings:
-            raise ConfigError(f"max_seq_length {self.max_seq_length} exceeds the model's max_position_embeddings "
+        self.max_length = max_length or defaults.get("max_length") or self.config.max_position_embeddings
+        if self.max_length > self.config.max_position_embeddings:
+            raise ConfigError(f"max_length {self.max_length} exceeds the model's max_position_embeddings "
                               f"({self.config.max_position_embeddings})")
         if precision == "int8":
             if self.device.type != "cpu":
@@ -111,10 +111,10 @@ class Encoder:
 
     # --- tokenization ----------------------------------------------------------------------------------------
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids of each text with [CLS]/[SEP], cut to max_seq_length (a warning counts the texts cut)."""
+        """Token ids of each text with [CLS]/[SEP], cut to max_length (a warning counts the texts cut)."""
         ids = []
         cut = 0
-        limit = self.max_seq_length
+        limit = self.max_length
         for text in texts:
             if not isinstance(text, str):
                 raise ConfigError(f"texts must be strings, got {type(text).__name__}")

@@ -47,7 +47,7 @@ def extract_features(
     tokenizer: Any,
     lines: Sequence[str],
     layers: Sequence[int] = (-1, -2, -3, -4),
-    max_seq_length: int = 128,
+    max_length: int = 128,
     batch_size: int = 32,
 ) -> Iterator[dict[str, Any]]:
     """Yield one reference-format record per line, in order."""
@@ -61,7 +61,7 @@ def extract_features(
         encodings = []
         for line in chunk:
             a, b = split_pair(line)
-            encodings.append(tokenizer.encode(a, pair=b, max_length=max_seq_length, truncation=True))
+            encodings.append(tokenizer.encode(a, pair=b, max_length=max_length, truncation=True))
         batch = pad_batch([e.input_ids for e in encodings], [e.token_type_ids for e in encodings],
                           tokenizer.pad_token_id)
         with torch.inference_mode():

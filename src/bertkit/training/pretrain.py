@@ -29,7 +29,7 @@ class PhaseConfig:
     """One phase of pre-training: its prepared data folder, its optimizer steps and its micro-batch size."""
 
     data: str = ""
-    """Folder written by `bertkit prepare-pretraining` (e.g. max_seq_length 128, then 512)."""
+    """Folder written by `bertkit prepare-pretraining` (e.g. max_length 128, then 512)."""
     max_steps: int | None = None
     """Optimizer updates in this phase (paper: 900,000 at 128 then 100,000 at 512); None = training.max_steps."""
     batch_size: int | None = None
@@ -155,7 +155,7 @@ def pretraining_collator(dataset: Any, seed: int, config: PretrainConfig, evalua
                                next_sentence=config.next_sentence_prediction)
 
 
-def build_model(config: PretrainConfig, vocab_size: int, vocab_source: Path, max_seq_length: int):  # noqa: ANN201
+def build_model(config: PretrainConfig, vocab_size: int, vocab_source: Path, max_length: int):  # noqa: ANN201
     """BertForPreTraining from a preset (vocab_size from the tokenizer) or a folder; checks vocab and length."""
     from bertkit.model import PRESETS, BertConfig, BertForPreTraining
 
@@ -174,8 +174,8 @@ def build_model(config: PretrainConfig, vocab_size: int, vocab_source: Path, max
     if mc.vocab_size != vocab_size:
         raise ConfigError(f"model vocab_size is {mc.vocab_size} ({where}) but the data's tokenizer has {vocab_size} "
                           f"tokens ({vocab_source}); they must be equal")
-    if max_seq_length > mc.max_position_embeddings:
-        raise ConfigError(f"the data has sequences of {max_seq_length} tokens but the model's "
+    if max_length > mc.max_position_embeddings:
+        raise ConfigError(f"the data has sequences of {max_length} tokens but the model's "
                           f"max_position_embeddings is {mc.max_position_embeddings}")
     return model
 
@@ -234,7 +234,7 @@ def run_pretraining(config: PretrainConfig, resume: bool = False) -> TrainResult
                               "folder of a run must be prepared with the same tokenizer")
     tokenizer = BertTokenizer.from_pretrained(tok_dir)
     torch.manual_seed(t.seed)  # the initial weights are a function of the seed
-    max_len = max(ds.config.max_seq_length for ds in datasets)
+    max_len = max(ds.config.max_length for ds in datasets)
     model = build_model(config, tokenizer.vocab_size, tok_dir / "vocab.txt", max_len)
 
     # Phase k draws its dynamic masks from seed + k: phases over the same data (a batch ramp) see new masks.
