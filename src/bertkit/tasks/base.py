@@ -51,6 +51,10 @@ class Task:
     greater_is_better: bool = True
     default_lr: float = 3e-5
     default_max_length: int = 128
+    model_inputs: tuple[str, ...] = ("input_ids", "token_type_ids")
+    """Feature keys the head's forward reads, passed through by the collator and run_model (which add
+    attention_mask): a task with a new input (numeric columns, ...) names it here and its head takes it."""
+    label_keys: tuple[str, ...] = ("labels",)  # feature keys the head's loss reads, in training only
     output_keys: tuple[str, ...] = ("logits",)  # what batched inference keeps of the model's output
     per_token_outputs: bool = False  # outputs are (seq, ...) per feature (tagging, QA) rather than per sequence
     options_class: type[TaskOptions] = TaskOptions  # the task's typed options
@@ -96,7 +100,8 @@ class Task:
 
     def collator(self, tokenizer: Any) -> "Collator":
         """The function that pads a list of features into a batch of tensors."""
-        return Collator(pad_token_id=getattr(tokenizer, "pad_token_id", 0) or 0)
+        return Collator(pad_token_id=getattr(tokenizer, "pad_token_id", 0) or 0,
+                        model_keys=self.model_inputs + self.label_keys)
 
     def decode(self, examples: Sequence, features: Sequence[Feature], outputs: list[dict[str, np.ndarray]],
                settings: Settings) -> list:
@@ -117,7 +122,7 @@ class Task:
                 batch_size: int, tokenizer: Any = None) -> list:
         """Run the model over the features and decode one prediction per example."""
         outputs = run_model(model, features, self.collator(tokenizer), batch_size, self.output_keys,
-                            self.per_token_outputs)
+                            self.per_token_outputs, self.model_inputs)
         return self.decode(examples, features, outputs, settings)
 
     def evaluate(self, model: torch.nn.Module, examples: Sequence, features: Sequence[Feature], settings: Settings,
@@ -256,7 +261,8 @@ def feature_length(feature: Feature) -> int:
 
 @torch.no_grad()
 def run_model(model: torch.nn.Module, features: Sequence[Feature], collate: Collator, batch_size: int,
-              output_keys: Sequence[str] = ("logits",), per_token: bool = False) -> list[dict[str, np.ndarray]]:
+              output_keys: Sequence[str] = ("logits",), per_token: bool = False,
+              model_inputs: Sequence[str] = ("input_ids", "token_type_ids")) -> list[dict[str, np.ndarray]]:
     """Model outputs for every feature, in the features' order, as float32 arrays (per-token ones cut to the
     feature's own length).
 
@@ -271,8 +277,7 @@ def run_model(model: torch.nn.Module, features: Sequence[Feature], collate: Coll
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
             batch = collate([features[i] for i in idx])
-            inputs = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask",
-                                                                          "token_type_ids")}
+            inputs = {k: v.to(device) for k, v in batch.items() if k in model_inputs or k == "attention_mask"}
             out = model(**inputs)
             arrays = {k: getattr(out, k).float().cpu().numpy() for k in output_keys}
             for row, i in enumerate(idx):

@@ -214,6 +214,7 @@ class QATask(Task):
     main_metric = "f1"
     default_lr = 5e-5
     default_max_length = QA_MAX_LENGTH
+    label_keys = ("start_positions", "end_positions")
     output_keys = ("start_logits", "end_logits")
     per_token_outputs = True
 
