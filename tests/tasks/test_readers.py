@@ -103,3 +103,19 @@ def test_ner_features_label_first_piece_only(tokenizer) -> None:
     import numpy as np
     preds = task.decode([s], [f], [{"logits": np.zeros((len(f["input_ids"]), len(names)))}], settings)
     assert len(preds[0]) == 3 and preds[0][-1] == "O"
+
+
+def test_one_reading_of_classifier_logits() -> None:
+    """read_logits is what evaluation, predict and the server all use: softmax, per-label sigmoid, or the value."""
+    import numpy as np
+
+    from bertkit.tasks.classification import read_logits
+
+    single = read_logits(np.array([0.0, 2.0, 1.0]), "single_label_classification", ["a", "b", "c"])
+    e = np.exp([0.0, 2.0, 1.0])
+    assert single["label"] == "b" and single["probability"] == pytest.approx(e[1] / e.sum())
+    assert sum(single["probabilities"].values()) == pytest.approx(1.0)
+    multi = read_logits(np.array([1.0, -1.0, 0.5]), "multi_label_classification", ["a", "b", "c"])
+    assert multi["labels"] == ["a", "c"] and multi["probabilities"]["b"] == pytest.approx(1 / (1 + np.e))
+    assert read_logits(np.array([3.25]), "regression", [])["value"] == 3.25
+    assert read_logits(np.array([3.25]), None, [])["value"] == 3.25  # one output, no problem type: regression

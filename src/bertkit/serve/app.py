@@ -28,6 +28,7 @@ from bertkit.model.folder import open_folder
 from bertkit.runtime import release_free_memory
 from bertkit.serve.batching import DynamicBatcher, QueueFull, RequestTimeout
 from bertkit.serve.settings import ServeSettings
+from bertkit.tasks.classification import read_logits
 from bertkit.tasks.qa import context_offsets, window_spans
 
 MAX_ANSWER_TOKENS = 30  # longest answer span considered, as in the SQuAD reference
@@ -206,23 +207,7 @@ class Predictor:
         """items: (text, pair or None) -> as the head's problem type reads its logits: a softmax over the labels,
         a sigmoid per label (multi-label), or the number itself (regression)."""
         out, _ = self._forward([t for t, _ in items], [p for _, p in items])
-        logits = out.logits.float()
-        problem = self.config.problem_type or ("regression" if self.config.num_labels == 1
-                                               else "single_label_classification")
-        if problem == "regression":
-            return [{"label": None, "probability": None, "probabilities": {}, "value": float(row[0])}
-                    for row in logits.tolist()]
-        multi = problem == "multi_label_classification"
-        probs = (logits.sigmoid() if multi else logits.softmax(-1)).tolist()
-        results = []
-        for row in probs:
-            best = max(range(len(row)), key=row.__getitem__)
-            result = {"label": self.labels[best], "probability": row[best],
-                      "probabilities": dict(zip(self.labels, row))}
-            if multi:
-                result["labels"] = [name for name, p in zip(self.labels, row) if p > 0.5]
-            results.append(result)
-        return results
+        return [read_logits(row, self.config.problem_type, self.labels) for row in out.logits.float().cpu().numpy()]
 
     def ner(self, items: list[str]) -> list[list[dict[str, Any]]]:
         """Word pieces (special tokens left out) with their argmax label."""

@@ -34,6 +34,7 @@ from bertkit.tasks.base import (
     read_jsonl,
     read_table,
     require_field,
+    softmax,
 )
 
 Column = str | int
@@ -300,17 +301,9 @@ class ClassificationTask(Task):
     def decode(self, examples: Sequence[TextExample], features: Sequence[Feature],
                outputs: list[dict[str, np.ndarray]], settings: Settings) -> list:
         names = settings.get("label_names") or []
-        problem = settings.get("problem", "single_label")
-        preds: list = []
-        for out in outputs:
-            logits = out["logits"]
-            if problem == "regression":
-                preds.append(float(logits.reshape(-1)[0]))
-            elif problem == "multi_label":
-                preds.append([names[i] for i in np.flatnonzero(logits > 0.0)])  # sigmoid > 0.5
-            else:
-                preds.append(names[int(logits.argmax())])
-        return preds
+        problem = self.problem_type(settings)
+        key = {"regression": "value", "multi_label_classification": "labels"}.get(problem, "label")
+        return [read_logits(out["logits"], problem, names)[key] for out in outputs]
 
     def score(self, examples: Sequence[TextExample], predictions: Sequence, settings: Settings) -> dict[str, float]:
         refs = [ex.label for ex in examples]
@@ -347,6 +340,29 @@ class ClassificationTask(Task):
 
 
 STRAY_COMMON = 10  # a label seen once among labels each seen at least this often is taken for a typo
+
+
+def read_logits(logits: np.ndarray, problem_type: str | None, names: Sequence[str]) -> dict[str, Any]:
+    """The one reading of a sequence classifier's logits, used by evaluation, `predict` and the server.
+
+    problem_type is BertConfig's: "regression" -> {"value"}; "multi_label_classification" -> a sigmoid per label,
+    {"labels": those above 0.5, "label"/"probability": the most probable, "probabilities"}; otherwise a softmax
+    over the labels -> {"label", "probability", "probabilities"}. None means regression for one output, else
+    single-label.
+    """
+    logits = np.asarray(logits, dtype=np.float64).reshape(-1)
+    if problem_type is None:
+        problem_type = "regression" if logits.size == 1 else "single_label_classification"
+    if problem_type == "regression":
+        return {"label": None, "probability": None, "probabilities": {}, "value": float(logits[0])}
+    multi = problem_type == "multi_label_classification"
+    probs = 1.0 / (1.0 + np.exp(-logits)) if multi else softmax(logits)
+    best = int(probs.argmax())
+    out: dict[str, Any] = {"label": names[best], "probability": float(probs[best]),
+                           "probabilities": {n: float(p) for n, p in zip(names, probs)}}
+    if multi:
+        out["labels"] = [n for n, p in zip(names, probs) if p > 0.5]
+    return out
 
 
 def check_stray_labels(path: str | os.PathLike, examples: Sequence[TextExample], settings: Settings) -> None:
