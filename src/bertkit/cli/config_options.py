@@ -59,8 +59,8 @@ def add_config_options(group: argparse._ArgumentGroup, fields: list[tuple[str, s
     for path, doc, is_string in fields:
         flat = "." in path and path.split(".")[-1] not in top
         group.add_argument(*option_names(path, flat, (aliases or {}).get(path, ())), dest=PREFIX + path,
-                           type=string_or_none if is_string else parse_value, default=argparse.SUPPRESS, metavar="VALUE",
-                           help=doc.replace("%", "%%") or None)
+                           type=string_or_none if is_string else parse_value, default=argparse.SUPPRESS,
+                           metavar="VALUE", help=doc.replace("%", "%%") or None)
 
 
 def parse_value(text: str) -> Any:

@@ -1,29 +1,37 @@
-"""Fine-tuning tasks, one module each: classification, ner, qa, multiple_choice. `get_task(name)` finds one."""
+"""Fine-tuning tasks, one module each (classification, ner, qa, multiple_choice). `get_task(name)` finds one.
+
+The registry is the task classes themselves: every `Task` subclass with a `name` defined in a module of this package
+is found here (with its `aliases`), so a new task is one new module, plus its head in `bertkit.model.heads` when it
+needs a new one.
+"""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from bertkit.errors import ConfigError
 from bertkit.tasks.base import Task
-from bertkit.tasks.classification import ClassificationTask
-from bertkit.tasks.multiple_choice import MultipleChoiceTask
-from bertkit.tasks.ner import NerTask
-from bertkit.tasks.qa import QATask
 
-TASKS: dict[str, type[Task]] = {
-    "classification": ClassificationTask,
-    "ner": NerTask,
-    "qa": QATask,
-    "multiple-choice": MultipleChoiceTask,
-}
-# Other spellings people use, including the names bertkit.model.checkpoint keeps in config.task.
-ALIASES = {
-    "sequence_classification": "classification",
-    "glue": "classification",
-    "token_classification": "ner",
-    "squad": "qa",
-    "multiple_choice": "multiple-choice",
-    "swag": "multiple-choice",
-}
+# Modules of this package that hold no task (helpers and the runner, which imports this registry).
+_NOT_TASKS = {"base", "metrics", "runner", "payoff"}
+
+
+def _discover() -> dict[str, type[Task]]:
+    found: dict[str, type[Task]] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name in _NOT_TASKS:
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for value in vars(module).values():
+            defined_here = isinstance(value, type) and value.__module__ == module.__name__
+            if defined_here and issubclass(value, Task) and value.name:
+                found[value.name] = value
+    return dict(sorted(found.items(), key=lambda kv: kv[1].order))
+
+
+TASKS: dict[str, type[Task]] = _discover()
+ALIASES: dict[str, str] = {alias: name for name, cls in TASKS.items() for alias in cls.aliases}
 
 
 def get_task(name: str) -> Task:
@@ -34,4 +42,4 @@ def get_task(name: str) -> Task:
     return TASKS[key]()
 
 
-__all__ = ["TASKS", "Task", "get_task"]
+__all__ = ["ALIASES", "TASKS", "Task", "get_task"]

@@ -46,6 +46,8 @@ class Task:
     """One fine-tuning task: how to read it, turn it into model inputs, decode outputs, score and write predictions."""
 
     name: str = ""
+    aliases: tuple[str, ...] = ()  # other spellings (config.task of older folders, GLUE/SQuAD/SWAG names)
+    order: int = 100  # where the task is listed (CLI help, error messages)
     model_class_name: str = ""  # the head in bertkit.model that serves the task
     main_metric: str = "accuracy"  # the metric that picks the best checkpoint
     greater_is_better: bool = True

@@ -141,6 +141,8 @@ class ClassificationTask(Task):
     """Single sentences or pairs -> one label, several labels, or a real number."""
 
     name = "classification"
+    aliases = ('sequence_classification', 'glue')
+    order = 0
     model_class_name = "BertForSequenceClassification"
     main_metric = "accuracy"
     default_lr = 3e-5

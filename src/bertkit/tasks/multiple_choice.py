@@ -45,6 +45,8 @@ class MultipleChoiceTask(Task):
     """Pick one of several candidate continuations or answers."""
 
     name = "multiple-choice"
+    aliases = ('multiple_choice', 'swag')
+    order = 3
     model_class_name = "BertForMultipleChoice"
     main_metric = "accuracy"
     default_lr = 3e-5

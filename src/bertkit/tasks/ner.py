@@ -102,6 +102,8 @@ class NerTask(Task):
     """Named-entity recognition: one tag per word."""
 
     name = "ner"
+    aliases = ('token_classification',)
+    order = 1
     model_class_name = "BertForTokenClassification"
     main_metric = "f1"
     default_lr = 5e-5

@@ -210,6 +210,8 @@ class QATask(Task):
     options_class = QAOptions
 
     name = "qa"
+    aliases = ('squad',)
+    order = 2
     model_class_name = "BertForQuestionAnswering"
     main_metric = "f1"
     default_lr = 5e-5
