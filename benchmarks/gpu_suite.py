@@ -253,6 +253,7 @@ def parity_one(suite: Suite, label: str, folder: Path, batch: dict[str, torch.Te
                 a16, b16 = ours(**x, output_hidden_states=True), ref(**x, output_hidden_states=True)
             ref32 = ref(**x, output_hidden_states=True)
         real = x["attention_mask"].bool().reshape(-1, x["attention_mask"].shape[-1])  # (sequences, seq)
+
         def real_only(h: torch.Tensor) -> torch.Tensor:
             return h.masked_fill(~real[..., None], 0)
 
