@@ -12,7 +12,8 @@ OUT/TASK/comparison.json, table.md and comparison.png.
 
 With --dropout P, every start (random init included) is fine-tuned with dropout P instead of its folder's own (a
 folder pre-trained without dropout, like bertkit-mini, otherwise fine-tunes without it; the paper fine-tunes with
-0.1): each start is linked into OUT/TASK/starts/ with only config.json's two dropout fields changed.
+0.1); with --pooling mean, every start's classifier reads the mean of the tokens instead of [CLS]. Each start is
+then linked into OUT/TASK/starts/ with only those config.json fields changed.
 
 Budgets (the same for every start): SST-2: 8,000 of the 67,349 training sentences (seeded subset), 3 epochs,
 batch 32, max length 64, dev accuracy on all 872 dev sentences. CoNLL-2003: all 14,041 training sentences,
@@ -51,14 +52,14 @@ BUDGETS = {
 }
 
 
-def with_dropout(folder: str, out: Path, p: float) -> str:
-    """`folder` with hidden and attention dropout p: config.json rewritten, every other file linked."""
+def with_config(folder: str, out: Path, changes: dict) -> str:
+    """`folder` with config.json's fields `changes` changed (dropout, pooling), every other file linked."""
     out.mkdir(parents=True, exist_ok=True)
     for f in Path(folder).iterdir():
         if f.is_file() and f.name != "config.json" and not (out / f.name).exists():
             (out / f.name).symlink_to(f.resolve())
     config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
-    config.update(hidden_dropout_prob=p, attention_probs_dropout_prob=p)
+    config.update(changes)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return str(out)
 
@@ -86,6 +87,8 @@ def main() -> None:
     p.add_argument("--max-train-examples", type=int, help="override the budget's training subset")
     p.add_argument("--epochs", type=float, help="override the budget's epochs")
     p.add_argument("--dropout", type=float, help="fine-tune every start with this dropout (default: the folder's)")
+    p.add_argument("--pooling", choices=["cls", "mean"],
+                   help="what every start's classifier reads: [CLS] or the mean of the tokens (default: the folder's)")
     args = p.parse_args()
 
     print(f"CPU: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
@@ -93,8 +96,13 @@ def main() -> None:
     starts = dict(s.split("=", 1) for s in args.start)
     if args.random_twin:
         starts["random init"] = str(random_init_twin(starts[args.random_twin], args.out / args.task / "random-init"))
+    changes: dict = {}
     if args.dropout is not None:
-        starts = {name: with_dropout(folder, args.out / args.task / "starts" / name.replace(" ", "-"), args.dropout)
+        changes.update(hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
+    if args.pooling is not None:
+        changes["pooling"] = args.pooling
+    if changes:
+        starts = {name: with_config(folder, args.out / args.task / "starts" / name.replace(" ", "-"), changes)
                   for name, folder in starts.items()}
     spec = dict(BUDGETS[args.task])
     metric = spec.pop("metric")

@@ -188,3 +188,34 @@ def test_activation_checkpointing_gives_the_same_gradients() -> None:
     assert plain.keys() == checkpointed.keys() and len(plain) > 20
     for name in plain:
         torch.testing.assert_close(checkpointed[name], plain[name], rtol=0, atol=1e-6, msg=name)
+
+
+def test_mean_pooling_reads_the_mean_of_the_real_tokens(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """config.pooling = 'mean': the pooler reads the real tokens' mean (padding ignored) instead of [CLS]."""
+    from bertkit.cli import main
+    from bertkit.model import BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(**{**PRE, "layer_norm_position": "post", "pooling": "mean"})
+    model = BertModel(config).eval()
+    ids = torch.randint(5, 99, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    out = model(ids, mask)
+    p = dict(model.named_parameters())
+    for row, n in ((0, 9), (1, 6)):
+        mean = out.last_hidden_state[row, :n].mean(0)
+        expected = torch.tanh(mean @ p["pooler.dense.weight"].T + p["pooler.dense.bias"])
+        torch.testing.assert_close(out.pooler_output[row], expected, rtol=0, atol=1e-6)
+    # the same sentence with and without padding gives the same pooled vector
+    torch.testing.assert_close(model(ids[1:, :6]).pooler_output[0], out.pooler_output[1], rtol=0, atol=1e-6)
+    with pytest.raises(ConfigError, match="pooling"):
+        BertConfig(**{**PRE, "pooling": "max"})
+    # a bertkit-only option: written as model_type 'bertkit', refused by convert --to-hf, read back by bertkit
+    head = BertForSequenceClassification(config)
+    head.save_pretrained(str(tmp_path / "m"))
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["model_type"] == "bertkit"
+    assert BertForSequenceClassification.from_pretrained(tmp_path / "m").config.pooling == "mean"
+    (tmp_path / "m" / "vocab.txt").write_text("".join(f"t{i}\n" for i in range(99)))
+    assert main(["convert", "--to-hf", str(tmp_path / "m"), "--out", str(tmp_path / "hf")]) == 1
+    assert "mean pooling" in capsys.readouterr().err

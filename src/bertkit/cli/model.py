@@ -160,7 +160,8 @@ def convert_command(args: argparse.Namespace) -> int:
     if args.to_hf and not model.config.bert_compatible:
         c = model.config
         options = [o for o, on in (("pre-LN blocks (layer_norm_position 'pre')", c.layer_norm_position == "pre"),
-                                   ("ALiBi attention biases (alibi true)", c.alibi)) if on]
+                                   ("ALiBi attention biases (alibi true)", c.alibi),
+                                   ("mean pooling (pooling 'mean')", c.pooling == "mean")) if on]
         raise CheckpointError(
             f"{src}: this model uses {' and '.join(options)}, which transformers' BertModel does not have: it would "
             "load these weights and compute something else. Keep the bertkit folder (bertkit.load / from_pretrained "

@@ -237,14 +237,19 @@ class BertEncoder(nn.Module):
 
 
 class BertPooler(nn.Module):
-    """tanh(W h_[CLS] + b): the sentence-level representation that NSP and classification heads read."""
+    """tanh(W h_[CLS] + b): the sentence-level representation that NSP and classification heads read.
+    With config.pooling = 'mean', the mean of the real tokens' vectors takes h_[CLS]'s place."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.activation = nn.Tanh()
+        self.mean = config.pooling == "mean"
 
-    def forward(self, last_hidden_state: Tensor) -> Tensor:
+    def forward(self, last_hidden_state: Tensor, attention_mask: Tensor) -> Tensor:
+        if self.mean:  # padded positions hold zeros (Packing), so the sum runs over the real tokens only
+            count = attention_mask.sum(1, keepdim=True).clamp(min=1).to(last_hidden_state.dtype)
+            return self.activation(self.dense(last_hidden_state.sum(1) / count))
         return self.activation(self.dense(last_hidden_state[:, 0]))
 
 
@@ -345,5 +350,5 @@ class BertModel(BertPreTrainedModel):
         x = packing.pack(self.embeddings(input_ids, token_type_ids))  # (tokens, hidden)
         x, hidden_states, attentions = self.encoder(x, packing, output_hidden_states, output_attentions)
         last_hidden_state = packing.unpack(x)  # (batch, seq, hidden)
-        pooled = self.pooler(last_hidden_state) if self.pooler is not None else None
+        pooled = self.pooler(last_hidden_state, attention_mask) if self.pooler is not None else None
         return BertModelOutput(last_hidden_state, pooled, hidden_states, attentions)

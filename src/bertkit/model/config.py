@@ -25,6 +25,7 @@ PRESETS: dict[str, dict[str, int]] = {
 # transformers does not load it as a BERT that computes something else.
 BERTKIT_MODEL_TYPE = "bertkit"
 LAYER_NORM_POSITIONS = ("post", "pre")
+POOLINGS = ("cls", "mean")  # what BertPooler reads
 
 # Activation names as Hugging Face configs spell them, mapped to bertkit's two GELUs.
 _ACT_ALIASES = {
@@ -76,6 +77,11 @@ class BertConfig:
     2023): head h adds -m_h * |i - j| to the score of query i for key j, with slopes m_h = 2**(-8h/A). Attention
     then starts out local instead of uniform, which is the structure masked LM must otherwise discover before
     its loss leaves the unigram plateau. The learned absolute positions stay. A bertkit option."""
+    pooling: str = "cls"
+    """What the pooler reads: 'cls' (the paper: tanh(W h_[CLS] + b)) or 'mean' (tanh(W mean_i h_i + b) over the
+    real tokens). A model pre-trained by masked LM alone never trains its [CLS] vector, while every token's vector
+    is trained; 'mean' lets a sentence-level head start from those. A bertkit option (transformers' BertModel
+    pools [CLS] only)."""
     # --- task head settings (saved with a fine-tuned model) ---
     num_labels: int = 2
     """Output size of classification and tagging heads."""
@@ -114,6 +120,8 @@ class BertConfig:
                 raise ConfigError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
         if self.layer_norm_position not in LAYER_NORM_POSITIONS:
             raise ConfigError(f"BertConfig.layer_norm_position must be 'post' or 'pre', got {self.layer_norm_position!r}")
+        if self.pooling not in POOLINGS:
+            raise ConfigError(f"BertConfig.pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
         if self.label_names is not None and len(self.label_names) != self.num_labels:
             raise ConfigError(
                 f"BertConfig.label_names has {len(self.label_names)} names but num_labels is {self.num_labels}"
@@ -135,7 +143,7 @@ class BertConfig:
 
         A folder of an incompatible model is written with model_type 'bertkit', and `bertkit convert --to-hf`
         refuses it."""
-        return self.layer_norm_position == "post" and not self.alibi
+        return self.layer_norm_position == "post" and not self.alibi and self.pooling == "cls"
 
     @property
     def head_dim(self) -> int:
