@@ -200,3 +200,19 @@ def test_mlm_only_loss_is_the_masked_cross_entropy() -> None:
     full = model(ids).prediction_logits  # (batch, seq, vocab)
     expected = torch.nn.functional.cross_entropy(full[labels != -100], labels[labels != -100])
     assert torch.allclose(out.loss, expected, atol=1e-6)
+
+
+def test_continued_pretraining_starts_from_a_shipped_model_by_name(tmp_path: Path) -> None:
+    """PretrainConfig.model may name a shipped model (ladder row D continues bertkit-mini): its weights, not a
+    fresh init; an unknown name is a ConfigError saying what it may be."""
+    from bertkit.model import BertForPreTraining
+    from bertkit.pretrained import shipped_dir
+    from bertkit.training.pretrain import PretrainConfig, build_model
+
+    config = PretrainConfig(model="bertkit-mini", train_data=str(tmp_path))
+    model = build_model(config, 8192, tmp_path / "vocab.txt", 128)
+    shipped = BertForPreTraining.from_pretrained(shipped_dir("bertkit-mini"))
+    for (name, a), (_, b) in zip(model.state_dict().items(), shipped.state_dict().items()):
+        assert torch.equal(a, b), name
+    with pytest.raises(ConfigError, match="shipped model's name"):
+        build_model(PretrainConfig(model="no-such-model", train_data=str(tmp_path)), 8192, tmp_path, 128)

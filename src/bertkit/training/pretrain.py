@@ -18,6 +18,7 @@ import torch
 
 from bertkit.data.dataset import IGNORE_INDEX
 from bertkit.errors import ConfigError
+from bertkit.pretrained import resolve_model_dir
 from bertkit.training.config import TrainingConfig, config_from_dict, read_config_file, save_config
 from bertkit.training.trainer import Trainer, TrainPhase, TrainResult
 
@@ -164,12 +165,12 @@ def build_model(config: PretrainConfig, vocab_size: int, vocab_source: Path, max
         overrides.setdefault("vocab_size", vocab_size)
         model = BertForPreTraining(BertConfig.preset(config.model, **overrides))
         where = f"preset {config.model!r} with model_overrides"
-    elif Path(config.model).is_dir():
+    elif resolve_model_dir(config.model).is_dir():  # a folder, or a shipped model's name: continued pre-training
         model = BertForPreTraining.from_pretrained(config.model, **overrides)
-        where = f"{config.model}/config.json"
+        where = f"{resolve_model_dir(config.model)}/config.json"
     else:
-        raise ConfigError(f"PretrainConfig.model = {config.model!r}: neither a preset ({', '.join(PRESETS)}) "
-                          "nor a model folder")
+        raise ConfigError(f"PretrainConfig.model = {config.model!r}: neither a preset ({', '.join(PRESETS)}), "
+                          "a model folder nor a shipped model's name")
     mc = model.config
     if mc.vocab_size != vocab_size:
         raise ConfigError(f"model vocab_size is {mc.vocab_size} ({where}) but the data's tokenizer has {vocab_size} "
