@@ -35,10 +35,13 @@ class Bert:
         normalize: bool | None = None,
         batch_size: int = 32,
         max_length: int | None = None,
+        precision: str = "auto",
     ) -> np.ndarray:
         """Sentence embeddings, (len(texts), hidden) float32 (a single string gives (hidden,)).
 
         Unset options take the folder's defaults, else mean pooling, no normalisation, the position limit.
+        precision "auto" computes in bf16 where the hardware has bf16 matrix units and in fp32 otherwise (the
+        choice is logged; `bertkit.inference.encoder.choose_precision`); "fp32", "bf16" or "int8" force one.
         """
         from bertkit.inference.embed import embed_texts
 
@@ -51,6 +54,7 @@ class Bert:
             normalize=normalize if normalize is not None else self.defaults.get("normalize", False),
             batch_size=batch_size,
             max_length=max_length or self.defaults.get("max_length"),
+            precision=precision,
         )
         return vectors[0] if single else vectors
 

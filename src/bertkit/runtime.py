@@ -66,3 +66,22 @@ def release_free_memory() -> bool:
     trim.restype = ctypes.c_int
     trim(0)
     return True
+
+
+def cpu_flags() -> set[str]:
+    """The CPU feature flags the kernel reports (/proc/cpuinfo's first `flags` line); empty where unavailable."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX-BF16). Without those units
+    PyTorch emulates bf16 and it runs slower than float32."""
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+

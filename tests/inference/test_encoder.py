@@ -97,3 +97,43 @@ def test_encoder_runs_the_callers_model_without_changing_it(minilm) -> None:  # 
     assert Encoder(model, tok, precision="bf16").bert is not model
     assert next(model.parameters()).dtype == torch.float32
     model.eval()
+
+
+def test_auto_precision_follows_the_cpu(monkeypatch, minilm, capsys, tmp_path) -> None:  # noqa: ANN001
+    """auto = bf16 on CPUs with bf16 matrix units (AVX512-BF16, AMX), fp32 elsewhere; int8 only when asked; the
+    choice is printed by `bertkit embed` and reported by the encoder."""
+    import bertkit.runtime as runtime
+    from bertkit.cli import main
+    from bertkit.inference.encoder import choose_precision
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16", "avx512_vnni"})
+    assert choose_precision("auto", cpu)[0] == "bf16"
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "amx_bf16", "amx_tile"})
+    assert choose_precision("auto", cpu)[0] == "bf16"
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "fma", "avx512_vnni"})  # VNNI alone: int8 units only
+    assert choose_precision("auto", cpu) == ("fp32", "auto: this CPU has no bf16 matrix units, where bf16 runs "
+                                                     "slower than fp32")
+    assert choose_precision("int8", cpu) == ("int8", "as asked")
+    with pytest.raises(ConfigError, match="precision"):
+        choose_precision("fp8", cpu)
+    _, model, tok = minilm
+    enc = Encoder(model, tok, precision="auto")
+    assert (enc.precision, enc.bert is model) == ("fp32", True)  # fp32 shares the caller's weights
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx512_bf16"})
+    enc = Encoder(model, tok, precision="auto")
+    assert enc.precision == "bf16" and next(enc.bert.parameters()).dtype == torch.bfloat16
+    (tmp_path / "in.txt").write_text("one text\nanother text\n")
+    assert main(["embed", "--model", str(minilm_folder()), str(tmp_path / "in.txt"), "-o", str(tmp_path / "o.npy")]) == 0
+    assert "precision: bf16 (auto: this CPU has bf16 matrix units" in capsys.readouterr().err
+    assert main(["embed", "--model", str(minilm_folder()), str(tmp_path / "in.txt"), "-o", str(tmp_path / "o.npy"),
+                 "--precision", "fp32"]) == 0
+    assert "precision: fp32 (as asked)" in capsys.readouterr().err
+
+
+def test_real_cpu_flags_are_read() -> None:
+    import bertkit.runtime as runtime
+
+    flags = runtime.cpu_flags()
+    assert not flags or "sse2" in flags  # every x86-64 CPU has SSE2; elsewhere the set may be empty
+    assert runtime.cpu_has_native_bf16() == bool({"avx512_bf16", "amx_bf16"} & flags)

@@ -112,7 +112,7 @@ def test_embed_matches_sentence_transformers(tmp_path: Path, minilm_dir: Path, s
     texts = sentences["sst2"][:12]
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     assert run_cli(["embed", "--model", str(minilm_dir), str(tmp_path / "in.txt"), "-o", str(tmp_path / "o.npy"),
-                    "--batch-size", "5"]) == 0
+                    "--batch-size", "5", "--precision", "fp32"]) == 0
     ours = np.load(tmp_path / "o.npy")
     ref = st.SentenceTransformer(str(minilm_dir), device="cpu").encode(texts)
     assert ours.shape == (12, 384) and ours.dtype == np.float32
@@ -127,12 +127,13 @@ def test_embed_matches_sentence_transformers(tmp_path: Path, minilm_dir: Path, s
 def test_python_api(minilm_dir: Path, tmp_path: Path) -> None:
     bert = bertkit.load(minilm_dir)
     assert isinstance(bert.model, bertkit.BertModel)
-    v = bert.encode(["a sentence", "another one"])
+    v = bert.encode(["a sentence", "another one"], precision="fp32")
     assert v.shape == (2, 384)
-    assert bert.encode("a sentence").shape == (384,)
-    assert np.allclose(bert.encode("a sentence"), v[0], atol=1e-6)
+    assert bert.encode("a sentence").shape == (384,)  # precision "auto": bf16 on CPUs with bf16 units
+    assert np.allclose(bert.encode("a sentence", precision="fp32"), v[0], atol=1e-6)
     bert.save(tmp_path / "copy")
-    assert np.allclose(bertkit.load(tmp_path / "copy").encode(["a sentence"], normalize=True), v[:1], atol=1e-6)
+    copy = bertkit.load(tmp_path / "copy").encode(["a sentence"], normalize=True, precision="fp32")
+    assert np.allclose(copy, v[:1], atol=1e-6)
 
 
 def test_public_names() -> None:

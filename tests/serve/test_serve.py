@@ -32,6 +32,7 @@ class Server:
     """uvicorn in a thread on 127.0.0.1; stopped gracefully at the end."""
 
     def __init__(self, folder: Path | str, **settings: object) -> None:
+        settings.setdefault("precision", "fp32")  # exact answers to compare with, on any CPU
         self.app = create_app(folder, ServeSettings(**settings))  # type: ignore[arg-type]
         self.port = free_port()
         self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning"))
@@ -61,6 +62,7 @@ def test_health_openapi_and_embed_equals_direct_call(minilm_server: Server) -> N
     c = httpx.Client(base_url=minilm_server.url)
     health = c.get("/health").json()
     assert health["status"] == "ok" and health["model"] == "BertModel" and "embed" in health["endpoints"]
+    assert health["precision"] == "fp32"  # as the test server asks; `bertkit serve` defaults to auto
     assert "/embed" in c.get("/openapi.json").json()["paths"]
     texts = ["The cat sat on the mat.", "A second, longer sentence about lobsters in the Atlantic."]
     r = c.post("/embed", json={"texts": texts})
@@ -143,7 +145,7 @@ def test_embed_uses_the_folders_pooling_normalisation_and_length() -> None:
         r = httpx.Client(base_url=server.url).post("/embed", json={"texts": texts})
         assert r.status_code == 200
         served = torch.tensor(r.json()["embeddings"])
-    api = torch.from_numpy(bertkit.load(minilm_folder()).encode(texts))
+    api = torch.from_numpy(bertkit.load(minilm_folder()).encode(texts, precision="fp32"))
     assert (served - api).abs().max() <= 1e-5
     assert torch.allclose(served.norm(dim=-1), torch.ones(2), atol=1e-5)
 

@@ -28,6 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--normalize", action="store_true", default=None, help="L2-normalise every embedding")
     p.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default %(default)s)")
     p.add_argument("--max-length", type=int, default=None, help="truncate texts to this many tokens")
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16", "int8"), default="auto",
+                   help="auto (default): bf16 where this machine has bf16 matrix units (AVX512-BF16/AMX, a GPU), "
+                   "else fp32; int8 only when asked")
     p.set_defaults(func=embed_command)
 
 
@@ -58,10 +61,15 @@ def embed_command(args: argparse.Namespace) -> int:
     from bertkit.api import load
     from bertkit.io import atomic_open
 
+    from bertkit.inference.encoder import choose_precision
+    from bertkit.model.heads import base_model
+
     texts = read_lines(args.input)
     bundle = load(args.model)
+    precision, reason = choose_precision(args.precision, next(base_model(bundle.model).parameters()).device)
+    print(f"precision: {precision} ({reason})", file=sys.stderr)
     vectors = bundle.encode(texts, pooling=args.pooling, normalize=args.normalize, batch_size=args.batch_size,
-                            max_length=args.max_length)
+                            max_length=args.max_length, precision=precision)
     with atomic_open(args.output, "wb") as f:
         np.save(f, vectors)
     print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} embeddings to {args.output}", file=sys.stderr)

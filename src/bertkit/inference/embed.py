@@ -26,6 +26,7 @@ def embed_texts(
     normalize: bool = False,
     batch_size: int = 32,
     max_length: int | None = None,
+    precision: str = "fp32",
 ) -> np.ndarray:
     """One float32 vector per text, in input order: (len(texts), hidden), through the fast Encoder.
 
@@ -36,7 +37,7 @@ def embed_texts(
     from bertkit.inference.encoder import Encoder
 
     device = next(model.parameters()).device
-    encoder = Encoder(model, tokenizer, device=device, max_length=max_length)
+    encoder = Encoder(model, tokenizer, device=device, max_length=max_length, precision=precision)
     return encoder.encode(list(texts), pooling=pooling, normalize=normalize, batch_size=batch_size).numpy()
 
 

@@ -33,7 +33,25 @@ from bertkit.model.heads import base_model
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "bf16", "int8")
+PRECISIONS = ("auto", "fp32", "bf16", "int8")
+
+
+def choose_precision(precision: str, device: torch.device) -> tuple[str, str]:
+    """The precision an encoder runs in, and why. "auto" is bf16 where the hardware has bf16 matrix units (a
+    CUDA GPU that supports it, a CPU with AVX512-BF16 or AMX) and fp32 otherwise; int8 is used only when asked."""
+    from bertkit.runtime import cpu_has_native_bf16
+
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision != "auto":
+        return precision, "as asked"
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return "bf16", "auto: this GPU computes in bf16"
+        return "fp32", "auto: this GPU has no bf16"
+    if cpu_has_native_bf16():
+        return "bf16", "auto: this CPU has bf16 matrix units (AVX512-BF16/AMX)"
+    return "fp32", "auto: this CPU has no bf16 matrix units, where bf16 runs slower than fp32"
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int, max_tokens_per_batch: int | None) -> list[list[int]]:
@@ -63,8 +81,10 @@ def plan_batches(lengths: Sequence[int], batch_size: int, max_tokens_per_batch: 
 class Encoder:
     """Turn texts into sentence embeddings quickly: `Encoder(folder).encode(texts)` -> (n, hidden) float32 tensor.
 
-    precision: "fp32" (exact), "bf16" (bfloat16 weights and activations; fast on GPUs and on CPUs with native bf16
-    matrix units), "int8" (dynamic int8 quantization of the encoder's linear layers; CPU only).
+    precision: "fp32" (the default: exact), "bf16" (bfloat16 weights and activations), "int8" (dynamic int8
+    quantization of the encoder's linear layers; CPU only), or "auto": bf16 where the hardware has bf16 matrix units,
+    else fp32 (`choose_precision`; what `bertkit embed`, `bertkit.load(...).encode` and `bertkit serve` use by
+    default). `precision` and `precision_reason` say what was chosen.
     """
 
     def __init__(
@@ -85,13 +105,13 @@ class Encoder:
             model, folder_defaults = opened.model, opened.defaults
         if tokenizer is None:
             raise ConfigError("Encoder needs a tokenizer when given a model object (or pass a model folder)")
-        if precision not in PRECISIONS:
-            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         bert = base_model(model)
         self.config = bert.config
         self.tokenizer = tokenizer
-        self.precision = precision
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        precision, self.precision_reason = choose_precision(precision, self.device)
+        self.precision = precision
+        log.info("Encoder precision %s (%s)", precision, self.precision_reason)
         if defaults is None:  # pooling, normalisation and length from the folder's sentence-transformers files
             defaults = folder_defaults
         self.default_pooling: str = defaults.get("pooling", "mean")

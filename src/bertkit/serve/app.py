@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -153,11 +154,12 @@ class QAResponse(BaseModel):
 class Predictor:
     """The folder's model, tokenizer and encoder, and one batch function per endpoint."""
 
-    def __init__(self, folder: str | Path) -> None:
+    def __init__(self, folder: str | Path, precision: str = "auto") -> None:
         opened = open_folder(folder)
         self.folder, self.model, self.tokenizer = opened.path, opened.model, opened.tokenizer
         # The folder's own embedding settings (pooling, normalisation, max length), as bertkit.load(folder) reads them.
-        self.encoder = Encoder(self.model, self.tokenizer, device="cpu", defaults=opened.defaults)
+        self.encoder = Encoder(self.model, self.tokenizer, device="cpu", defaults=opened.defaults,
+                               precision=precision)
         self.config = self.model.config
         self.max_length = self.config.max_position_embeddings
         self.labels = self.config.label_names or [f"LABEL_{i}" for i in range(self.config.num_labels)]
@@ -251,7 +253,9 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     """A FastAPI app serving `folder`; batchers start and stop with the app's lifespan."""
     settings = settings or ServeSettings()
     settings.validate()
-    predictor = Predictor(folder)
+    predictor = Predictor(folder, settings.precision)
+    print(f"bertkit serve: /embed precision {predictor.encoder.precision} ({predictor.encoder.precision_reason})",
+          file=sys.stderr, flush=True)
     delay = settings.max_batch_delay_ms / 1000.0
     batchers = {
         name: DynamicBatcher(fn, settings.max_batch_size, delay, max_queue=settings.max_queue, cost=item_chars,
@@ -309,6 +313,7 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "model": predictor.head, "endpoints": sorted(batchers),
+                "precision": predictor.encoder.precision,
                 "batches": {k: b.batches for k, b in batchers.items()}}
 
     @app.post("/embed", response_model=EmbedResponse)

@@ -26,6 +26,8 @@ class ServeSettings:
     """Texts waiting for the model at most, over all requests; a request that would overflow it gets 503 at once."""
     request_timeout_s: float = 60.0
     """A request not answered within this gets 503, and its texts still queued are dropped."""
+    precision: str = "auto"
+    """/embed's precision: auto (bf16 where this machine has bf16 matrix units, else fp32), fp32, bf16 or int8."""
     max_batch_chars: int = 16000
     """Characters per forward pass at most (the first text always fits): bounds how long one batch holds the
     model, so a request that arrives behind long texts waits for at most one such batch."""
@@ -36,5 +38,7 @@ class ServeSettings:
                      "max_batch_chars"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ServeSettings.{name} = {getattr(self, name)!r}: expected an integer >= 1")
+        if self.precision not in ("auto", "fp32", "bf16", "int8"):
+            raise ConfigError(f"ServeSettings.precision = {self.precision!r}: expected auto, fp32, bf16 or int8")
         if not self.request_timeout_s > 0 or self.max_batch_delay_ms < 0:
             raise ConfigError("ServeSettings: request_timeout_s must be > 0 and max_batch_delay_ms >= 0")
