@@ -219,3 +219,61 @@ def test_mean_pooling_reads_the_mean_of_the_real_tokens(tmp_path: Path, capsys: 
     (tmp_path / "m" / "vocab.txt").write_text("".join(f"t{i}\n" for i in range(99)))
     assert main(["convert", "--to-hf", str(tmp_path / "m"), "--out", str(tmp_path / "hf")]) == 1
     assert "mean pooling" in capsys.readouterr().err
+
+
+ALBERT = dict(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37,
+              hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def test_albert_options_cut_the_parameters_by_the_formula() -> None:
+    """Factorised embedding: V x E + E x H (+ H) instead of V x H for the vocabulary (positions and segments too);
+    cross-layer sharing: one layer's parameters instead of L."""
+    from bertkit.model.bert import BertLayer
+
+    bert = BertModel(BertConfig(**ALBERT))
+    albert = BertModel(BertConfig(**ALBERT, embedding_size=8, share_layers=True))
+    V, P, T, H, E, L = 99, 512, 2, 32, 8, 3
+    layer = sum(p.numel() for p in BertLayer(BertConfig(**ALBERT)).parameters())
+    expected = (bert.num_parameters() - (V + P + T) * (H - E) - 2 * (H - E)  # narrower tables and LayerNorm
+                + E * H + H  # the E -> H projection
+                - (L - 1) * layer)  # one shared layer
+    assert albert.num_parameters() == expected
+    assert BertModel(BertConfig(**ALBERT, share_layers=True)).num_parameters() == bert.num_parameters() - (L - 1) * layer
+
+
+def test_albert_forward_is_the_shared_layer_applied_l_times_and_round_trips(tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture) -> None:
+    from bertkit.cli import main
+
+    torch.manual_seed(0)
+    config = BertConfig(**ALBERT, embedding_size=8, share_layers=True)
+    model = BertForPreTraining(config).eval()
+    assert len(model.bert.encoder.layer) == 1
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight  # tied, (V, E)
+    ids = torch.randint(5, 99, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    out = model(ids, mask, output_hidden_states=True)
+    from bertkit.model.kernels import Packing
+
+    packing = Packing(mask)
+    x = packing.pack(model.bert.embeddings(ids, torch.zeros_like(ids)))
+    for _ in range(3):
+        x, _ = model.bert.encoder.layer[0](x, packing)
+    torch.testing.assert_close(packing.unpack(x), out.hidden_states[-1], rtol=0, atol=1e-6)
+    assert out.prediction_logits.shape == (2, 7, 99)
+    # the shared layer's gradient is the sum over its three applications: it trains
+    labels = torch.full_like(ids, -100)
+    labels[:, 2] = 9
+    model.train()
+    model(ids, mask, labels=labels, next_sentence_label=torch.tensor([0, 1])).loss.backward()
+    assert model.bert.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
+    assert model.bert.embeddings.projection.weight.grad.abs().sum() > 0
+    model.eval()
+    model.save_pretrained(str(tmp_path / "m"))
+    back = BertForPreTraining.from_pretrained(tmp_path / "m", strict=True).eval()
+    assert back.config.embedding_size == 8 and back.config.share_layers
+    assert torch.equal(back(ids, mask).prediction_logits, model(ids, mask).prediction_logits)
+    (tmp_path / "m" / "vocab.txt").write_text("".join(f"t{i}\n" for i in range(99)))
+    assert main(["convert", "--to-hf", str(tmp_path / "m"), "--out", str(tmp_path / "hf")]) == 1
+    assert "factorised embedding" in capsys.readouterr().err

@@ -161,7 +161,9 @@ def convert_command(args: argparse.Namespace) -> int:
         c = model.config
         options = [o for o, on in (("pre-LN blocks (layer_norm_position 'pre')", c.layer_norm_position == "pre"),
                                    ("ALiBi attention biases (alibi true)", c.alibi),
-                                   ("mean pooling (pooling 'mean')", c.pooling == "mean")) if on]
+                                   ("mean pooling (pooling 'mean')", c.pooling == "mean"),
+                                   ("ALBERT's factorised embedding (embedding_size)", c.embedding_width != c.hidden_size),
+                                   ("ALBERT's cross-layer sharing (share_layers)", c.share_layers)) if on]
         raise CheckpointError(
             f"{src}: this model uses {' and '.join(options)}, which transformers' BertModel does not have: it would "
             "load these weights and compute something else. Keep the bertkit folder (bertkit.load / from_pretrained "

@@ -45,22 +45,29 @@ def activation(name: str) -> nn.Module:
 
 
 class BertEmbeddings(nn.Module):
-    """Sum of word-piece, segment and learned absolute position embeddings, then LayerNorm and dropout."""
+    """Sum of word-piece, segment and learned absolute position embeddings, then LayerNorm and dropout.
+
+    With ALBERT's factorised embedding (config.embedding_size = E < hidden), the three tables are E wide and one
+    linear layer projects the normalised sum to the hidden size."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        width = config.embedding_width
+        self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
+        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
+        factorised = width != config.hidden_size
+        self.projection = nn.Linear(width, config.hidden_size) if factorised else None
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor) -> Tensor:
         seq_len = input_ids.shape[1]
         positions = torch.arange(seq_len, device=input_ids.device)
         x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
-        x = x + self.position_embeddings(positions)  # (batch, seq, hidden)
-        return self.dropout(self.LayerNorm(x))
+        x = x + self.position_embeddings(positions)  # (batch, seq, E)
+        x = self.dropout(self.LayerNorm(x))
+        return x if self.projection is None else self.projection(x)  # (batch, seq, hidden)
 
 
 class BertSelfAttention(nn.Module):
@@ -205,7 +212,11 @@ class BertEncoder(nn.Module):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+        # ALBERT's cross-layer sharing keeps one layer and applies it num_hidden_layers times
+        self.layer = nn.ModuleList(BertLayer(config) for _ in range(1 if config.share_layers else
+                                                                     config.num_hidden_layers))
+        self.depth = config.num_hidden_layers
+        self.shared = config.share_layers
         pre_ln = config.layer_norm_position == "pre"
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if pre_ln else None
         self.gradient_checkpointing = False
@@ -216,7 +227,7 @@ class BertEncoder(nn.Module):
         # x: packed (tokens, hidden)
         hidden_states = [packing.unpack(x)] if output_hidden_states else None
         attentions = [] if output_attentions else None
-        for layer in self.layer:
+        for layer in [self.layer[0]] * self.depth if self.shared else self.layer:
             if self.gradient_checkpointing and self.training:
                 x, probs = torch.utils.checkpoint.checkpoint(layer, x, packing, output_attentions, use_reentrant=False)
             else:

@@ -77,6 +77,13 @@ class BertConfig:
     2023): head h adds -m_h * |i - j| to the score of query i for key j, with slopes m_h = 2**(-8h/A). Attention
     then starts out local instead of uniform, which is the structure masked LM must otherwise discover before
     its loss leaves the unigram plateau. The learned absolute positions stay. A bertkit option."""
+    embedding_size: int | None = None
+    """ALBERT's factorised embedding (Lan et al. 2020): word, position and segment embeddings of this size E, then
+    one E -> hidden projection, and the masked-LM head maps back to E before the (tied) vocabulary decoder; the
+    vocabulary costs V x E + E x H parameters instead of V x H. None = hidden_size (BERT). A bertkit option."""
+    share_layers: bool = False
+    """ALBERT's cross-layer parameter sharing: one encoder layer's weights applied num_hidden_layers times (the same
+    compute, 1/L of the encoder's parameters). A bertkit option."""
     pooling: str = "cls"
     """What the pooler reads: 'cls' (the paper: tanh(W h_[CLS] + b)) or 'mean' (tanh(W mean_i h_i + b) over the
     real tokens). A model pre-trained by masked LM alone never trains its [CLS] vector, while every token's vector
@@ -120,6 +127,8 @@ class BertConfig:
                 raise ConfigError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
         if self.layer_norm_position not in LAYER_NORM_POSITIONS:
             raise ConfigError(f"BertConfig.layer_norm_position must be 'post' or 'pre', got {self.layer_norm_position!r}")
+        if self.embedding_size is not None and (not isinstance(self.embedding_size, int) or self.embedding_size < 1):
+            raise ConfigError(f"BertConfig.embedding_size must be a positive integer or null, got {self.embedding_size!r}")
         if self.pooling not in POOLINGS:
             raise ConfigError(f"BertConfig.pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
         if self.label_names is not None and len(self.label_names) != self.num_labels:
@@ -143,7 +152,13 @@ class BertConfig:
 
         A folder of an incompatible model is written with model_type 'bertkit', and `bertkit convert --to-hf`
         refuses it."""
-        return self.layer_norm_position == "post" and not self.alibi and self.pooling == "cls"
+        return (self.layer_norm_position == "post" and not self.alibi and self.pooling == "cls"
+                and self.embedding_width == self.hidden_size and not self.share_layers)
+
+    @property
+    def embedding_width(self) -> int:
+        """E: the width of the embeddings (hidden_size unless ALBERT's factorised embedding is on)."""
+        return self.embedding_size or self.hidden_size
 
     @property
     def head_dim(self) -> int:

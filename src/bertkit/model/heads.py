@@ -68,13 +68,14 @@ class QuestionAnsweringOutput:
 
 
 class BertPredictionHeadTransform(nn.Module):
-    """Dense + GELU + LayerNorm applied to a token's representation before the vocabulary decoder."""
+    """Dense + GELU + LayerNorm applied to a token's representation before the vocabulary decoder (hidden -> the
+    embedding width, which is hidden unless the embedding is factorised)."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(config.hidden_size, config.embedding_width)
         self.transform_act_fn = activation(config.hidden_act)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.LayerNorm = nn.LayerNorm(config.embedding_width, eps=config.layer_norm_eps)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.LayerNorm(self.transform_act_fn(self.dense(x)))
@@ -88,7 +89,7 @@ class BertLMPredictionHead(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.transform = BertPredictionHeadTransform(config)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.decoder = nn.Linear(config.embedding_width, config.vocab_size, bias=False)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, x: Tensor) -> Tensor:
