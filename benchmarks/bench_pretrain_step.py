@@ -56,8 +56,9 @@ def build(lib: str, size: str) -> torch.nn.Module:
     return transformers.BertForPreTraining._from_config(cfg, attn_implementation="sdpa")
 
 
-def make_step(model: torch.nn.Module) -> Callable[[dict[str, torch.Tensor]], None]:
-    """One training step of `model`: forward, backward, clipping, AdamW, as both trainers run it."""
+def make_step(model: torch.nn.Module, autocast_device: str | None = None) -> Callable[[dict[str, torch.Tensor]], None]:
+    """One training step of `model`: forward, backward, clipping, AdamW, as both trainers run it; under bf16
+    autocast on `autocast_device` when given (the GPU suite)."""
     from bertkit.training.optim import parameter_groups
 
     model.train()
@@ -66,7 +67,8 @@ def make_step(model: torch.nn.Module) -> Callable[[dict[str, torch.Tensor]], Non
     opt = torch.optim.AdamW(parameter_groups(model, 0.01), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, fused=True)
 
     def step(b: dict[str, torch.Tensor]) -> None:
-        loss = model(**b).loss
+        with torch.autocast(autocast_device or "cpu", dtype=torch.bfloat16, enabled=autocast_device is not None):
+            loss = model(**b).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

@@ -44,6 +44,7 @@ from typing import Any, Callable
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark scripts
 GOALS = {
     "parity_fp32_max_abs_diff": 1e-5,
     "parity_bf16_min_cosine": 0.999,
@@ -328,22 +329,11 @@ def pretraining_batches(suite: Suite, n: int, batch: int, seq: int) -> list[dict
     return out
 
 
-def training_step(model: torch.nn.Module, device: torch.device, autocast: bool = True) -> Callable[[dict], None]:
-    """forward + backward + clipping + fused AdamW, under bf16 autocast: what both trainers run per step."""
-    from bertkit.training.optim import parameter_groups
+def training_step(model: torch.nn.Module, device: torch.device) -> Callable[[dict], None]:
+    """forward + backward + clipping + fused AdamW under bf16 autocast: bench_pretrain_step's step, on `device`."""
+    from bench_pretrain_step import make_step
 
-    model.train()
-    opt = torch.optim.AdamW(parameter_groups(model, 0.01), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, fused=True)
-
-    def step(b: dict[str, torch.Tensor]) -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            loss = model(**b).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step
+    return make_step(model, autocast_device=device.type)
 
 
 def section_pretrain(suite: Suite, peak: float | None) -> dict:

@@ -16,6 +16,9 @@ from bertkit.tasks.runner import FinetuneConfig
 from bertkit.training.config import TrainingConfig
 
 
+TASK_PREFIX = "task-option:"  # argparse dest prefix of the generated task-option flags
+
+
 def _task_option_fields() -> dict[str, tuple[dataclasses.Field, str, list[str]]]:
     """Every task option: name -> (field, help, the tasks that have it). The common ones (TaskOptions) first."""
     out: dict[str, tuple[dataclasses.Field, str, list[str]]] = {}
@@ -57,9 +60,6 @@ def _add_finetune(sub: Any) -> None:
             group.add_argument(*flags, dest=TASK_PREFIX + name, type=kind, default=argparse.SUPPRESS,
                                metavar="VALUE", help=help_text)
     p.set_defaults(func=_finetune)
-
-
-TASK_PREFIX = "task-option:"
 
 
 def resolve_finetune_config(args: argparse.Namespace) -> FinetuneConfig:
