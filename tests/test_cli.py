@@ -13,6 +13,8 @@ VERBS = {
     "pretrain": ["--config", "--resume"],
     "finetune": ["--task", "--model", "--train", "--dev", "--output", "--epochs", "--lr", "--batch-size",
                  "--max-length", "--seed"],
+    "distill": ["--teacher", "--student-layers", "--train", "--dev", "--output", "--temperature", "--alpha-ce",
+                "--alpha-hard", "--alpha-cos", "--resume", "--config"],
     "evaluate": ["--model", "--input"],
     "predict": ["--model", "--input", "--output"],
     "embed": ["--model", "--pooling", "--normalize", "-o"],

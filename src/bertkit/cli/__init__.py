@@ -21,6 +21,7 @@ VERB_MODULES = [
     "bertkit.cli.data",  # prepare-pretraining
     "bertkit.cli.pretrain",  # pretrain
     "bertkit.cli.finetune",  # finetune, evaluate, predict
+    "bertkit.cli.distill",  # distill
     "bertkit.cli.inference",  # embed
     "bertkit.cli.explore",  # fill-mask, extract-features, attention
     "bertkit.cli.export",  # export-onnx

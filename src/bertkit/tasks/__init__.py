@@ -14,7 +14,7 @@ from bertkit.errors import ConfigError
 from bertkit.tasks.base import Task
 
 # Modules of this package that hold no task (helpers and the runner, which imports this registry).
-_NOT_TASKS = {"base", "metrics", "runner", "payoff"}
+_NOT_TASKS = {"base", "metrics", "runner", "payoff", "distill"}
 
 
 def _discover() -> dict[str, type[Task]]:

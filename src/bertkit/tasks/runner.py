@@ -17,7 +17,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -158,10 +158,13 @@ def finetune_training(task: Task, overrides: dict[str, Any], where: str = "Finet
     return config_from_dict(TrainingConfig, values, f"{where}.training")
 
 
-def finetune(config: FinetuneConfig, resume: bool = False) -> dict[str, Any]:
+def finetune(config: FinetuneConfig, resume: bool = False,
+             wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None) -> dict[str, Any]:
     """Fine-tune config.model on config.train, evaluating on config.dev; the best model -> OUTPUT/best.
 
     Returns the run's summary (also written to OUTPUT/results.json). `resume` continues OUTPUT's latest checkpoint.
+    `wrap_model` turns the task's head on config.model into the module trained (distillation: the fine-tuned
+    teacher in, a Distiller around its student out).
     """
     from bertkit.training import Trainer
 
@@ -193,6 +196,8 @@ def finetune(config: FinetuneConfig, resume: bool = False) -> dict[str, Any]:
     with torch.random.fork_rng(devices=[]):  # the new head's initial weights are a function of the seed
         torch.manual_seed(seed)
         net = build_model(t, model, settings)
+    if wrap_model is not None:
+        net = wrap_model(net)
     main = settings.get("main_metric", t.main_metric)
     if main != cfg.metric_for_best:  # the data picked the metric (MRPC/QQP: F1; CoLA: Matthews)
         cfg = dataclasses.replace(cfg, metric_for_best=main)

@@ -12,7 +12,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -217,8 +217,12 @@ def make_evaluate(dataset: Any, collate: Any, batch_size: int, max_batches: int)
     return evaluate
 
 
-def run_pretraining(config: PretrainConfig, resume: bool = False) -> TrainResult:
-    """Build model, data and evaluation from `config`, then train; final/ is a from_pretrained folder + tokenizer."""
+def run_pretraining(config: PretrainConfig, resume: bool = False,
+                    wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None) -> TrainResult:
+    """Build model, data and evaluation from `config`, then train; final/ is a from_pretrained folder + tokenizer.
+
+    `wrap_model` turns the built model into the module trained (distillation: the teacher in, a Distiller around
+    its student out); evaluation and best/ / final/ then see that module."""
     from bertkit.tokenizer import BertTokenizer
     from bertkit.training.distributed import setup_distributed
 
@@ -237,6 +241,8 @@ def run_pretraining(config: PretrainConfig, resume: bool = False) -> TrainResult
     torch.manual_seed(t.seed)  # the initial weights are a function of the seed
     max_len = max(ds.config.max_length for ds in datasets)
     model = build_model(config, tokenizer.vocab_size, tok_dir / "vocab.txt", max_len)
+    if wrap_model is not None:
+        model = wrap_model(model)
 
     # Phase k draws its dynamic masks from seed + k: phases over the same data (a batch ramp) see new masks.
     phases = [

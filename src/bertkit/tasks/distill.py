@@ -1,0 +1,194 @@
+"""Distillation (DistilBERT, Sanh et al. 2019): the job behind `bertkit distill`, in two modes chosen by the teacher.
+
+- Task-specific: the teacher is a fine-tuned folder (config.json names its task). The run is `finetune` of the
+  teacher on the transfer set `train` with the teacher's task settings, its model wrapped in a Distiller: hard loss
+  = the task's loss. OUTPUT/best is a normal fine-tuned folder that evaluate, predict and serve use.
+- Pre-training-time: any other folder is a masked-LM teacher; the run is `run_pretraining` on data prepared by
+  `bertkit prepare-pretraining`, wrapped the same way: hard loss = masked LM, without next-sentence prediction (as
+  DistilBERT). OUTPUT/final is a pre-trained folder to fine-tune.
+
+The student keeps `student_layers` of the teacher's layers (every other one by default) with its embeddings and
+head (`bertkit.training.distill`); the one Trainer runs it, so checkpoints, resume, evaluation and best/ are its.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import ConfigError, Interrupted
+from bertkit.io import atomic_write_json
+from bertkit.pretrained import resolve_model_dir
+from bertkit.tasks import get_task
+from bertkit.tasks.base import check_positive
+from bertkit.tasks.runner import RESULTS_NAME, FinetuneConfig, finetune, finetune_training, read_folder_config
+from bertkit.training.config import TrainingConfig
+
+TASK, PRETRAINING = "task", "pretraining"
+# DistilBERT's pre-training weights (huggingface/transformers examples/research_projects/distillation, train.py:
+# --alpha_ce 5.0 --alpha_mlm 2.0 --alpha_cos 1.0, temperature 2.0).
+PRETRAINING_WEIGHTS = {"alpha_ce": 5.0, "alpha_hard": 2.0, "alpha_cos": 1.0}
+# Task-specific: equal weights (the soft loss already carries its T^2 factor); a choice, not a tuned value.
+TASK_WEIGHTS = {"alpha_ce": 1.0, "alpha_hard": 1.0, "alpha_cos": 1.0}
+
+
+def distill_mode(teacher: str | os.PathLike) -> str:
+    """'task' for a fine-tuned folder (its config.json names a task), 'pretraining' for any other model folder."""
+    return TASK if read_folder_config(resolve_model_dir(teacher)).task else PRETRAINING
+
+
+@dataclass
+class DistillConfig:
+    """One distillation run: teacher, student depth, transfer data, loss weights and the trainer's settings.
+
+    Reads from and writes to YAML/JSON like FinetuneConfig; `bertkit distill`'s options are generated from it."""
+
+    teacher: str = ""
+    """Fine-tuned folder (task-specific distillation) or pre-trained folder (pre-training-time, masked LM)."""
+    train: str = ""
+    """Transfer set: a labelled file of the teacher's task, or a folder written by `bertkit prepare-pretraining`."""
+    dev: str = ""
+    """Dev file (task; required) or prepared held-out folder (pre-training; optional), evaluated during training."""
+    student_layers: int | None = None
+    """Layers of the student; None = half the teacher's (DistilBERT: 12 -> 6)."""
+    teacher_layers: list[int] | None = None
+    """The teacher layers the student starts from, one per student layer; None = evenly spread from layer 0, i.e.
+    every other layer (6 -> 3: 0, 2, 4). DistilBERT itself took 0, 2, 4, 7, 9, 11 of BERT-base's 12."""
+    temperature: float = 2.0
+    """Softmax temperature of the soft targets (DistilBERT: 2.0); the soft loss is scaled by T^2."""
+    alpha_ce: float | None = None
+    """Weight of the soft-target loss, KL(teacher || student) at temperature T; None = 5.0 pre-training
+    (DistilBERT), 1.0 task-specific."""
+    alpha_hard: float | None = None
+    """Weight of the hard loss (the task's loss, or masked LM: DistilBERT's alpha_mlm); None = 2.0 pre-training,
+    1.0 task-specific."""
+    alpha_cos: float | None = None
+    """Weight of the cosine alignment of each student layer's hidden states with its teacher layer's; None = 1.0."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Task options changed from the teacher's (e.g. {max_length: 64}); task-specific only."""
+    eval_batch_size: int = 64
+    """Batch size of evaluation."""
+    max_train_examples: int | None = None
+    """A seeded random subset of the transfer set (task-specific only; None: all of it)."""
+    max_eval_examples: int | None = None
+    """A seeded random subset of the dev file (task-specific only)."""
+    training: TrainingConfig | None = None
+    """The one trainer's settings; None = the fine-tuning defaults and the task's LR (task-specific) or the
+    pre-training defaults (see PretrainConfig; set max_steps). training.output_dir is the run's folder."""
+
+    def __post_init__(self) -> None:
+        for name in ("teacher", "train"):
+            if not getattr(self, name):
+                raise ConfigError(f"DistillConfig.{name} is required (--{name})")
+        for name in ("student_layers", "eval_batch_size", "max_train_examples", "max_eval_examples", "temperature"):
+            check_positive(name, getattr(self, name))
+        for name in ("alpha_ce", "alpha_hard", "alpha_cos"):
+            if (getattr(self, name) or 0) < 0:
+                raise ConfigError(f"DistillConfig.{name} = {getattr(self, name)}: expected >= 0")
+        if self.teacher_layers is not None and self.student_layers not in (None, len(self.teacher_layers)):
+            raise ConfigError(f"DistillConfig.teacher_layers names {len(self.teacher_layers)} layers but "
+                              f"student_layers is {self.student_layers}")
+        self.mode = distill_mode(self.teacher)
+        if self.mode == TASK and not self.dev:
+            raise ConfigError("DistillConfig.dev is required (--dev) when the teacher is a fine-tuned folder")
+        if self.mode == PRETRAINING:
+            given = [n for n in ("options", "max_train_examples", "max_eval_examples") if getattr(self, n)]
+            if given:
+                raise ConfigError(f"DistillConfig.{given[0]} applies to task-specific distillation; "
+                                  f"{self.teacher} is not a fine-tuned folder")
+        if self.training is None:
+            self.training = self.default_training({})
+
+    def default_training(self, overrides: dict[str, Any], where: str = "DistillConfig") -> TrainingConfig:
+        """The mode's trainer defaults (fine-tuning's or pre-training's) with `overrides` applied."""
+        from bertkit.dataclass_io import config_from_dict
+        from bertkit.training.pretrain import PretrainConfig
+
+        if self.mode == TASK:
+            return finetune_training(get_task(read_folder_config(self.teacher).task), overrides, where)
+        base = dataclasses.asdict(PretrainConfig().training)
+        return config_from_dict(TrainingConfig, {**base, **overrides}, f"{where}.training")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "DistillConfig") -> "DistillConfig":
+        """From a config file's dict: `training:` fields not given take the mode's defaults."""
+        from bertkit.dataclass_io import config_from_dict
+
+        d = dict(d)
+        training = d.pop("training", None) or {}
+        if not isinstance(training, dict):
+            raise ConfigError(f"{where}: training must be a mapping of TrainingConfig fields")
+        config = config_from_dict(cls, d, where)
+        config.training = config.default_training(training, where)
+        return config
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def layers(self, teacher_depth: int) -> list[int]:
+        """The teacher layers the student starts from: teacher_layers, else student_layers (or half the teacher's
+        depth) spread evenly from layer 0."""
+        if self.teacher_layers:
+            return list(self.teacher_layers)
+        from bertkit.training.distill import spread_layers
+
+        return spread_layers(teacher_depth, self.student_layers or max(1, teacher_depth // 2),
+                             "DistillConfig.student_layers")
+
+    def weights(self) -> dict[str, float]:
+        """alpha_ce, alpha_hard, alpha_cos: the given ones, the mode's defaults for the others."""
+        defaults = TASK_WEIGHTS if self.mode == TASK else PRETRAINING_WEIGHTS
+        return {k: float(v if (v := getattr(self, k)) is not None else d) for k, d in defaults.items()}
+
+
+def make_distiller(teacher: Any, config: DistillConfig) -> Any:
+    """The Distiller of `config` around a student taken from `teacher`'s layers."""
+    from bertkit.training.distill import Distiller, student_from_teacher
+
+    layers = config.layers(teacher.config.num_hidden_layers)
+    return Distiller(student_from_teacher(teacher, layers), teacher, layers, config.temperature, **config.weights())
+
+
+def _task_options(config: DistillConfig) -> dict[str, Any]:
+    """The teacher's task options (from its stored settings), then the config's: the student reads as it did."""
+    folder = read_folder_config(config.teacher)
+    names = {f.name for f in dataclasses.fields(get_task(folder.task).options_class)}
+    return {**{k: v for k, v in (folder.task_settings or {}).items() if k in names}, **config.options}
+
+
+def distill(config: DistillConfig, resume: bool = False) -> dict[str, Any]:
+    """Distil config.teacher into a student; returns the run's summary (also OUTPUT/results.json)."""
+    assert config.training is not None  # set by __post_init__ / from_dict
+    output = Path(config.training.output_dir)
+    if not config.training.output_dir:
+        raise ConfigError("DistillConfig.training.output_dir is required (--output)")
+    wrap = lambda teacher: make_distiller(teacher, config)  # noqa: E731
+    if config.mode == TASK:
+        job = FinetuneConfig(task=read_folder_config(config.teacher).task, model=config.teacher, train=config.train,
+                             dev=config.dev, options=_task_options(config), eval_batch_size=config.eval_batch_size,
+                             max_train_examples=config.max_train_examples,
+                             max_eval_examples=config.max_eval_examples, training=config.training)
+        summary = finetune(job, resume, wrap_model=wrap)
+    else:
+        from bertkit.training.pretrain import PretrainConfig, run_pretraining
+
+        job = PretrainConfig(model=config.teacher, train_data=config.train, eval_data=config.dev or None,
+                             eval_batch_size=config.eval_batch_size, next_sentence_prediction=False,
+                             training=config.training)
+        result = run_pretraining(job, resume, wrap_model=wrap)
+        if result.interrupted:
+            raise Interrupted(f"{output}: stopped at step {result.global_step} after writing a checkpoint; run again "
+                              "with resume (--resume) to continue", int(result.signal or 15))
+        summary = {"best_metrics": result.best_metrics, "final_metrics": result.final_metrics,
+                   "best_dir": str(result.best_dir) if result.best_dir else None,
+                   "final_dir": str(result.final_dir) if result.final_dir else None}
+    depth = read_folder_config(config.teacher).num_hidden_layers
+    summary["distillation"] = {
+        "mode": config.mode, "teacher": str(config.teacher), "teacher_depth": depth,
+        "teacher_layers": config.layers(depth),
+        "temperature": config.temperature, **config.weights()}
+    atomic_write_json(output / RESULTS_NAME, summary)
+    return summary
