@@ -46,6 +46,10 @@ def test_task_distillation_writes_a_fine_tuned_folder(tmp_path: Path, data_dir: 
                                        "teacher_layers": [0], "temperature": 2.0, "alpha_ce": 1.0,
                                        "alpha_hard": 1.0, "alpha_cos": 1.0}
     assert summary["train_examples"] == 64 and summary["best_metrics"]["accuracy"] >= 0
+    from bertkit.dataclass_io import read_config_file
+    from bertkit.tasks.distill import DistillConfig
+
+    assert DistillConfig.from_dict(read_config_file(out / "distill_config.yaml")).student_layers == 1  # the record
     student = load_model(out / "best")
     assert student.config.num_hidden_layers == 1 and student.config.task == "classification"
     assert student.config.label_names == ["0", "1"] and student.config.task_settings["max_length"] == 32  # teacher's

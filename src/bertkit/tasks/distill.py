@@ -25,9 +25,10 @@ from bertkit.pretrained import resolve_model_dir
 from bertkit.tasks import get_task
 from bertkit.tasks.base import check_positive
 from bertkit.tasks.runner import RESULTS_NAME, FinetuneConfig, finetune, finetune_training, read_folder_config
-from bertkit.training.config import TrainingConfig
+from bertkit.training.config import TrainingConfig, save_config
 
 TASK, PRETRAINING = "task", "pretraining"
+CONFIG_COPY = "distill_config.yaml"
 # DistilBERT's pre-training weights (huggingface/transformers examples/research_projects/distillation, train.py:
 # --alpha_ce 5.0 --alpha_mlm 2.0 --alpha_cos 1.0, temperature 2.0).
 PRETRAINING_WEIGHTS = {"alpha_ce": 5.0, "alpha_hard": 2.0, "alpha_cos": 1.0}
@@ -165,6 +166,7 @@ def distill(config: DistillConfig, resume: bool = False) -> dict[str, Any]:
     output = Path(config.training.output_dir)
     if not config.training.output_dir:
         raise ConfigError("DistillConfig.training.output_dir is required (--output)")
+    save_config(config, output / CONFIG_COPY)  # the run's own record; the job writes its finetune/pretrain view too
     wrap = lambda teacher: make_distiller(teacher, config)  # noqa: E731
     if config.mode == TASK:
         job = FinetuneConfig(task=read_folder_config(config.teacher).task, model=config.teacher, train=config.train,

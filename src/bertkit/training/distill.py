@@ -119,8 +119,9 @@ class Distiller(nn.Module):
 
     def forward(self, **batch: Tensor) -> Any:
         """The student's output on `batch`; in training mode its `loss` is the weighted distillation loss."""
-        if not self.training:
-            return self.student(**batch)
+        if not self.training or self.alpha_ce == self.alpha_cos == 0:  # no teacher term: the student's own loss
+            out = self.student(**batch)
+            return out if not self.training else dataclasses.replace(out, loss=self.alpha_hard * out.loss)
         hidden = self.alpha_cos > 0
         out = self.student(**batch, output_hidden_states=hidden)
         if out.loss is None:
