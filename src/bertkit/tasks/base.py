@@ -163,7 +163,9 @@ def read_table(path: str | os.PathLike, delimiter: str | None = None) -> list[tu
     if delimiter == "\t":
         return [(i, line.split("\t")) for i, line in enumerate(lines, 1) if line.strip()]
     rows = []
-    reader = csv.reader(lines, delimiter=delimiter)
+    # Line ends kept: a quoted field spanning lines keeps its newline (without them csv glues "hopes.\nIt" into
+    # "hopes.It").
+    reader = csv.reader(text.splitlines(keepends=True), delimiter=delimiter)
     try:
         for row in reader:
             if any(cell.strip() for cell in row):
