@@ -98,6 +98,10 @@ class BertConfig:
     """Sequence classification loss: 'single_label_classification', 'multi_label_classification', 'regression'."""
     classifier_dropout: float | None = None
     """Dropout before a task head; None means hidden_dropout_prob, as in the reference."""
+    tabular_inputs: dict[str, Any] | None = None
+    """Non-text inputs a sequence classifier concatenates with the pooled [CLS] vector before its linear layer:
+    {"numeric": floats per example, "categories": [vocabulary size of each categorical column], "embedding_size":
+    width of each category embedding}. None: text only. A bertkit option (the folder is not transformers')."""
     task: str | None = None
     """The bertkit task a fine-tuned folder was trained for ('classification', 'ner', 'qa', ...)."""
     task_settings: dict[str, Any] = field(default_factory=dict)
@@ -131,6 +135,13 @@ class BertConfig:
             raise ConfigError(f"BertConfig.embedding_size must be a positive integer or null, got {self.embedding_size!r}")
         if self.pooling not in POOLINGS:
             raise ConfigError(f"BertConfig.pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
+        if self.tabular_inputs is not None:
+            t = self.tabular_inputs
+            if not (set(t) <= {"numeric", "categories", "embedding_size"} and isinstance(t.get("numeric", 0), int)
+                    and all(isinstance(n, int) and n > 0 for n in t.get("categories", []))
+                    and isinstance(t.get("embedding_size", 1), int) and t.get("embedding_size", 1) > 0):
+                raise ConfigError("BertConfig.tabular_inputs must be {numeric: int, categories: [positive ints], "
+                                  f"embedding_size: positive int}}, got {t!r}")
         if self.label_names is not None and len(self.label_names) != self.num_labels:
             raise ConfigError(
                 f"BertConfig.label_names has {len(self.label_names)} names but num_labels is {self.num_labels}"
@@ -153,7 +164,7 @@ class BertConfig:
         A folder of an incompatible model is written with model_type 'bertkit', and `bertkit convert --to-hf`
         refuses it."""
         return (self.layer_norm_position == "post" and not self.alibi and self.pooling == "cls"
-                and self.embedding_width == self.hidden_size and not self.share_layers)
+                and self.embedding_width == self.hidden_size and not self.share_layers and not self.tabular_inputs)
 
     @property
     def embedding_width(self) -> int:

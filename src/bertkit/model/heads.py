@@ -251,13 +251,40 @@ def sequence_classification_loss(logits: Tensor, labels: Tensor, config: BertCon
     return F.cross_entropy(logits.float().view(-1, config.num_labels), labels.view(-1))
 
 
+class TabularFeatures(nn.Module):
+    """A classifier's non-text inputs as one vector: the numeric columns as given (standardised by the task) next
+    to one learned embedding per categorical column (id 0 is the task's unknown bucket)."""
+
+    def __init__(self, numeric: int = 0, categories: list[int] | tuple[int, ...] = (),
+                 embedding_size: int = 16) -> None:
+        super().__init__()
+        self.numeric = numeric
+        self.embeddings = nn.ModuleList(nn.Embedding(n, embedding_size) for n in categories)
+        self.width = numeric + len(self.embeddings) * embedding_size
+
+    def forward(self, numeric_features: Tensor | None, categorical_ids: Tensor | None) -> Tensor:
+        for name, needed, given in (("numeric_features", self.numeric, numeric_features),
+                                    ("categorical_ids", len(self.embeddings), categorical_ids)):
+            if needed and given is None:
+                raise ValueError(f"this classifier reads {name} ({needed} per example) beside the text; none given")
+        parts = [numeric_features.float()] if self.numeric else []  # (batch, numeric)
+        parts += [emb(categorical_ids[:, i]) for i, emb in enumerate(self.embeddings)]  # (batch, embedding) each
+        return torch.cat(parts, -1)  # (batch, width)
+
+
 class _LinearHeadModel(BertHeadModel):
-    """BertModel, dropout and one linear layer: the shape shared by the sequence, token and choice classifiers."""
+    """BertModel, dropout and one linear layer: the shape shared by the sequence, token and choice classifiers.
+    With `config.tabular_inputs` (sequence classification), the layer reads [pooled [CLS]; TabularFeatures]."""
+
+    reads_tabular_inputs: bool = False
 
     def __init__(self, config: BertConfig, out_features: int) -> None:
         super().__init__(config)
         self.dropout = _classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, out_features)
+        tabular = config.tabular_inputs if self.reads_tabular_inputs else None
+        self.tabular = TabularFeatures(**tabular) if tabular else None
+        extra = self.tabular.width if self.tabular is not None else 0
+        self.classifier = nn.Linear(config.hidden_size + extra, out_features)
         self.post_init()
 
     def forward(
@@ -268,10 +295,14 @@ class _LinearHeadModel(BertHeadModel):
         labels: Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        numeric_features: Tensor | None = None,
+        categorical_ids: Tensor | None = None,
     ) -> ClassifierOutput:
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
-        features = out.pooler_output if self.reads_pooled_output else out.last_hidden_state
-        logits = self.classifier(self.dropout(features))
+        features = self.dropout(out.pooler_output if self.reads_pooled_output else out.last_hidden_state)
+        if self.tabular is not None:  # (batch, hidden + tabular width)
+            features = torch.cat([features, self.tabular(numeric_features, categorical_ids).to(features.dtype)], -1)
+        logits = self.classifier(features)
         loss = None if labels is None else self.loss(logits, labels)
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
@@ -280,7 +311,10 @@ class _LinearHeadModel(BertHeadModel):
 
 
 class BertForSequenceClassification(_LinearHeadModel):
-    """Single sentences or pairs (GLUE): a linear layer on the pooled [CLS] vector; logits (batch, labels)."""
+    """Single sentences or pairs (GLUE): a linear layer on the pooled [CLS] vector (and the example's numeric and
+    categorical columns when `config.tabular_inputs` is set); logits (batch, labels)."""
+
+    reads_tabular_inputs = True
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config, config.num_labels)
