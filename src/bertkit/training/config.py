@@ -52,6 +52,10 @@ class TrainingConfig:
     """Denominator epsilon; google-research/bert uses 1e-6, not torch's 1e-8."""
     max_grad_norm: float | None = 1.0
     """Clip the global gradient norm to this (reference: 1.0); None disables clipping."""
+    head_lr_scale: float = 1.0
+    """Multiplier of `lr` for the parameters outside the pre-trained encoder (`bert.`): a new task head, and the
+    embeddings of a classifier's non-text columns. 1.0 is the paper's single rate; a freshly initialised layer fed
+    by a few standardised numbers moves too slowly at a fine-tuning rate to use them (docs/pending/tabular.md)."""
 
     # --- schedule ---
     warmup: float = 10_000
@@ -128,6 +132,8 @@ class TrainingConfig:
             raise bad("adam_eps", "a positive number")
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
             raise bad("max_grad_norm", "a positive number or null")
+        if not self.head_lr_scale > 0:
+            raise bad("head_lr_scale", "a positive number")
         if self.warmup < 0:
             raise bad("warmup", "a step count >= 1, a fraction in [0, 1), or 0")
         if self.max_steps is not None and self.max_steps < 1:

@@ -36,14 +36,24 @@ def split_decay_names(model: nn.Module) -> tuple[list[str], list[str]]:
     return decay, no_decay
 
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Two optimizer groups: decayed weights, and biases + LayerNorm weights with weight_decay 0."""
+def parameter_groups(model: nn.Module, weight_decay: float, lr: float | None = None,
+                     head_lr_scale: float = 1.0) -> list[dict[str, Any]]:
+    """Two optimizer groups: decayed weights, and biases + LayerNorm weights with weight_decay 0. With
+    head_lr_scale != 1, each is split again: the parameters outside the encoder (`bert.`) get lr * head_lr_scale."""
     params = dict(model.named_parameters())
     decay, no_decay = split_decay_names(model)
-    return [
+    groups = [
         {"params": [params[n] for n in decay], "weight_decay": weight_decay},
         {"params": [params[n] for n in no_decay], "weight_decay": 0.0},
     ]
+    if head_lr_scale == 1.0 or lr is None:
+        return groups
+    split = []
+    for names, group in zip((decay, no_decay), groups):
+        head = [params[n] for n in names if not n.startswith("bert.")]
+        split += [{**group, "params": [params[n] for n in names if n.startswith("bert.")], "lr": lr},
+                  {**group, "params": head, "lr": lr * head_lr_scale}]
+    return [g for g in split if g["params"]]
 
 
 class Lamb(Optimizer):
@@ -99,7 +109,7 @@ class Lamb(Optimizer):
 
 def build_optimizer(model: nn.Module, config: TrainingConfig) -> Optimizer:
     """AdamW (decoupled weight decay) or LAMB over `parameter_groups`, with the config's betas, eps and lr."""
-    groups = parameter_groups(model, config.weight_decay)
+    groups = parameter_groups(model, config.weight_decay, config.lr, config.head_lr_scale)
     betas = (config.adam_beta1, config.adam_beta2)
     if config.optimizer == "lamb":
         return Lamb(groups, lr=config.lr, betas=betas, eps=config.adam_eps, weight_decay=config.weight_decay)
