@@ -34,6 +34,15 @@ def string_or_none(text: str) -> str | None:
     return None if text in ("null", "~") else text
 
 
+def string_list(text: str) -> list[str]:
+    """A list option's value: a YAML list ('[Age, Rating]') or names separated by commas ('Age,Rating')."""
+    if text.lstrip().startswith("["):
+        value = parse_value(text)
+        if isinstance(value, list):
+            return [str(v) for v in value]
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 def dataclass_fields(cls: type, nested: dict[str, type], skip: tuple[str, ...] = ()) -> list[tuple[str, str, bool]]:
     """(dotted path, help, whether it is a string field) of every field of `cls` and of the nested configs named
     in `nested` (field name -> class)."""

@@ -8,7 +8,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from bertkit.cli.config_options import add_config_options, apply_overrides, dataclass_fields, option_names
+from bertkit.cli.config_options import add_config_options, apply_overrides, dataclass_fields, option_names, string_list
 from bertkit.dataclass_io import dump_config, field_docs, read_config_file
 from bertkit.errors import ConfigError
 from bertkit.tasks import TASKS, get_task
@@ -56,7 +56,8 @@ def _add_finetune(sub: Any) -> None:
             group.add_argument(*flags, dest=TASK_PREFIX + name, action="store_true", default=argparse.SUPPRESS,
                                help=help_text)
         else:
-            kind = {"int | None": int, "float": float, "float | None": float}.get(str(f.type), str)
+            kind = {"int": int, "int | None": int, "float": float, "float | None": float,
+                    "list[str] | None": string_list}.get(str(f.type), str)
             group.add_argument(*flags, dest=TASK_PREFIX + name, type=kind, default=argparse.SUPPRESS,
                                metavar="VALUE", help=help_text)
     p.set_defaults(func=_finetune)

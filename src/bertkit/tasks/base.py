@@ -96,6 +96,10 @@ class Task:
         """Output size of the head the task needs (None: the head's own)."""
         return None
 
+    def head_config(self, settings: Settings) -> dict[str, Any]:
+        """BertConfig fields the task's head needs beyond its labels (the classifier's tabular inputs)."""
+        return {}
+
     def features(self, examples: Sequence, tokenizer: Any, settings: Settings, training: bool) -> list[Feature]:
         """Model inputs (lists of ints, labels) for the examples; feature keys not in `collate`'s list are metadata."""
         raise NotImplementedError

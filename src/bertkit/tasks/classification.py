@@ -10,6 +10,13 @@ Metrics by default: accuracy everywhere single-label, binary F1 of the positive 
 two-class file; macro F1 for more classes), Matthews correlation for CoLA, Pearson/Spearman for regression,
 micro F1 for multi-label. Predictions: the input rows with one more column, the predicted label as it appeared in
 the training data (JSONL input: each object with a "prediction" field).
+
+Non-text columns, two ways (docs/pending/tabular.md): `template` renders named columns into the text ("Age: {Age}.
+{Review Text}"; an empty field is written as `empty_field`, "unknown"); `numeric_columns` / `categorical_columns`
+go to the head beside the pooled [CLS] vector: numbers standardised with the training data's mean and std (an
+empty field is the mean, with a missing flag set), categories as embeddings of ids from the training data's
+vocabulary (an unseen or empty value is id 0, the unknown bucket). The statistics and vocabularies are fitted on
+the training examples and kept in the settings, so evaluate, predict and serve apply the same ones.
 """
 
 from __future__ import annotations
@@ -17,12 +24,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import string
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from bertkit.errors import data_error
+from bertkit.errors import ConfigError, data_error
 from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
 from bertkit.tasks.base import (
@@ -30,6 +38,7 @@ from bertkit.tasks.base import (
     Settings,
     Task,
     TaskOptions,
+    check_positive,
     is_jsonl,
     read_jsonl,
     read_table,
@@ -82,6 +91,10 @@ class TextExample:
     label: Any
     row: list[str] | dict[str, Any]
     header: list[str] | None = None
+    numeric: list[float | None] | None = None
+    """The numeric columns' values (None: an empty field), when the model reads numeric columns."""
+    categories: list[str | None] | None = None
+    """The categorical columns' values (None: an empty field), when the model reads categorical columns."""
 
 
 def _column(spec: str | None) -> Column | None:
@@ -94,9 +107,10 @@ def _column(spec: str | None) -> Column | None:
 def detect_layout(path: str | os.PathLike, first_row: list[str], settings: Settings) -> Layout:
     """The layout of a table: named columns if given, else a GLUE header, else CoLA's header-less layout."""
     text, pair, label = (_column(settings.get(k)) for k in ("text_column", "text_pair_column", "label_column"))
-    if text is not None:
+    if text is not None or settings.get("template"):  # a template names header columns: the file has a header
         named = [c for c in (text, pair, label) if c is not None]
-        return Layout(text, pair, label, header=not all(isinstance(c, int) for c in named),
+        return Layout(text, pair, label, header=bool(settings.get("template")) or not all(isinstance(c, int)
+                                                                                          for c in named),
                       main_metric=settings.get("main_metric", "accuracy"), problem=settings.get("problem",
                                                                                                 "single_label"))
     glue = settings.get("glue")
@@ -135,6 +149,136 @@ class ClassificationOptions(TaskOptions):
     """Several labels per example: one sigmoid per label."""
     label_separator: str = ","
     """Between the labels of a multi-label example."""
+    template: str | None = None
+    """The text written from the row's named columns, e.g. 'Age: {Age}. Department: {Department Name}. {Review
+    Text}' (instead of text_column; {{ and }} are literal braces). A column the file lacks is an error."""
+    empty_field: str = "unknown"
+    """What the template writes for an empty field."""
+    numeric_columns: list[str] | None = None
+    """Columns given to the head beside the text as numbers, e.g. [Age, Rating]: standardised with the training
+    data's mean and std; an empty field is the training mean with a missing flag set; a non-number is an error."""
+    categorical_columns: list[str] | None = None
+    """Columns given to the head beside the text as learned embeddings, e.g. [Department Name]; a value never seen
+    in training (or an empty field) goes to the column's unknown bucket."""
+    category_embedding_size: int = 16
+    """Width of each categorical column's embedding."""
+
+
+UNKNOWN_CATEGORY = 0  # the id of a category training never had (and of an empty field): one bucket per column
+
+
+def template_columns(template: str) -> list[str]:
+    """The columns a text template reads, in order: 'Age: {Age}. {Review Text}' -> ['Age', 'Review Text'];
+    ConfigError for a positional field ({}), a format spec or a lone brace."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as e:
+        raise ConfigError(f"template {template!r}: {e} (write {{{{ and }}}} for literal braces)") from None
+    names = []
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if not name or spec or conversion:
+            raise ConfigError(f"template {template!r}: every field must be a column name, as in {{Age}}; found "
+                              f"{{{name}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}}")
+        names.append(name)
+    return names
+
+
+def render_template(template: str, fields: Mapping[str, Any], empty: str = "unknown") -> str:
+    """The template with each {column} replaced by the row's value (stripped); an empty or null value as `empty`."""
+    out = []
+    for literal, name, _, _ in string.Formatter().parse(template):
+        out.append(literal)
+        if name is not None:
+            value = fields[name]
+            out.append(("" if value is None else str(value).strip()) or empty)
+    return "".join(out)
+
+
+def parse_number(path: str | os.PathLike, line: int | None, column: str, raw: Any) -> float | None:
+    """A numeric column's value: None for an empty field, else a finite number or a DataError naming the file,
+    line and column."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    try:
+        if isinstance(raw, bool):
+            raise ValueError
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise data_error(path, line, f"column {column!r}: {raw!r} is not a number (a numeric column; leave the "
+                         "field empty for a missing value)") from None
+    if not math.isfinite(value):
+        raise data_error(path, line, f"column {column!r}: {raw!r} is not a finite number")
+    return value
+
+
+def fit_numeric(values: Sequence[float | None]) -> list[float]:
+    """[mean, std] of a column's non-empty training values (std 1 for a constant column, [0, 1] for an empty one)."""
+    seen = np.array([v for v in values if v is not None], dtype=np.float64)
+    if not seen.size:
+        return [0.0, 1.0]
+    std = float(seen.std())
+    return [float(seen.mean()), std if std > 0 else 1.0]
+
+
+def numeric_vector(values: Sequence[float | None], stats: Sequence[Sequence[float]]) -> list[float]:
+    """The head's numeric input: each value standardised by its column's [mean, std], then one missing flag per
+    column; an empty field is the training mean (0.0) with its flag 1.0."""
+    z = [0.0 if v is None else (v - mean) / std for v, (mean, std) in zip(values, stats)]
+    return z + [1.0 if v is None else 0.0 for v in values]
+
+
+def category_ids(values: Sequence[str | None], vocabularies: Sequence[Sequence[str]]) -> list[int]:
+    """Per column, 1 + the value's position in the training vocabulary; UNKNOWN_CATEGORY for an unseen or empty
+    value."""
+    return [vocab.index(v) + 1 if v is not None and v in vocab else UNKNOWN_CATEGORY
+            for v, vocab in zip(values, vocabularies)]
+
+
+def input_columns(settings: Settings) -> list[str]:
+    """Every column the settings read besides the text, pair and label columns: the template's, numeric, categorical."""
+    template = template_columns(settings["template"]) if settings.get("template") else []
+    return template + list(settings.get("numeric_columns") or []) + list(settings.get("categorical_columns") or [])
+
+
+def row_inputs(path: str | os.PathLike, line: int | None, fields: Mapping[str, Any],
+               settings: Settings) -> dict[str, Any]:
+    """What a row (a column -> value mapping) gives besides its text and label: "text" when a template writes it,
+    "numeric" and "categories" when the model reads those columns. DataError naming the file, line and column for
+    a missing column or a non-number."""
+    for name in input_columns(settings):
+        require_field(path, line, fields, name)
+    out: dict[str, Any] = {}
+    if settings.get("template"):
+        out["text"] = render_template(settings["template"], fields, settings.get("empty_field", "unknown"))
+    if settings.get("numeric_columns"):
+        out["numeric"] = [parse_number(path, line, c, fields[c]) for c in settings["numeric_columns"]]
+    if settings.get("categorical_columns"):
+        out["categories"] = [None if fields[c] is None else (str(fields[c]).strip() or None)
+                             for c in settings["categorical_columns"]]
+    return out
+
+
+def request_example(text: str | None, pair: str | None, columns: Mapping[str, Any] | None, settings: Settings,
+                    where: str = "request") -> TextExample:
+    """One example from a request (the server's /classify) made as `read` makes one from a file's row: the text,
+    or the template written from `columns`, and the numeric and categorical columns; DataError naming `where`."""
+    extra = row_inputs(where, None, columns or {}, settings)
+    text = extra.pop("text", text)
+    if text is None:
+        raise data_error(where, None, "no text given, and the model has no template to write it from columns")
+    return TextExample(0, text, pair, None, dict(columns or {}), **extra)
+
+
+def _fitted(settings: Settings, key: str, columns: Sequence[str]) -> list:
+    """The training data's statistics (key numeric_stats / category_vocab) for `columns`, or a ConfigError."""
+    fitted = settings.get(key) or {}
+    missing = [c for c in columns if c not in fitted]
+    if missing:
+        raise ConfigError(f"task settings have no {key} for {missing}: they are fitted on the training data "
+                          "by `bertkit finetune`")
+    return [fitted[c] for c in columns]
 
 
 class ClassificationTask(Task):
@@ -144,6 +288,7 @@ class ClassificationTask(Task):
     aliases = ('sequence_classification', 'glue')
     order = 0
     model_class_name = "BertForSequenceClassification"
+    model_inputs = ("input_ids", "token_type_ids", "numeric_features", "categorical_ids")
     main_metric = "accuracy"
     default_lr = 3e-5
     default_max_length = 128
@@ -159,7 +304,33 @@ class ClassificationTask(Task):
         elif options.multi_label:
             s["problem"] = "multi_label"
         s["label_separator"] = options.label_separator or ","
+        if options.template is not None:
+            if options.text_column is not None:
+                raise ConfigError("classification options: give template or text_column, not both (the template "
+                                  "names the text's columns)")
+            template_columns(options.template)
+            s["template"], s["empty_field"] = options.template, options.empty_field
+        columns = list(options.numeric_columns or []) + list(options.categorical_columns or [])
+        if len(set(columns)) != len(columns):
+            raise ConfigError(f"classification options: a column is named twice in numeric_columns / "
+                              f"categorical_columns: {columns}")
+        if options.numeric_columns:
+            s["numeric_columns"] = list(options.numeric_columns)
+        if options.categorical_columns:
+            check_positive("category_embedding_size", options.category_embedding_size)
+            s["categorical_columns"] = list(options.categorical_columns)
+            s["category_embedding_size"] = options.category_embedding_size
         return s
+
+    def head_config(self, settings: Settings) -> dict[str, Any]:
+        numeric = settings.get("numeric_columns") or []
+        categorical = settings.get("categorical_columns") or []
+        if not numeric and not categorical:
+            return {"tabular_inputs": None}
+        vocabularies = _fitted(settings, "category_vocab", categorical)
+        return {"tabular_inputs": {"numeric": 2 * len(numeric),  # value and missing flag per column
+                                   "categories": [len(v) + 1 for v in vocabularies],  # + the unknown bucket
+                                   "embedding_size": settings.get("category_embedding_size", 16)}}
 
     # --- reading -----------------------------------------------------------------------------------------------
     def read(self, path: str | os.PathLike, settings: Settings, labelled: bool = True) -> list[TextExample]:
@@ -176,12 +347,14 @@ class ClassificationTask(Task):
         if layout.label is not None and "main_metric" not in settings and glue_name(layout):
             settings["glue"] = glue_name(layout)
             settings["main_metric"] = layout.main_metric
-        text_i = _index(path, header, layout.text, True)
+        text_i = _index(path, header, layout.text, True) if layout.text is not None else None
         pair_i = _index(path, header, layout.pair, True) if layout.pair is not None else None
         label_i = _index(path, header, layout.label, labelled) if layout.label is not None else None
         if labelled and label_i is None:
             raise data_error(path, None, "no label column; pass --label-column")
-        need = max(i for i in (text_i, pair_i, label_i) if i is not None)
+        for name in input_columns(settings):  # the template's, numeric and categorical columns, on the header line
+            _index(path, header, name, True)
+        need = max((i for i in (text_i, pair_i, label_i) if i is not None), default=0)
         examples = []
         for line, row in rows:
             if header is not None and len(row) != len(header):
@@ -190,9 +363,12 @@ class ClassificationTask(Task):
             if len(row) <= need:
                 raise data_error(path, line, f"{len(row)} fields, column {need} (0-based) needed")
             label = row[label_i].strip() if label_i is not None else None
+            extra = row_inputs(path, line, dict(zip(header, row)) if header is not None else {}, settings)
             examples.append(TextExample(
-                line, row[text_i].strip(), row[pair_i].strip() if pair_i is not None else None,
-                self._parse_label(path, line, label, settings) if label not in (None, "") else None, row, header))
+                line, extra.pop("text") if "text" in extra else row[text_i].strip(),
+                row[pair_i].strip() if pair_i is not None else None,
+                self._parse_label(path, line, label, settings) if label not in (None, "") else None, row, header,
+                **extra))
             if labelled and examples[-1].label is None:
                 raise data_error(path, line, f"empty label in column {layout.label!r}")
             if layout.labels is not None and examples[-1].label not in (None, *layout.labels):
@@ -207,6 +383,7 @@ class ClassificationTask(Task):
         if not rows:
             return []
         first = rows[0][1]
+        template = settings.get("template")
         text = settings.get("text_column") or next((k for k in JSONL_TEXT if k in first), "text")
         pair = settings.get("text_pair_column") or (JSONL_PAIR.get(text) if JSONL_PAIR.get(text) in first else None)
         label = settings.get("label_column") or "label"
@@ -216,10 +393,11 @@ class ClassificationTask(Task):
             raw = obj.get(label)
             if labelled and raw is None:
                 require_field(path, line, obj, label)
+            extra = row_inputs(path, line, obj, settings)
             examples.append(TextExample(
-                line, str(require_field(path, line, obj, text)),
+                line, extra.pop("text") if template else str(require_field(path, line, obj, text)),
                 str(require_field(path, line, obj, pair)) if pair else None,
-                self._parse_label(path, line, raw, settings) if raw is not None else None, obj))
+                self._parse_label(path, line, raw, settings) if raw is not None else None, obj, **extra))
         if labelled:
             check_stray_labels(path, examples, settings)
         return examples
@@ -245,6 +423,7 @@ class ClassificationTask(Task):
 
     # --- labels -----------------------------------------------------------------------------------------------
     def fit_labels(self, examples: Sequence[TextExample], settings: Settings) -> Settings:
+        settings = self.fit_inputs(examples, settings)
         if settings.get("problem") == "regression":
             settings["label_names"] = None
             settings.setdefault("main_metric", "pearson")
@@ -254,6 +433,19 @@ class ClassificationTask(Task):
         if settings.get("problem") == "multi_label":
             settings.setdefault("main_metric", "micro_f1")
         settings.setdefault("main_metric", "accuracy")
+        return settings
+
+    def fit_inputs(self, examples: Sequence[TextExample], settings: Settings) -> Settings:
+        """The numeric columns' [mean, std] and the categorical columns' vocabularies, from the training examples."""
+        numeric = settings.get("numeric_columns") or []
+        categorical = settings.get("categorical_columns") or []
+        if numeric:
+            settings["numeric_stats"] = {c: fit_numeric([ex.numeric[i] for ex in examples])  # type: ignore[index]
+                                         for i, c in enumerate(numeric)}
+        if categorical:
+            settings["category_vocab"] = {c: sorted({ex.categories[i] for ex in examples  # type: ignore[index]
+                                                     if ex.categories[i] is not None})  # type: ignore[index]
+                                          for i, c in enumerate(categorical)}
         return settings
 
     def check_examples(self, examples: Sequence[TextExample], settings: Settings, path: str | os.PathLike) -> None:
@@ -282,10 +474,16 @@ class ClassificationTask(Task):
         names = settings.get("label_names") or []
         index = {name: i for i, name in enumerate(names)}
         problem = settings.get("problem", "single_label")
+        stats = _fitted(settings, "numeric_stats", settings.get("numeric_columns") or [])
+        vocabularies = _fitted(settings, "category_vocab", settings.get("categorical_columns") or [])
         out = []
         for ex in examples:
             enc = tokenizer.encode(ex.text, ex.pair, max_length=settings["max_length"], truncation="longest_first")
             feature: Feature = {"input_ids": list(enc.input_ids), "token_type_ids": list(enc.token_type_ids)}
+            if stats:
+                feature["numeric_features"] = numeric_vector(ex.numeric or [], stats)
+            if vocabularies:
+                feature["categorical_ids"] = category_ids(ex.categories or [], vocabularies)
             if ex.label is not None:
                 if problem == "regression":
                     feature["labels"] = float(ex.label)

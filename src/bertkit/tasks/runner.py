@@ -86,6 +86,7 @@ def build_model(task: Task, folder: str | os.PathLike, settings: Settings) -> An
         overrides.update(num_labels=n, label_names=settings.get("label_names"))
         if hasattr(task, "problem_type"):
             overrides["problem_type"] = task.problem_type(settings)
+    overrides.update(task.head_config(settings))
     return open_folder(folder, task.model_class_name, **overrides).model
 
 
