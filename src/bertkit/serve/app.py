@@ -29,7 +29,9 @@ from bertkit.model.folder import open_folder
 from bertkit.runtime import release_free_memory
 from bertkit.serve.batching import DynamicBatcher, QueueFull, RequestTimeout
 from bertkit.serve.settings import ServeSettings
-from bertkit.tasks.classification import read_logits
+from bertkit.errors import DataError
+from bertkit.tasks.base import run_model
+from bertkit.tasks.classification import ClassificationTask, input_columns, read_logits, request_example
 from bertkit.tasks.qa import context_offsets, window_spans
 
 MAX_ANSWER_TOKENS = 30  # longest answer span considered, as in the SQuAD reference
@@ -108,8 +110,12 @@ class FillMaskResponse(BaseModel):
 
 
 class ClassifyRequest(BaseModel):
-    texts: list[str]
+    texts: list[str] | None = Field(None, description="the texts (left out for a model that writes its text from "
+                                                      "columns with a template)")
     pairs: list[str] | None = Field(None, description="second segments, one per text")
+    columns: list[dict[str, str | float | int | None]] | None = Field(
+        None, description="one object per example, column name -> value, for a model trained with a template or "
+                          "numeric/categorical columns: read as the training file's rows were")
 
 
 class Classification(BaseModel):
@@ -163,6 +169,9 @@ class Predictor:
         self.config = self.model.config
         self.max_length = self.config.max_position_embeddings
         self.labels = self.config.label_names or [f"LABEL_{i}" for i in range(self.config.num_labels)]
+        # A classifier trained with a template or non-text columns reads requests as its task read the files.
+        self.settings = {**(self.config.task_settings or {}), "label_names": self.labels}
+        self.columns = input_columns(self.settings) if self.config.task == ClassificationTask.name else []
 
     @property
     def head(self) -> str:
@@ -205,11 +214,46 @@ class Predictor:
             out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         return out, encodings
 
-    def classify(self, items: list[tuple[str, str | None]]) -> list[dict[str, Any]]:
-        """items: (text, pair or None) -> as the head's problem type reads its logits: a softmax over the labels,
-        a sigmoid per label (multi-label), or the number itself (regression)."""
-        out, _ = self._forward([t for t, _ in items], [p for _, p in items])
-        return [read_logits(row, self.config.problem_type, self.labels) for row in out.logits.float().cpu().numpy()]
+    def classify_items(self, texts: list[str] | None, pairs: list[str] | None,
+                       columns: list[dict[str, Any]] | None) -> list[tuple[str, str | None, Any]]:
+        """A /classify request's items (text, pair, example or None), checked; ValueError for a bad request.
+        A model with columns gets the example its task makes of them (template text, standardised numbers and
+        category ids with the training data's statistics, saved in the folder)."""
+        if not self.columns:
+            if columns is not None:
+                raise ValueError("this model reads no columns besides the text; send texts (and pairs) only")
+            if texts is None:
+                raise ValueError("texts is required")
+            return [(t, p, None) for t, p in zip(texts, pairs or [None] * len(texts))]
+        if columns is None:
+            raise ValueError(f"this model reads the columns {self.columns}: send columns, one object per example")
+        if self.settings.get("template") and texts is not None:
+            raise ValueError("this model writes its text from columns with its template "
+                             f"({self.settings['template']!r}); send columns, not texts")
+        texts = texts if texts is not None else [None] * len(columns)  # type: ignore[list-item]
+        if len(texts) != len(columns):
+            raise ValueError(f"columns has {len(columns)} objects, texts has {len(texts)}")
+        items = []
+        for i, (t, p, c) in enumerate(zip(texts, pairs or [None] * len(texts), columns)):
+            try:
+                ex = request_example(t, p, c, self.settings, f"columns[{i}]")
+            except DataError as e:
+                raise ValueError(str(e)) from None
+            items.append((ex.text, ex.pair, ex))
+        return items
+
+    def classify(self, items: list[tuple[str, str | None, Any]]) -> list[dict[str, Any]]:
+        """items: (text, pair or None, the task's example or None) -> as the head's problem type reads its logits:
+        a softmax over the labels, a sigmoid per label (multi-label), or the number itself (regression)."""
+        if self.columns:  # the task's features, as evaluate and predict make them
+            task = ClassificationTask()
+            features = task.features([ex for _, _, ex in items], self.tokenizer, self.settings, training=False)
+            logits = [out["logits"] for out in run_model(self.model, features, task.collator(self.tokenizer),
+                                                         len(features), ("logits",), False, task.model_inputs)]
+        else:
+            out, _ = self._forward([t for t, _, _ in items], [p for _, p, _ in items])
+            logits = list(out.logits.float().cpu().numpy())
+        return [read_logits(row, self.config.problem_type, self.labels) for row in logits]
 
     def ner(self, items: list[str]) -> list[list[dict[str, Any]]]:
         """Word pieces (special tokens left out) with their argmax label."""
@@ -335,11 +379,11 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     @app.post("/classify", response_model=ClassifyResponse)
     async def classify(req: ClassifyRequest, request: Request) -> ClassifyResponse:
         batcher("classify")
-        check_texts(req.texts)
-        if req.pairs is not None and len(req.pairs) != len(req.texts):
-            raise HTTPException(400, f"pairs has {len(req.pairs)} entries, texts has {len(req.texts)}")
-        pairs = req.pairs or [None] * len(req.texts)
-        return ClassifyResponse(results=await run("classify", list(zip(req.texts, pairs)), request))
+        items = predictor.classify_items(req.texts, req.pairs, req.columns)  # ValueError -> 400
+        check_texts([t for t, _, _ in items])
+        if req.pairs is not None and len(req.pairs) != len(items):
+            raise HTTPException(400, f"pairs has {len(req.pairs)} entries, texts has {len(items)}")
+        return ClassifyResponse(results=await run("classify", items, request))
 
     @app.post("/ner", response_model=NerResponse)
     async def ner(req: NerRequest, request: Request) -> NerResponse:
