@@ -69,7 +69,7 @@ def test_a_stopped_distillation_resumes_to_the_same_student(tmp_path: Path, data
     assert main(_args(teacher, data_dir, tmp_path / "straight")) == 0
     real_log = MetricsLogger.log
 
-    def log_then_stop(self, record):  # noqa: ANN001, ANN202
+    def log_then_stop(self, record):
         real_log(self, record)
         if record["split"] == "train" and record["step"] >= 10:
             os.kill(os.getpid(), signal.SIGTERM)
@@ -117,7 +117,8 @@ def test_pretraining_time_distillation_on_prepared_text(tmp_path: Path, mlm_teac
     d = summary["distillation"]
     assert d["mode"] == "pretraining" and d["teacher_layers"] == [0]  # None = half of 2 layers
     assert (d["alpha_ce"], d["alpha_hard"], d["alpha_cos"]) == (5.0, 2.0, 1.0)  # DistilBERT's
-    assert {"mlm_loss", "mlm_accuracy"} <= set(summary["final_metrics"]) and "nsp_accuracy" not in summary["final_metrics"]
+    metrics = summary["final_metrics"]
+    assert {"mlm_loss", "mlm_accuracy"} <= set(metrics) and "nsp_accuracy" not in metrics  # no NSP, as DistilBERT
     student = load_model(out / "final")
     assert type(student).__name__ == "BertForPreTraining" and student.config.num_hidden_layers == 1
     assert (out / "final" / "vocab.txt").is_file()
@@ -125,7 +126,7 @@ def test_pretraining_time_distillation_on_prepared_text(tmp_path: Path, mlm_teac
     assert [r["step"] for r in train if r["split"] == "eval"] == [2, 4]
 
 
-def _resolve(*argv: str):  # noqa: ANN202
+def _resolve(*argv: str):
     import argparse
 
     from bertkit.cli import distill as cli_distill

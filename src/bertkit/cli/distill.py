@@ -6,7 +6,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertkit.cli.config_options import add_config_options, apply_overrides, dataclass_fields
+from bertkit.cli.config_options import (
+    add_config_options,
+    apply_overrides,
+    dataclass_fields,
+)
 from bertkit.dataclass_io import dump_config, read_config_file
 from bertkit.tasks.distill import DistillConfig
 from bertkit.training.config import TrainingConfig

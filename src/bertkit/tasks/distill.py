@@ -24,7 +24,13 @@ from bertkit.io import atomic_write_json
 from bertkit.pretrained import resolve_model_dir
 from bertkit.tasks import get_task
 from bertkit.tasks.base import check_positive
-from bertkit.tasks.runner import RESULTS_NAME, FinetuneConfig, finetune, finetune_training, read_folder_config
+from bertkit.tasks.runner import (
+    RESULTS_NAME,
+    FinetuneConfig,
+    finetune,
+    finetune_training,
+    read_folder_config,
+)
 from bertkit.training.config import TrainingConfig, save_config
 
 TASK, PRETRAINING = "task", "pretraining"
@@ -167,7 +173,7 @@ def distill(config: DistillConfig, resume: bool = False) -> dict[str, Any]:
     if not config.training.output_dir:
         raise ConfigError("DistillConfig.training.output_dir is required (--output)")
     save_config(config, output / CONFIG_COPY)  # the run's own record; the job writes its finetune/pretrain view too
-    wrap = lambda teacher: make_distiller(teacher, config)  # noqa: E731
+    wrap = lambda teacher: make_distiller(teacher, config)
     if config.mode == TASK:
         job = FinetuneConfig(task=read_folder_config(config.teacher).task, model=config.teacher, train=config.train,
                              dev=config.dev, options=_task_options(config), eval_batch_size=config.eval_batch_size,
