@@ -11,15 +11,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tasks"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "inference"))
-from inference_helpers import tiny_folder  # noqa: E402
-from test_tabular import OPTIONS, ROWS, write_csv  # noqa: E402
+from inference_helpers import tiny_folder
+from test_tabular import OPTIONS, ROWS, write_csv
 
-from bertkit.cli import main  # noqa: E402
+from bertkit.cli import main
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from bertkit.serve import ServeSettings, create_app  # noqa: E402
+from bertkit.serve import ServeSettings, create_app
 
 COLUMNS = {"Age": 41, "Department Name": "Tops", "Title": "Nice", "Review Text": "Soft and warm", "Rating": "4"}
 

@@ -119,7 +119,7 @@ def test_numeric_vector_is_pure() -> None:
 class _Tok:
     """Enough of a tokenizer for features(): one id per character."""
 
-    def encode(self, text: str, pair: str | None = None, **_: object):  # noqa: ANN201
+    def encode(self, text: str, pair: str | None = None, **_: object) -> object:
         ids = [2] + [ord(c) % 90 + 5 for c in text][:20] + [3]
         return type("Enc", (), {"input_ids": ids, "token_type_ids": [0] * len(ids)})
 
@@ -158,7 +158,7 @@ def test_predict_applies_the_saved_statistics_not_the_files(tabular_run: Path) -
     from bertkit.tasks.runner import _load_finetuned
 
     best = tabular_run / "run" / "best"
-    task, saved, model, tokenizer = _load_finetuned(str(best))
+    _, saved, model, tokenizer = _load_finetuned(str(best))
     # One row, ages far from training's: refitting on this file would standardise Age to 0 and Rating to 0.
     rows = [["90", "Swim", "New", "Odd one", "1", ""]]
     path = write_csv(tabular_run / "new.csv", rows)

@@ -201,13 +201,15 @@ def parse_number(path: str | os.PathLike, line: int | None, column: str, raw: An
     line and column."""
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return None
-    try:
-        if isinstance(raw, bool):
-            raise ValueError
-        value = float(raw)
-    except (TypeError, ValueError):
+    value = None
+    if not isinstance(raw, bool):  # JSON true is not a number here
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            pass
+    if value is None:
         raise data_error(path, line, f"column {column!r}: {raw!r} is not a number (a numeric column; leave the "
-                         "field empty for a missing value)") from None
+                         "field empty for a missing value)")
     if not math.isfinite(value):
         raise data_error(path, line, f"column {column!r}: {raw!r} is not a finite number")
     return value
