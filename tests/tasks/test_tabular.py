@@ -173,6 +173,16 @@ def test_predict_applies_the_saved_statistics_not_the_files(tabular_run: Path) -
                        categorical_ids=torch.tensor([[UNKNOWN_CATEGORY]])).logits[0]
     assert predicted == model.config.label_names[int(logits.argmax())]
     assert abs((90 - mean) / std) > 1.0  # the saved statistics, not this file's (which would give 0)
+    # A CSV prediction file keeps multi-line texts as quoted fields; a TSV one writes them on one line.
+    assert main(["predict", "--model", str(best), "--input", str(tabular_run / "dev.csv"),
+                 "--output", str(tabular_run / "p.csv")]) == 0
+    with open(tabular_run / "p.csv", newline="", encoding="utf-8") as f:
+        written = list(csv.reader(f))
+    assert written[0] == [*HEADER, "prediction"] and [r[:-1] for r in written[1:]] == ROWS
+    assert main(["predict", "--model", str(best), "--input", str(tabular_run / "dev.csv"),
+                 "--output", str(tabular_run / "p.tsv")]) == 0
+    lines = (tabular_run / "p.tsv").read_text().splitlines()
+    assert len(lines) == len(ROWS) + 1 and lines[2].split("\t")[3] == 'I had such "high" hopes. It did not fit.'
     assert main(["evaluate", "--model", str(best), "--input", str(tabular_run / "dev.csv"),
                  "--output", str(tabular_run / "m.json")]) == 0
     assert json.loads((tabular_run / "m.json").read_text())["examples"] == len(ROWS)

@@ -21,9 +21,11 @@ the training examples and kept in the settings, so evaluate, predict and serve a
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
+import re
 import string
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -533,12 +535,15 @@ class ClassificationTask(Task):
                 for ex, pred in zip(examples, predictions):
                     f.write(json.dumps({**ex.row, "prediction": pred}, ensure_ascii=False) + "\n")
                 return
-            if examples and examples[0].header is not None:
-                f.write("\t".join(examples[0].header + ["prediction"]) + "\n")
+            rows = [list(examples[0].header) + ["prediction"]] if examples and examples[0].header is not None else []
             for ex, pred in zip(examples, predictions):
-                text = sep.join(pred) if isinstance(pred, list) else (f"{pred:.6g}" if isinstance(pred, float)
-                                                                      else str(pred))
-                f.write("\t".join(list(ex.row) + [text]) + "\n")
+                rows.append(list(ex.row) + [sep.join(pred) if isinstance(pred, list) else (
+                    f"{pred:.6g}" if isinstance(pred, float) else str(pred))])
+            if str(path).lower().endswith(".csv"):  # RFC 4180: a text spanning lines stays one quoted field
+                csv.writer(f, lineterminator="\n").writerows(rows)
+                return
+            for row in rows:  # TSV: one row per line, so a tab or line break inside a field is written as a space
+                f.write("\t".join(re.sub(r"\r\n|[\t\r\n]", " ", cell) for cell in row) + "\n")
 
 
 STRAY_COMMON = 10  # a label seen once among labels each seen at least this often is taken for a typo
