@@ -7,13 +7,15 @@ reference initialisation; its forward runs the encoder, then its own layer and l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.data.dataset import IGNORE_INDEX
+from bertkit.errors import ConfigError
 from bertkit.model.bert import BertModel, BertPreTrainedModel, activation
 from bertkit.model.config import BertConfig
 from bertkit.model.kernels import Dropout
@@ -392,6 +394,160 @@ class BertForQuestionAnswering(BertHeadModel):
         return QuestionAnsweringOutput(loss, start_logits, end_logits, out.hidden_states, out.attentions)
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# The feature-based approach (paper, section 5.3): BERT frozen, its token features feed a small tagger.
+# ----------------------------------------------------------------------------------------------------------------
+
+FEATURE_CHOICES = ("last", "sum_last_four", "concat_last_four", "weighted_sum")
+TAGGERS = ("bilstm", "linear")
+
+
+@dataclass
+class FrozenTaggerSettings:
+    """The frozen tagger's settings (kept in config.task_settings); the defaults are the paper's best feature choice
+    (Table 7) and a BiLSTM sized for a small encoder."""
+
+    frozen_features: str = "concat_last_four"
+    """With --frozen: how a token's feature is made of BERT's hidden states: last (the last layer), sum_last_four,
+    concat_last_four (the paper's best) or weighted_sum (a learned softmax mix of every layer, embeddings included:
+    ELMo's scalar mix)."""
+    tagger: str = "bilstm"
+    """With --frozen: the task model on the features: bilstm (two layers, then a linear layer: the paper's) or
+    linear."""
+    tagger_hidden: int = 256
+    """With --frozen: the BiLSTM's hidden size per direction (paper: 768 on BERT-base)."""
+    tagger_dropout: float = 0.3
+    """With --frozen: dropout on the features and on the BiLSTM's outputs."""
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("frozen_features", FEATURE_CHOICES), ("tagger", TAGGERS)):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} = {getattr(self, name)!r}: expected one of {', '.join(allowed)}")
+        if not (isinstance(self.tagger_hidden, int) and self.tagger_hidden > 0):
+            raise ConfigError(f"tagger_hidden = {self.tagger_hidden!r}: expected a positive integer")
+        if not 0 <= self.tagger_dropout < 1:
+            raise ConfigError(f"tagger_dropout = {self.tagger_dropout!r}: expected a probability in [0, 1)")
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any]) -> "FrozenTaggerSettings":
+        """These settings from a dict that may hold others too (config.task_settings)."""
+        return cls(**{f.name: settings[f.name] for f in fields(cls) if f.name in settings})
+
+    def to_settings(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(FrozenTaggerSettings)}
+
+
+class ScalarMix(nn.Module):
+    """scale * sum_l softmax(w)_l h_l over the layers (Peters et al. 2018, eq. 1: gamma); w starts at 0 (an even
+    mix). Not named gamma: checkpoint loading reads a TF-era `.gamma` as a LayerNorm weight."""
+
+    def __init__(self, num_layers: int) -> None:
+        super().__init__()
+        self.scalar_weights = nn.Parameter(torch.zeros(num_layers))
+        self.scale = nn.Parameter(torch.ones(()))
+
+    def forward(self, layers: Tensor) -> Tensor:  # (..., layers, hidden) -> (..., hidden)
+        weights = torch.softmax(self.scalar_weights, 0)
+        return self.scale * torch.einsum("...lh,l->...h", layers, weights)
+
+
+def combine_layers(layers: Tensor, choice: str, mix: ScalarMix | None = None) -> Tensor:
+    """A token's feature from its stacked hidden states (..., L + 1, hidden), the embeddings first."""
+    if choice == "last":
+        return layers[..., -1, :]
+    if choice == "sum_last_four":
+        return layers[..., -4:, :].sum(-2)
+    if choice == "concat_last_four":  # the last layer first, as the paper lists them
+        return layers[..., -4:, :].flip(-2).flatten(-2)  # (..., 4 * hidden)
+    if choice == "weighted_sum" and mix is not None:
+        return mix(layers)
+    raise ValueError(f"frozen_features = {choice!r}: expected one of {', '.join(FEATURE_CHOICES)}")
+
+
+def feature_width(choice: str, hidden_size: int) -> int:
+    """Width of a token feature for a feature choice."""
+    return 4 * hidden_size if choice == "concat_last_four" else hidden_size
+
+
+class BertForFrozenTokenClassification(BertHeadModel):
+    """Tagging on a frozen BERT: the encoder never trains (and always runs in eval mode); a token's feature is
+    combined from its hidden states (`frozen_features`) and tagged by a BiLSTM + linear layer or a linear layer.
+
+    Settings: FrozenTaggerSettings, read from config.task_settings. forward takes either the inputs, and runs
+    the encoder, or `hidden_layers`: its stacked hidden states computed once beforehand (the cached features).
+    The folder it writes holds the encoder's weights too, so it predicts on its own.
+    """
+
+    reads_pooled_output = False
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        s = FrozenTaggerSettings.from_settings(config.task_settings or {})
+        self.frozen_features, self.tagger = s.frozen_features, s.tagger
+        if self.frozen_features.endswith("_last_four") and config.num_hidden_layers < 4:
+            raise ConfigError(f"frozen_features = {self.frozen_features!r} needs an encoder of 4 layers or more; "
+                              f"this one has {config.num_hidden_layers} (use last or weighted_sum)")
+        width = feature_width(self.frozen_features, config.hidden_size)
+        hidden, p = s.tagger_hidden, s.tagger_dropout
+        self.scalar_mix = ScalarMix(config.num_hidden_layers + 1) if self.frozen_features == "weighted_sum" else None
+        self.dropout = Dropout(p)
+        self.lstm = nn.LSTM(width, hidden, num_layers=2, bidirectional=True, batch_first=True,
+                            dropout=p) if self.tagger == "bilstm" else None
+        self.classifier = nn.Linear(2 * hidden if self.lstm is not None else width, config.num_labels)
+        self.post_init()
+        self.bert.requires_grad_(False)
+
+    @classmethod
+    def from_pretrained(cls, folder: str, **kwargs: object) -> "BertForFrozenTokenClassification":
+        """As every head's, and the settings remember the encoder folder the tagger was first built on."""
+        model = super().from_pretrained(folder, **kwargs)
+        model.config.task_settings = {**model.config.task_settings}
+        model.config.task_settings.setdefault("encoder", str(folder))
+        return model
+
+    def train(self, mode: bool = True) -> "BertForFrozenTokenClassification":
+        super().train(mode)
+        self.bert.eval()  # frozen: no dropout, the features are the encoder's deterministic output
+        return self
+
+    @torch.no_grad()
+    def layer_features(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                       token_type_ids: Tensor | None = None) -> Tensor:
+        """Every layer's hidden states, embeddings first: (batch, seq, L + 1, hidden)."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True)
+        return torch.stack(out.hidden_states, dim=2)
+
+    def forward(
+        self,
+        input_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        hidden_layers: Tensor | None = None,
+        labels: Tensor | None = None,
+    ) -> ClassifierOutput:
+        if hidden_layers is None:
+            if input_ids is None:
+                raise ValueError("BertForFrozenTokenClassification needs input_ids or hidden_layers")
+            hidden_layers = self.layer_features(input_ids, attention_mask, token_type_ids)
+        x = self.dropout(combine_layers(hidden_layers.float(), self.frozen_features, self.scalar_mix))
+        if self.lstm is not None:
+            x = self.dropout(self._run_lstm(x, attention_mask))
+        logits = self.classifier(x)  # (batch, seq, labels)
+        loss = None if labels is None else F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
+        return ClassifierOutput(loss, logits)
+
+    def _run_lstm(self, x: Tensor, attention_mask: Tensor | None) -> Tensor:
+        """The BiLSTM over each sequence's real tokens only (packed: the backward direction starts at its end)."""
+        seq = x.shape[1]
+        if attention_mask is None:
+            lengths = torch.full((x.shape[0],), seq, dtype=torch.long)
+        else:
+            lengths = attention_mask.sum(1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, _ = self.lstm(packed)
+        return nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=seq)[0]  # (batch, seq, 2 * hidden)
+
+
 # Head classes by the name transformers gives them in config.json's "architectures".
 MODEL_CLASSES: dict[str, type[BertPreTrainedModel]] = {
     cls.__name__: cls
@@ -402,6 +558,7 @@ MODEL_CLASSES: dict[str, type[BertPreTrainedModel]] = {
         BertForNextSentencePrediction,
         BertForSequenceClassification,
         BertForTokenClassification,
+        BertForFrozenTokenClassification,
         BertForQuestionAnswering,
         BertForMultipleChoice,
     )

@@ -104,6 +104,16 @@ class Task:
         """Model inputs (lists of ints, labels) for the examples; feature keys not in `collate`'s list are metadata."""
         raise NotImplementedError
 
+    def model_class(self, settings: Settings) -> str:
+        """The head class that serves these settings (the task's `model_class_name` unless an option picks another)."""
+        return self.model_class_name
+
+    def prepare_inputs(self, model: torch.nn.Module, features: list[Feature], options: TaskOptions,
+                       output_dir: str | os.PathLike) -> list[Feature]:
+        """Inputs computed once with the model before training and evaluation (the frozen encoder's cached features
+        of the feature-based approach); by default the features as they are."""
+        return features
+
     def collator(self, tokenizer: Any) -> "Collator":
         """The function that pads a list of features into a batch of tensors."""
         return Collator(pad_token_id=getattr(tokenizer, "pad_token_id", 0) or 0,
@@ -229,8 +239,9 @@ def _pad(rows: list, pad: int | float) -> list:
 
 @dataclass
 class Collator:
-    """Pads features into tensors: input_ids with [PAD], token types with 0, token labels with -100; builds the
-    attention mask. Keys a model does not read (example ids, offsets) are left out of the batch."""
+    """Pads features into tensors: input_ids with [PAD], token types with 0, token labels with -100, per-token
+    arrays (seq, ...) with zeros into float32; builds the attention mask. Keys a model does not read (example ids,
+    offsets) are left out of the batch."""
 
     pad_token_id: int = 0
     model_keys: tuple[str, ...] = ("input_ids", "token_type_ids", "labels", "start_positions", "end_positions")
@@ -242,7 +253,9 @@ class Collator:
             if key not in first:
                 continue
             values = [f[key] for f in features]
-            if isinstance(values[0], list) and values[0] and isinstance(values[0][0], float):
+            if isinstance(values[0], np.ndarray):  # per-token arrays (cached encoder features)
+                batch[key] = torch.from_numpy(_pad_arrays(values))
+            elif isinstance(values[0], list) and values[0] and isinstance(values[0][0], float):
                 batch[key] = torch.tensor(values, dtype=torch.float32)  # multi-label targets
             elif isinstance(values[0], list):
                 pad = {"input_ids": self.pad_token_id, "labels": IGNORE_INDEX}.get(key, 0)
@@ -257,6 +270,14 @@ class Collator:
         return batch
 
 
+def _pad_arrays(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """(seq_i, ...) arrays stacked into one zero-padded float32 array (batch, max seq, ...)."""
+    out = np.zeros((len(arrays), max(len(a) for a in arrays), *arrays[0].shape[1:]), dtype=np.float32)
+    for row, a in enumerate(arrays):
+        out[row, :len(a)] = a
+    return out
+
+
 def _ones(n: int | list[int]) -> list:
     return [[1] * k for k in n] if isinstance(n, list) else [1] * n
 
@@ -268,19 +289,16 @@ def feature_length(feature: Feature) -> int:
 
 
 @torch.no_grad()
-def run_model(model: torch.nn.Module, features: Sequence[Feature], collate: Collator, batch_size: int,
-              output_keys: Sequence[str] = ("logits",), per_token: bool = False,
-              model_inputs: Sequence[str] = ("input_ids", "token_type_ids")) -> list[dict[str, np.ndarray]]:
-    """Model outputs for every feature, in the features' order, as float32 arrays (per-token ones cut to the
-    feature's own length).
-
-    Features are batched by length (less padding, same results) and the model is put back in its former mode.
-    """
+def iter_model_outputs(model: torch.nn.Module, features: Sequence[Feature], collate: Collator, batch_size: int,
+                       output_keys: Sequence[str] = ("logits",), per_token: bool = False,
+                       model_inputs: Sequence[str] = ("input_ids", "token_type_ids"),
+                       ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """(feature index, its outputs as float32 arrays; per-token ones cut to the feature's own length) for every
+    feature, batched by length (less padding, same results); the model is put back in its former mode."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     order = sorted(range(len(features)), key=lambda i: feature_length(features[i]))
-    results: list[dict[str, np.ndarray] | None] = [None] * len(features)
     try:
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
@@ -290,9 +308,18 @@ def run_model(model: torch.nn.Module, features: Sequence[Feature], collate: Coll
             arrays = {k: getattr(out, k).float().cpu().numpy() for k in output_keys}
             for row, i in enumerate(idx):
                 n = len(features[i]["input_ids"])
-                results[i] = {k: v[row, :n] if per_token else v[row] for k, v in arrays.items()}
+                yield i, {k: v[row, :n] if per_token else v[row] for k, v in arrays.items()}
     finally:
         model.train(was_training)
+
+
+def run_model(model: torch.nn.Module, features: Sequence[Feature], collate: Collator, batch_size: int,
+              output_keys: Sequence[str] = ("logits",), per_token: bool = False,
+              model_inputs: Sequence[str] = ("input_ids", "token_type_ids")) -> list[dict[str, np.ndarray]]:
+    """Model outputs for every feature, in the features' order (see iter_model_outputs)."""
+    results: list[dict[str, np.ndarray] | None] = [None] * len(features)
+    for i, out in iter_model_outputs(model, features, collate, batch_size, output_keys, per_token, model_inputs):
+        results[i] = out
     return results  # type: ignore[return-value]
 
 

@@ -9,6 +9,11 @@ first piece and -100 (ignored by the loss) on the rest. A sentence longer than m
 lost words are predicted "O", counted, and reported in a warning. Predictions: one tag per original word, written
 as `token<TAB>tag` lines with a blank line between sentences. Metric: entity-level precision/recall/F1 counted as
 seqeval (conlleval) counts them, plus per-type scores.
+
+`--frozen` is the paper's feature-based approach (section 5.3): BERT stays frozen, runs once per sentence with its
+hidden states cached to disk (`bertkit.tasks.feature_cache`), and the one Trainer trains only a tagger on the cached
+features (`frozen_features`: last, sum or concatenation of the last four, or a learned mix of every layer; `tagger`:
+a two-layer BiLSTM or a linear layer). Its folder holds the encoder too and decodes as above.
 """
 
 from __future__ import annotations
@@ -16,14 +21,17 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+import torch
 
 from bertkit.errors import data_error
 from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
-from bertkit.tasks.base import IGNORE_INDEX, Feature, Settings, Task, read_text
+from bertkit.model.heads import FrozenTaggerSettings
+from bertkit.tasks.base import IGNORE_INDEX, Feature, Settings, Task, TaskOptions, read_text
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +106,18 @@ def read_conll(path: str | os.PathLike, labelled: bool = True) -> list[TaggedSen
     return sentences
 
 
+@dataclass
+class NerOptions(TaskOptions, FrozenTaggerSettings):
+    """NER's options: the common ones, and the feature-based approach's (the tagger's from FrozenTaggerSettings)."""
+
+    frozen: bool = False
+    """The feature-based approach (paper, section 5.3): BERT stays frozen, runs once per sentence with its features
+    cached, and only a tagger on them trains (see --frozen-features, --tagger)."""
+    feature_cache: str | None = None
+    """With --frozen: folder of the cached encoder features (default OUTPUT/feature_cache); runs sharing one (other
+    feature choices or taggers on the same data) encode nothing again."""
+
+
 class NerTask(Task):
     """Named-entity recognition: one tag per word."""
 
@@ -109,6 +129,27 @@ class NerTask(Task):
     default_lr = 5e-5
     default_max_length = 128
     per_token_outputs = True
+    options_class = NerOptions
+    model_inputs = ("input_ids", "token_type_ids", "hidden_layers")  # hidden_layers: cached features (--frozen)
+    frozen_model_class_name = "BertForFrozenTokenClassification"
+
+    def settings_from(self, options: TaskOptions) -> Settings:
+        settings = super().settings_from(options)
+        if isinstance(options, NerOptions) and options.frozen:  # the tagger's settings go into the folder's config
+            settings.update(frozen=True, **FrozenTaggerSettings.to_settings(options))
+        return settings
+
+    def model_class(self, settings: Settings) -> str:
+        return self.frozen_model_class_name if settings.get("frozen") else self.model_class_name
+
+    def prepare_inputs(self, model: torch.nn.Module, features: list[Feature], options: TaskOptions,
+                       output_dir: str | os.PathLike) -> list[Feature]:
+        """With --frozen: the features with the encoder's hidden states, computed once and cached."""
+        if not (isinstance(options, NerOptions) and options.frozen):
+            return features
+        from bertkit.tasks.feature_cache import with_cached_layers
+
+        return with_cached_layers(model, features, options.feature_cache or Path(output_dir) / "feature_cache")
 
     def read(self, path: str | os.PathLike, settings: Settings, labelled: bool = True) -> list[TaggedSentence]:
         sentences = read_conll(path, labelled)

@@ -87,7 +87,7 @@ def build_model(task: Task, folder: str | os.PathLike, settings: Settings) -> An
         if hasattr(task, "problem_type"):
             overrides["problem_type"] = task.problem_type(settings)
     overrides.update(task.head_config(settings))
-    return open_folder(folder, task.model_class_name, **overrides).model
+    return open_folder(folder, task.model_class(settings), **overrides).model
 
 
 @dataclass
@@ -197,6 +197,9 @@ def finetune(config: FinetuneConfig, resume: bool = False,
     with torch.random.fork_rng(devices=[]):  # the new head's initial weights are a function of the seed
         torch.manual_seed(seed)
         net = build_model(t, model, settings)
+    options = t.options(c.options)  # inputs the task computes once with the model (the frozen encoder's features)
+    train_features = t.prepare_inputs(net, train_features, options, cfg.output_dir)
+    dev_features = t.prepare_inputs(net, dev_features, options, cfg.output_dir)
     if wrap_model is not None:
         net = wrap_model(net)
     main = settings.get("main_metric", t.main_metric)
@@ -239,9 +242,9 @@ def _load_finetuned(model: str) -> tuple[Task, Settings, Any, Any]:
         settings["label_names"] = list(config.label_names)
     opened = open_folder(model)
     net = opened.model
-    if type(net).__name__ != t.model_class_name:
+    if type(net).__name__ != t.model_class(settings):
         raise CheckpointError(f"{model}: config.json says task {config.task!r} but its architecture is "
-                              f"{type(net).__name__}, not {t.model_class_name}")
+                              f"{type(net).__name__}, not {t.model_class(settings)}")
     n = t.num_labels(settings)
     if n is not None and n != config.num_labels:
         raise CheckpointError(f"{model}: the head has {config.num_labels} outputs but {n} label names")
