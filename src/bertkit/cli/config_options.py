@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from bertkit.dataclass_io import field_docs
+from bertkit.dataclass_io import dump_config, field_docs, read_config_file
 
 PREFIX = "override:"
 
@@ -93,3 +93,29 @@ def apply_overrides(d: dict[str, Any], args: argparse.Namespace) -> dict[str, An
             target = target.setdefault(part, {})
         target[path[-1]] = value
     return d
+
+
+def add_run_options(parser: argparse.ArgumentParser, config_name: str) -> None:
+    """--config, --resume, --print-config and --no-progress: what a training verb has besides its generated options."""
+    parser.add_argument("--config", metavar="CONFIG.yaml", help=f"YAML or JSON {config_name}")
+    parser.add_argument("--resume", action="store_true", help="continue from OUTPUT's latest checkpoint")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def config_dict(args: argparse.Namespace) -> dict[str, Any]:
+    """The --config file's dict (or an empty one) with the command-line options applied; --no-progress turns the
+    trainer's progress bar off."""
+    d: dict[str, Any] = read_config_file(args.config) if args.config else {}
+    apply_overrides(d, args)
+    if not getattr(args, "progress", True):
+        d.setdefault("training", {})["progress_bar"] = False
+    return d
+
+
+def printed_config(args: argparse.Namespace, config: Any) -> bool:
+    """Print the resolved config as YAML when --print-config was given; whether it was (the verb then stops)."""
+    if getattr(args, "print_config", False):
+        print(dump_config(config), end="")
+        return True
+    return False

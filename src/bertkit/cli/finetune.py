@@ -8,8 +8,16 @@ import dataclasses
 import sys
 from typing import Any
 
-from bertkit.cli.config_options import add_config_options, apply_overrides, dataclass_fields, option_names, string_list
-from bertkit.dataclass_io import dump_config, field_docs, read_config_file
+from bertkit.cli.config_options import (
+    add_config_options,
+    add_run_options,
+    config_dict,
+    dataclass_fields,
+    option_names,
+    printed_config,
+    string_list,
+)
+from bertkit.dataclass_io import field_docs
 from bertkit.errors import ConfigError
 from bertkit.tasks import TASKS, get_task
 from bertkit.tasks.runner import FinetuneConfig
@@ -40,10 +48,7 @@ def _add_finetune(sub: Any) -> None:
                        "steps); the best model by the task's main metric is kept in OUTPUT/best. Every field of "
                        "FinetuneConfig, its training: TrainingConfig and the task's options is an option here; "
                        "--config reads them from a YAML/JSON file first.")
-    p.add_argument("--config", metavar="CONFIG.yaml", help="YAML or JSON FinetuneConfig")
-    p.add_argument("--resume", action="store_true", help="continue from OUTPUT's latest checkpoint")
-    p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    add_run_options(p, "FinetuneConfig")
     group = p.add_argument_group("the run (YAML values; fine-tuning defaults: 3 epochs, batch 32, warm-up 0.1, "
                                  "the task's LR)")
     add_config_options(group, dataclass_fields(FinetuneConfig, {"training": TrainingConfig}, skip=("options",)),
@@ -66,10 +71,7 @@ def _add_finetune(sub: Any) -> None:
 def resolve_finetune_config(args: argparse.Namespace) -> FinetuneConfig:
     """The config file (or nothing) with the command-line options applied; a task option the chosen task does not
     have is a ConfigError naming the flag and the tasks that do have it."""
-    d: dict[str, Any] = read_config_file(args.config) if args.config else {}
-    apply_overrides(d, args)
-    if not getattr(args, "progress", True):
-        d.setdefault("training", {})["progress_bar"] = False
+    d = config_dict(args)
     given = {k[len(TASK_PREFIX):]: v for k, v in vars(args).items() if k.startswith(TASK_PREFIX)}
     if given:
         fields = _task_option_fields()
@@ -87,8 +89,7 @@ def _finetune(args: argparse.Namespace) -> int:
     from bertkit.tasks.runner import finetune, format_metrics
 
     config = resolve_finetune_config(args)
-    if args.print_config:
-        print(dump_config(config), end="")
+    if printed_config(args, config):
         return 0
     summary = finetune(config, resume=args.resume)
     print(f"best ({summary['main_metric']}): {format_metrics(summary['best_metrics'] or {})}")

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
-from bertkit.cli.config_options import add_config_options, apply_overrides, dataclass_fields
-from bertkit.dataclass_io import read_config_file
+from bertkit.cli.config_options import add_config_options, config_dict, dataclass_fields, printed_config
 from bertkit.training.config import TrainingConfig
 from bertkit.training.pretrain import PretrainConfig
 
@@ -36,17 +34,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def resolve_config(args: argparse.Namespace) -> PretrainConfig:
     """The config file (or the defaults) with the command-line overrides applied."""
-    d: dict[str, Any] = read_config_file(args.config) if args.config else {}
-    return PretrainConfig.from_dict(apply_overrides(d, args), args.config or "PretrainConfig")
+    return PretrainConfig.from_dict(config_dict(args), args.config or "PretrainConfig")
 
 
 def pretrain_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit pretrain`."""
     config = resolve_config(args)
-    if args.print_config:
-        from bertkit.training.config import dump_config
-
-        print(dump_config(config), end="")
+    if printed_config(args, config):
         return 0
     from bertkit.training.pretrain import run_pretraining
 
