@@ -71,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", type=Path, default=DATA)
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "frozen_ner")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--cache", type=Path, default=None, help="the encoder-feature cache (default OUT/feature_cache): "
+                   "another --out with the same cache encodes nothing again")
     p.add_argument("--choices", default="last,sum_last_four,concat_last_four,weighted_sum")
     p.add_argument("--linear", default="best", help="feature choices for the linear tagger: 'best' (the best "
                    "BiLSTM choice), a comma-separated list, or 'none'")
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             args, ft_out, {"epochs": 2.0, "batch_size": 16, "lr": 1e-4}, {}))
         rows.append(("fine-tuning (all weights)", "finetune", ft))
 
-    cache = str(args.out / "feature_cache")
+    cache = str(args.cache or args.out / "feature_cache")
 
     def frozen(tagger: str, choice: str, lr: float) -> dict[str, Any]:
         out = args.out / f"{tagger}-{choice}"
