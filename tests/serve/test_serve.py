@@ -171,3 +171,30 @@ def test_classify_reads_logits_as_the_heads_problem_type(overrides: dict, tmp_pa
         probs = logits.sigmoid().tolist()
         assert [r["probabilities"][k] for k in "abc"] == pytest.approx(probs, abs=1e-5)
         assert r["labels"] == [k for k, p in zip("abc", probs) if p > 0.5]
+
+
+def test_ner_answers_what_predict_decodes(tmp_path: Path) -> None:
+    """/ner tags each word as `bertkit predict` does (the tag at its first word piece), with that tag's softmax
+    probability from a plain forward pass."""
+    from bertkit.serve.app import Predictor
+    from bertkit.tasks.ner import NerTask, TaggedSentence
+
+    labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    folder = tiny_folder(tmp_path, "BertForTokenClassification", num_labels=5, label_names=labels)
+    predictor = Predictor(folder, precision="fp32")
+    texts = ["John Smithson lives in Paris.", "unbelievably"]
+    answers = predictor.ner(texts)
+    task, settings = NerTask(), {"max_length": 512, "label_names": labels}
+    tok = predictor.tokenizer
+    for text, answer in zip(texts, answers):
+        words = [w for w, _, _ in tok.words(text)]
+        assert [a["token"] for a in answer] == words
+        sentence = TaggedSentence(0, words, None)
+        features = task.features([sentence], tok, settings, training=False)
+        assert [a["label"] for a in answer] == task.predict(predictor.model, [sentence], features, settings, 8, tok)[0]
+        ids = features[0]["input_ids"]
+        with torch.inference_mode():
+            probs = predictor.model(torch.tensor([ids])).logits[0].softmax(-1)
+        for a, start in zip(answer, features[0]["word_starts"]):
+            assert a["probability"] == pytest.approx(float(probs[start].max()), abs=1e-6)
+            assert a["label"] == labels[int(probs[start].argmax())]

@@ -49,7 +49,11 @@ _IGNORED_SUFFIXES = ("embeddings.position_ids", "embeddings.token_type_ids")
 _DECODER_BIAS = "cls.predictions.decoder.bias"
 _LM_BIAS = "cls.predictions.bias"
 
-# bertkit task names (config.task) -> the class that serves them, for load_model.
+# For a config.json with bertkit's `task` but no `architectures` (hand-written: bertkit always writes
+# `architectures`, which load_model reads first): the pre-training objectives and the task names bertkit has
+# stored in config.task, with the class that serves each. The task registry (bertkit.tasks) stays the table of
+# task names: tests/tasks/test_registry.py checks that every registered name and alias is here with its task's
+# model_class_name. A new task's folders name their class in `architectures`, so it need not be added.
 TASK_CLASSES: dict[str, str] = {
     "pretraining": "BertForPreTraining",
     "mlm": "BertForMaskedLM",
@@ -61,6 +65,7 @@ TASK_CLASSES: dict[str, str] = {
     "token_classification": "BertForTokenClassification",
     "qa": "BertForQuestionAnswering",
     "squad": "BertForQuestionAnswering",
+    "multiple-choice": "BertForMultipleChoice",
     "multiple_choice": "BertForMultipleChoice",
     "swag": "BertForMultipleChoice",
 }

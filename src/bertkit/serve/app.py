@@ -32,6 +32,7 @@ from bertkit.serve.settings import ServeSettings
 from bertkit.errors import DataError
 from bertkit.tasks.base import run_model
 from bertkit.tasks.classification import ClassificationTask, input_columns, read_logits, request_example
+from bertkit.tasks.ner import NerTask, TaggedSentence, word_tags
 from bertkit.tasks.qa import context_offsets, window_spans
 
 MAX_ANSWER_TOKENS = 30  # longest answer span considered, as in the SQuAD reference
@@ -135,7 +136,7 @@ class NerRequest(BaseModel):
 
 
 class TaggedToken(BaseModel):
-    token: str
+    token: str = Field(..., description="a word as the basic tokenizer splits (and, for uncased models, lowercases) it")
     label: str
     probability: float
 
@@ -256,17 +257,16 @@ class Predictor:
         return [read_logits(row, self.config.problem_type, self.labels) for row in logits]
 
     def ner(self, items: list[str]) -> list[list[dict[str, Any]]]:
-        """Word pieces (special tokens left out) with their argmax label."""
-        out, encodings = self._forward(items, [None] * len(items))
-        probs = out.logits.float().softmax(-1)
-        results = []
-        for row, enc in enumerate(encodings):
-            tokens = self.tokenizer.convert_ids_to_tokens(list(enc.input_ids))
-            special = list(enc.special_tokens_mask)
-            best = probs[row, :len(tokens)].max(-1)
-            results.append([{"token": tok, "label": self.labels[int(i)], "probability": float(p)}
-                            for tok, s, p, i in zip(tokens, special, best.values, best.indices) if not s])
-        return results
+        """The basic tokenizer's words of each text with their tags, decoded as `bertkit predict` decodes them
+        (tasks.ner: the tag at each word's first piece) plus that tag's probability."""
+        task, settings = NerTask(), {"max_length": self.max_length, "label_names": self.labels}
+        sentences = [TaggedSentence(0, [w for w, _, _ in self.tokenizer.words(text)], None) for text in items]
+        features = task.features(sentences, self.tokenizer, settings, training=False)
+        with torch.inference_mode():
+            outputs = task.outputs(self.model, features, len(features), self.tokenizer)
+        return [[{"token": w, "label": tag, "probability": p}
+                 for w, (tag, p) in zip(s.words, word_tags(f, out["logits"], self.labels))]
+                for s, f, out in zip(sentences, features, outputs)]
 
     def qa(self, items: list[tuple[str, str]]) -> list[dict[str, Any]]:
         """The best span of the context, decoded as `bertkit evaluate` decodes it (tasks.qa.window_spans): a start

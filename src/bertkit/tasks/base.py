@@ -137,9 +137,13 @@ class Task:
     def predict(self, model: torch.nn.Module, examples: Sequence, features: Sequence[Feature], settings: Settings,
                 batch_size: int, tokenizer: Any = None) -> list:
         """Run the model over the features and decode one prediction per example."""
-        outputs = run_model(model, features, self.collator(tokenizer), batch_size, self.output_keys,
-                            self.per_token_outputs, self.model_inputs)
-        return self.decode(examples, features, outputs, settings)
+        return self.decode(examples, features, self.outputs(model, features, batch_size, tokenizer), settings)
+
+    def outputs(self, model: torch.nn.Module, features: Sequence[Feature], batch_size: int,
+                tokenizer: Any = None) -> list[dict[str, np.ndarray]]:
+        """The model's outputs (`output_keys`) per feature, in order: what `decode` reads."""
+        return run_model(model, features, self.collator(tokenizer), batch_size, self.output_keys,
+                         self.per_token_outputs, self.model_inputs)
 
     def evaluate(self, model: torch.nn.Module, examples: Sequence, features: Sequence[Feature], settings: Settings,
                  batch_size: int, tokenizer: Any = None) -> dict[str, float]:

@@ -106,6 +106,21 @@ def read_conll(path: str | os.PathLike, labelled: bool = True) -> list[TaggedSen
     return sentences
 
 
+def word_tags(feature: Feature, logits: np.ndarray, label_names: Sequence[str]) -> list[tuple[str, float]]:
+    """Each word's tag and its softmax probability, read at the word's first piece (BERT paper, section 4.3); a
+    word that did not fit in max_length is "O" with probability 1."""
+    shifted = np.exp(logits - logits.max(-1, keepdims=True))
+    probs = shifted / shifted.sum(-1, keepdims=True)
+    tags = []
+    for p in feature["word_starts"]:
+        if p is None:
+            tags.append((OUTSIDE, 1.0))
+        else:
+            best = int(probs[p].argmax())
+            tags.append((label_names[best], float(probs[p, best])))
+    return tags
+
+
 @dataclass
 class NerOptions(TaskOptions, FrozenTaggerSettings):
     """NER's options: the common ones, and the feature-based approach's (the tagger's from FrozenTaggerSettings)."""
@@ -216,12 +231,8 @@ class NerTask(Task):
 
     def decode(self, examples: Sequence[TaggedSentence], features: Sequence[Feature],
                outputs: list[dict[str, np.ndarray]], settings: Settings) -> list[list[str]]:
-        names = settings["label_names"]
-        preds = []
-        for feature, out in zip(features, outputs):
-            best = out["logits"].argmax(-1)
-            preds.append([names[int(best[p])] if p is not None else OUTSIDE for p in feature["word_starts"]])
-        return preds
+        return [[tag for tag, _ in word_tags(feature, out["logits"], settings["label_names"])]
+                for feature, out in zip(features, outputs)]
 
     def score(self, examples: Sequence[TaggedSentence], predictions: Sequence[list[str]],
               settings: Settings) -> dict[str, float]:

@@ -42,11 +42,6 @@ def read_folder_config(folder: str | os.PathLike) -> Any:
     return read_config(Path(folder))[0]
 
 
-def config_task_name(task: Task) -> str:
-    """The name stored in config.task (the checkpoint module's spelling: 'multiple_choice')."""
-    return task.name.replace("-", "_")
-
-
 def subset(examples: list, limit: int | None, seed: int) -> list:
     """At most `limit` examples: a seeded random sample kept in file order (all when limit is None)."""
     if limit is None or limit >= len(examples):
@@ -80,7 +75,7 @@ def build_model(task: Task, folder: str | os.PathLike, settings: Settings) -> An
     """The task's head on the folder's weights, its config carrying task, settings and label names."""
     from bertkit.model.folder import open_folder
 
-    overrides: dict[str, Any] = {"task": config_task_name(task), "task_settings": settings}
+    overrides: dict[str, Any] = {"task": task.name, "task_settings": settings}
     n = task.num_labels(settings)
     if n is not None:
         overrides.update(num_labels=n, label_names=settings.get("label_names"))
