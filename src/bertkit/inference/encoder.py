@@ -5,8 +5,8 @@ What makes it fast on CPU (measured in benchmarks/bench_embed.py; the float32 ma
 - BertModel's own packed execution (bertkit.model.kernels.Packing): every linear layer, LayerNorm and GELU runs on the
   (tokens, hidden) matrix of real tokens only; only the attention product sees padding, a few percent with sorted
   batches. There is one encoder implementation: this module runs the model, it does not re-implement it.
-- `torch.inference_mode`, optional int8 dynamic quantization of the linear layers (CPU), bfloat16 weights (GPU, or a
-  CPU with native bf16 GEMMs), optional `torch.compile`.
+- `torch.inference_mode`, optional calibrated static int8 in the linear layers (CPU; bertkit.inference.quantize),
+  bfloat16 weights (GPU, or a CPU with native bf16 GEMMs), optional `torch.compile`.
 In float32 the result equals the plain padded path (`reference_embed_texts`) within 1e-5.
 """
 
@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import copy
 import logging
-import types
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,14 @@ from torch import Tensor, nn
 
 from bertkit.errors import ConfigError
 from bertkit.inference.pooling import POOLINGS, pad_batch, pool_hidden
+from bertkit.inference.quantize import (
+    DEFAULT_MIN_COSINE,
+    Int8Plan,
+    calibrate_int8,
+    default_calibration_texts,
+    quantize_int8,
+)
 from bertkit.model import BertPreTrainedModel
-from bertkit.model.bert import BertSelfAttention
 from bertkit.model.folder import open_folder
 from bertkit.model.heads import base_model
 
@@ -81,10 +86,12 @@ def plan_batches(lengths: Sequence[int], batch_size: int, max_tokens_per_batch: 
 class Encoder:
     """Turn texts into sentence embeddings quickly: `Encoder(folder).encode(texts)` -> (n, hidden) float32 tensor.
 
-    precision: "fp32" (the default: exact), "bf16" (bfloat16 weights and activations), "int8" (dynamic int8
-    quantization of the encoder's linear layers; CPU only), or "auto": bf16 where the hardware has bf16 matrix units,
-    else fp32 (`choose_precision`; what `bertkit embed`, `bertkit.load(...).encode` and `bertkit serve` use by
-    default). `precision` and `precision_reason` say what was chosen.
+    precision: "fp32" (the default: exact), "bf16" (bfloat16 weights and activations), "int8" (calibrated static int8
+    in the encoder's linear layers, the most error-prone kept in float32; CPU only), or "auto": bf16 where the
+    hardware has bf16 matrix units, else fp32 (`choose_precision`; what `bertkit embed`, `bertkit.load(...).encode`
+    and `bertkit serve` use by default). `precision` and `precision_reason` say what was chosen.
+    calibration (int8 only): the texts to calibrate on (never the texts you evaluate on; default: shipped Austen
+    paragraphs, `default_calibration_texts`), or an `Int8Plan` computed before; `int8_plan` holds the one used.
     """
 
     def __init__(
@@ -97,6 +104,8 @@ class Encoder:
         compile: bool = False,
         max_length: int | None = None,
         defaults: dict[str, Any] | None = None,
+        calibration: Sequence[str] | Int8Plan | None = None,
+        int8_min_cosine: float = DEFAULT_MIN_COSINE,
     ) -> None:
         folder_defaults: dict[str, Any] = {}
         if isinstance(model, (str, Path)):
@@ -120,10 +129,17 @@ class Encoder:
         if self.max_length > self.config.max_position_embeddings:
             raise ConfigError(f"max_length {self.max_length} exceeds the model's max_position_embeddings "
                               f"({self.config.max_position_embeddings})")
+        self.int8_plan: Int8Plan | None = None
         if precision == "int8":
             if self.device.type != "cpu":
-                raise ConfigError("precision 'int8' (dynamic quantization) runs on CPU only")
-            bert = _quantize_dynamic(bert)
+                raise ConfigError(f"precision 'int8' runs on CPU only, got device {self.device}")
+            self.int8_plan = calibration if isinstance(calibration, Int8Plan) else self.calibrate(
+                bert, calibration or default_calibration_texts(), int8_min_cosine)
+            bert = quantize_int8(bert, self.int8_plan)
+            log.info("int8: %d of %d matrix products in int8 (float32: %s); calibration min cosine %.5f",
+                     len(self.int8_plan.input_ranges) - len(self.int8_plan.float_units),
+                     len(self.int8_plan.input_ranges), ", ".join(self.int8_plan.float_units) or "none",
+                     self.int8_plan.min_cosine)
         elif precision == "bf16":
             bert = copy.deepcopy(bert).to(torch.bfloat16)  # the caller's model stays float32
         self.bert = bert.to(self.device)
@@ -178,51 +194,40 @@ class Encoder:
             raise ConfigError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        out = self._run(self.bert, self._forward, ids, pooling, batch_size, max_tokens_per_batch)
+        return F.normalize(out, dim=-1) if normalize else out
+
+    def _run(self, model: nn.Module, forward: Callable[..., Any], ids: Sequence[Sequence[int]], pooling: str,
+             batch_size: int, max_tokens_per_batch: int | None) -> Tensor:
+        """Pooled last hidden states of `ids` through `forward` (`model` or its compiled form), in input order."""
         out = torch.empty(len(ids), self.config.hidden_size)
         if not ids:
             return out
         pad_id = self.tokenizer.pad_token_id
-        was_training = self.bert.training
-        self.bert.eval()
+        was_training = model.training
+        model.eval()
         try:
             with torch.inference_mode():
                 for idx in plan_batches([len(x) for x in ids], batch_size, max_tokens_per_batch):
                     rows = [ids[i] for i in idx]
                     batch = pad_batch(rows, [[0] * len(x) for x in rows], pad_id)
                     batch = {k: v.to(self.device) for k, v in batch.items()}
-                    hidden = self._forward(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+                    hidden = forward(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
                     vectors = pool_hidden(hidden.last_hidden_state.float(), batch["attention_mask"], pooling)
                     out[torch.tensor(idx)] = vectors.cpu()
         finally:
-            self.bert.train(was_training)
-        return F.normalize(out, dim=-1) if normalize else out
+            model.train(was_training)
+        return out
+
+    def calibrate(self, bert: nn.Module, texts: Sequence[str], min_cosine: float = DEFAULT_MIN_COSINE) -> Int8Plan:
+        """The int8 plan of `bert` (float32, CPU) on `texts`, scored on their mean-pooled embeddings."""
+        if not texts:
+            raise ConfigError("calibration needs at least one text, got none")
+        ids = self.tokenize(texts)
+        return calibrate_int8(bert, lambda model: self._run(model, model, ids, "mean", 128, 8192), min_cosine)
 
     def __call__(self, texts: Sequence[str], **kwargs: Any) -> Tensor:
         return self.encode(texts, **kwargs)
 
 
-def _quantize_dynamic(bert: nn.Module) -> nn.Module:
-    """A copy with int8 per-channel weights and per-batch int8 activations (fbgemm) in the encoder's linear layers.
-
-    The feed-forward output projections stay float32: their GELU input has outliers that per-tensor activation
-    scales flatten (MiniLM on WikiText: min cosine to float32 0.958 with them quantized, 0.981 without).
-    """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-        names = {name for name, m in bert.named_modules() if isinstance(m, nn.Linear) and name.startswith("encoder.")
-                 and not (name.endswith(".output.dense") and ".attention." not in name)}
-        quantized = quantize_dynamic(bert, {name: per_channel_dynamic_qconfig for name in names}, dtype=torch.qint8)
-    for module in quantized.modules():
-        if isinstance(module, BertSelfAttention):  # no float weights to concatenate: three quantized products
-            module.project_qkv = types.MethodType(_separate_qkv, module)
-    return quantized
-
-
-def _separate_qkv(self: BertSelfAttention, x: Tensor) -> Tensor:
-    """BertSelfAttention.project_qkv of an int8 copy: Q, K and V from their own quantized layers."""
-    return torch.cat([self.query(x), self.key(x), self.value(x)], dim=-1)
-
-
-__all__ = ["Encoder", "plan_batches", "POOLINGS", "PRECISIONS"]
+__all__ = ["POOLINGS", "PRECISIONS", "Encoder", "plan_batches"]

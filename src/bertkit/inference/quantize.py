@@ -1,0 +1,213 @@
+"""Calibrated static int8 for the encoder's linear layers, with the layers that int8 hurts most kept in float32.
+
+How (issue 15): every encoder matrix product (the fused Q/K/V projection, the attention output, the two feed-forward
+products of each layer) is a "unit". Its weights are int8 with one scale per output channel; its input is quantized
+with one fixed scale and zero point, from the input's range over calibration text (`calibrate_int8`), after
+SmoothQuant's per-channel smoothing (Xiao et al. 2023): BERT's LayerNorm outputs have a few channels tens of times
+larger than the rest, so one activation scale would leave the others a handful of levels; dividing each input
+channel by s_j and multiplying the weight's column j by s_j moves that range into the per-channel weight scales. Embeddings,
+LayerNorm, softmax/attention, GELU and pooling stay float32. A sensitivity sweep quantizes one unit at a time and
+measures the minimum cosine of the pooled embeddings to float32 on the calibration text; the units are then put
+back in float32, the most sensitive first, until the whole model reaches `min_cosine` on that text. The plan (ranges,
+sweep, float units) is a plain dataclass: recomputed deterministically from the same text, or stored as JSON.
+
+Calibration text is a parameter and must not be the text you evaluate on; the default is the opening paragraphs of
+Austen's Persuasion, shipped with bertkit (public domain).
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import types
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bertkit.errors import ConfigError
+from bertkit.model.bert import BertSelfAttention
+
+# On CPUs without VNNI, fbgemm multiplies u8 activations by s8 weights with vpmaddubsw, which sums pairs into int16:
+# 255 x 127 x 2 saturates it (measured: max error 0.97 instead of 0.12 on a (2000, 384) product). 7-bit weights
+# (255 x 63 x 2 < 32767) avoid that and keep all 8 bits for the activations, whose outliers are where the error is.
+ACTIVATION_LEVELS = 255
+WEIGHT_LEVELS = 63
+SMOOTHING_ALPHA = 0.5  # s_j = max|x_j|^a / max|W_:,j|^(1-a); 0.5 is SmoothQuant's choice for BERT-sized models
+DEFAULT_MIN_COSINE = 0.997  # on the calibration text; a margin over the 0.995 goal on unseen text
+DEFAULT_CALIBRATION_PARAGRAPHS = 32
+CALIBRATION_SOURCE = Path(__file__).resolve().parents[1] / "demo_data" / "austen_persuasion.txt.gz"
+
+Embed = Callable[[nn.Module], Tensor]  # a model -> the calibration text's pooled embeddings, (n, hidden)
+
+
+def default_calibration_texts(n: int = DEFAULT_CALIBRATION_PARAGRAPHS, min_words: int = 20) -> list[str]:
+    """The first `n` paragraphs of at least `min_words` words of the shipped Persuasion (hard-wrapped lines joined)."""
+    text = gzip.decompress(CALIBRATION_SOURCE.read_bytes()).decode("utf-8")
+    paragraphs = [" ".join(p.split()) for p in text.split("\n\n")]
+    return [p for p in paragraphs if len(p.split()) >= min_words][:n]
+
+
+class Int8Linear(nn.Module):
+    """y = x W^T + b with W quantized per output channel and x to 8 bits with a calibrated (static) scale."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, input_range: tuple[list[float], list[float]]) -> None:
+        super().__init__()
+        weight = weight.detach().float()
+        low, high = torch.tensor(input_range[0]), torch.tensor(input_range[1])  # per input channel
+        x_max = torch.maximum(low.abs(), high.abs()).clamp(min=1e-5)
+        smooth = (x_max ** SMOOTHING_ALPHA / weight.abs().amax(dim=0).clamp(min=1e-5) ** (1 - SMOOTHING_ALPHA))
+        smooth = smooth.clamp(min=1e-5)
+        self.register_buffer("inv_smooth", 1 / smooth)
+        weight = weight * smooth
+        lo, hi = min(float((low / smooth).min()), 0.0), max(float((high / smooth).max()), 0.0)  # zero stays exact
+        self.scale = max(hi - lo, 1e-8) / ACTIVATION_LEVELS
+        self.zero_point = round(-lo / self.scale)
+        w_scale = (weight.abs().amax(dim=1) / WEIGHT_LEVELS).clamp(min=1e-12).double()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # quantized tensors announce their deprecation
+            qweight = torch.quantize_per_channel(weight, w_scale, torch.zeros_like(w_scale, dtype=torch.long), 0,
+                                                 torch.qint8)
+            self.packed = torch.ops.quantized.linear_prepack(qweight, None if bias is None else bias.detach().float())
+        self.out_features = weight.shape[0]
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = (x.reshape(-1, x.shape[-1]).float() * self.inv_smooth).contiguous()
+        y = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(flat, self.scale, self.zero_point,
+                                                                                self.packed)
+        return y.view(*x.shape[:-1], self.out_features)
+
+
+@dataclass
+class Int8Plan:
+    """What calibration decided: each unit's input range, the sweep, and the units left in float32."""
+
+    input_ranges: dict[str, tuple[list[float], list[float]]]  # unit -> per-channel input (min, max)
+    sensitivity: dict[str, float] = field(default_factory=dict)  # unit -> relative error of its int8 output
+    float_units: list[str] = field(default_factory=list)  # most sensitive first
+    min_cosine: float = 1.0  # of the chosen mix to float32 on the calibration text
+
+    def to_dict(self) -> dict:
+        return {"input_ranges": {k: list(v) for k, v in self.input_ranges.items()}, "sensitivity": self.sensitivity,
+                "float_units": self.float_units, "min_cosine": self.min_cosine}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Int8Plan:
+        return cls({k: ([float(x) for x in v[0]], [float(x) for x in v[1]]) for k, v in data["input_ranges"].items()},
+                   dict(data.get("sensitivity", {})), list(data.get("float_units", [])),
+                   float(data.get("min_cosine", 1.0)))
+
+
+def int8_units(bert: nn.Module) -> dict[str, tuple[Tensor, Tensor | None]]:
+    """The quantizable matrix products of the encoder by module name: (weight, bias); Q/K/V as one fused matrix."""
+    units: dict[str, tuple[Tensor, Tensor | None]] = {}
+    for name, module in bert.named_modules():
+        if isinstance(module, BertSelfAttention):
+            units[name] = (torch.cat([module.query.weight, module.key.weight, module.value.weight]),
+                           torch.cat([module.query.bias, module.key.bias, module.value.bias]))
+        elif isinstance(module, nn.Linear) and name.startswith("encoder.") and ".attention.self." not in name:
+            units[name] = (module.weight, module.bias)
+    return units
+
+
+def quantize_int8(bert: nn.Module, plan: Int8Plan, units: set[str] | None = None) -> nn.Module:
+    """A copy of `bert` with `units` (default: every unit not in plan.float_units) as Int8Linear; CPU only."""
+    if torch.backends.quantized.engine not in ("x86", "fbgemm"):
+        raise ConfigError(f"int8 needs the x86 or fbgemm quantized engine, found {torch.backends.quantized.engine!r}")
+    all_units = int8_units(bert)
+    chosen = set(all_units) - set(plan.float_units) if units is None else units
+    missing = chosen - set(plan.input_ranges)
+    if missing:
+        raise ConfigError(f"int8 plan has no input range for {min(missing)} (recalibrate for this model)")
+    quantized = copy.deepcopy(bert).cpu().float()
+    modules = dict(quantized.named_modules())
+    for name in sorted(chosen):
+        weight, bias = all_units[name]
+        int8 = Int8Linear(weight, bias, plan.input_ranges[name])
+        module = modules[name]
+        if isinstance(module, BertSelfAttention):  # one int8 product for Q, K and V instead of the float concat
+            module.qkv = int8
+            module.project_qkv = types.MethodType(_int8_project_qkv, module)
+            module.query = module.key = module.value = None
+        else:
+            parent, _, child = name.rpartition(".")
+            setattr(modules[parent], child, int8)
+    return quantized
+
+
+def _int8_project_qkv(self: BertSelfAttention, x: Tensor) -> Tensor:
+    """BertSelfAttention.project_qkv of an int8 copy: (tokens, hidden) -> (tokens, 3 * hidden) in one int8 product."""
+    return self.qkv(x)
+
+
+def calibrate_int8(bert: nn.Module, embed: Embed, min_cosine: float = DEFAULT_MIN_COSINE) -> Int8Plan:
+    """Measure each unit's input range and int8 sensitivity on the calibration text that `embed` runs, and choose the
+    fewest float32 units (most sensitive first) that keep the min cosine to float32 at `min_cosine` or above.
+
+    Sensitivity is the relative error ||int8(x) - float(x)|| / ||float(x)|| of each unit's own output on the
+    calibration inputs (one extra pass); the number of float32 units is then found by bisection over whole-model
+    passes, assuming that putting more units back in float32 does not lower the cosine.
+    """
+    units = int8_units(bert)
+    modules = dict(bert.named_modules())
+    ranges: dict[str, tuple[Tensor, Tensor]] = {}
+    errors: dict[str, list[float]] = {name: [0.0, 0.0] for name in units}
+
+    def record_range(name: str) -> Callable[..., None]:
+        def hook(_module: nn.Module, args: tuple) -> None:
+            flat = args[0].reshape(-1, args[0].shape[-1])
+            lo, hi = flat.amin(dim=0), flat.amax(dim=0)
+            old = ranges.get(name, (lo, hi))
+            ranges[name] = (torch.minimum(lo, old[0]), torch.maximum(hi, old[1]))
+        return hook
+
+    def record_error(name: str, int8: Int8Linear) -> Callable[..., None]:
+        def hook(_module: nn.Module, args: tuple) -> None:
+            exact = F.linear(args[0], *units[name])
+            errors[name][0] += float((int8(args[0]) - exact).square().sum())
+            errors[name][1] += float(exact.square().sum())
+        return hook
+
+    with _hooks(modules, {name: record_range(name) for name in units}):
+        reference = embed(bert)
+    plan = Int8Plan({name: (lo.tolist(), hi.tolist()) for name, (lo, hi) in ranges.items()})
+    with _hooks(modules, {name: record_error(name, Int8Linear(*units[name], plan.input_ranges[name]))
+                           for name in units}):
+        embed(bert)
+    plan.sensitivity = {name: (err / max(norm, 1e-30)) ** 0.5 for name, (err, norm) in errors.items()}
+    order = sorted(units, key=lambda name: -plan.sensitivity[name])  # most sensitive first
+
+    def score(keep: int) -> float:
+        if keep == len(order):
+            return 1.0
+        return float(F.cosine_similarity(embed(quantize_int8(bert, plan, set(order[keep:]))), reference).min())
+
+    lo, hi, best = 0, len(order), 1.0  # the answer lies in [lo, hi]; hi always meets min_cosine
+    while lo < hi:
+        mid = (lo + hi) // 2
+        cosine = score(mid)
+        if cosine >= min_cosine:
+            hi, best = mid, cosine
+        else:
+            lo = mid + 1
+    plan.float_units, plan.min_cosine = order[:hi], best if hi < len(order) else 1.0
+    return plan
+
+
+@contextmanager
+def _hooks(modules: dict[str, nn.Module], hooks: dict[str, Callable[..., None]]) -> Iterator[None]:
+    """Forward pre-hooks on the named modules for the duration of a block."""
+    handles = [modules[name].register_forward_pre_hook(hook) for name, hook in hooks.items()]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+__all__ = ["Int8Linear", "Int8Plan", "calibrate_int8", "default_calibration_texts", "int8_units", "quantize_int8"]
