@@ -118,7 +118,7 @@ def openvino_engines(folder: str, tokenizer: Any, workdir: Path, calibration: li
                           return_tensors="np")
         feeds.append({k: v.astype(np.int64) for k, v in batch.items()})
     int8 = nncf.quantize(core.read_model(str(onnx_file(folder, workdir))), nncf.Dataset(feeds),
-                         model_type=nncf.ModelType.TRANSFORMER, subset_size=len(calibration))
+                         model_type=nncf.ModelType.TRANSFORMER, subset_size=len(feeds))  # items are batches
     engines = {}
     for name, graph in (("OpenVINO fp32", model), ("OpenVINO static int8 (NNCF)", int8)):
         compiled = core.compile_model(graph, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})

@@ -5,11 +5,12 @@ products of each layer) is a "unit". Its weights are int8 with one scale per out
 with one fixed scale and zero point, from the input's range over calibration text (`calibrate_int8`), after
 SmoothQuant's per-channel smoothing (Xiao et al. 2023): BERT's LayerNorm outputs have a few channels tens of times
 larger than the rest, so one activation scale would leave the others a handful of levels; dividing each input
-channel by s_j and multiplying the weight's column j by s_j moves that range into the per-channel weight scales. Embeddings,
-LayerNorm, softmax/attention, GELU and pooling stay float32. A sensitivity sweep quantizes one unit at a time and
-measures the minimum cosine of the pooled embeddings to float32 on the calibration text; the units are then put
-back in float32, the most sensitive first, until the whole model reaches `min_cosine` on that text. The plan (ranges,
-sweep, float units) is a plain dataclass: recomputed deterministically from the same text, or stored as JSON.
+channel by s_j and multiplying the weight's column j by s_j moves that range into the per-channel weight scales
+(each unit smoothed or not, whichever its measured output error prefers). Embeddings, LayerNorm, softmax/attention,
+GELU and pooling stay float32. A sensitivity sweep measures each unit's own int8 output error on the calibration
+text; the units are then put back in float32, the most sensitive first, as many as it takes (found by bisection) for
+the whole model's pooled embeddings to reach `min_cosine` to float32 on that text. The plan (ranges, sweep,
+smoothing, float units) is a plain dataclass: recomputed deterministically from the same text, or stored as JSON.
 
 Calibration text is a parameter and must not be the text you evaluate on; the default is the opening paragraphs of
 Austen's Persuasion, shipped with bertkit (public domain).
@@ -38,7 +39,10 @@ from bertkit.model.bert import BertSelfAttention
 # (255 x 63 x 2 < 32767) avoid that and keep all 8 bits for the activations, whose outliers are where the error is.
 ACTIVATION_LEVELS = 255
 WEIGHT_LEVELS = 63
-SMOOTHING_ALPHA = 0.5  # s_j = max|x_j|^a / max|W_:,j|^(1-a); 0.5 is SmoothQuant's choice for BERT-sized models
+# s_j = max|x_j|^a / max|W_:,j|^(1-a). 0.5 is SmoothQuant's choice for BERT-sized models; it suits the LayerNorm-fed
+# products but hurts the GELU-fed ones of early layers (measured), so calibration picks 0.5 or None (no smoothing)
+# per unit, whichever gives the smaller output error.
+SMOOTHING_CHOICES: tuple[float | None, ...] = (0.5, None)
 DEFAULT_MIN_COSINE = 0.997  # on the calibration text; a margin over the 0.995 goal on unseen text
 DEFAULT_CALIBRATION_PARAGRAPHS = 32
 CALIBRATION_SOURCE = Path(__file__).resolve().parents[1] / "demo_data" / "austen_persuasion.txt.gz"
@@ -56,13 +60,16 @@ def default_calibration_texts(n: int = DEFAULT_CALIBRATION_PARAGRAPHS, min_words
 class Int8Linear(nn.Module):
     """y = x W^T + b with W quantized per output channel and x to 8 bits with a calibrated (static) scale."""
 
-    def __init__(self, weight: Tensor, bias: Tensor | None, input_range: tuple[list[float], list[float]]) -> None:
+    def __init__(self, weight: Tensor, bias: Tensor | None, input_range: tuple[list[float], list[float]],
+                 alpha: float | None = SMOOTHING_CHOICES[0]) -> None:
         super().__init__()
         weight = weight.detach().float()
         low, high = torch.tensor(input_range[0]), torch.tensor(input_range[1])  # per input channel
         x_max = torch.maximum(low.abs(), high.abs()).clamp(min=1e-5)
-        smooth = (x_max ** SMOOTHING_ALPHA / weight.abs().amax(dim=0).clamp(min=1e-5) ** (1 - SMOOTHING_ALPHA))
-        smooth = smooth.clamp(min=1e-5)
+        if alpha is None:
+            smooth = torch.ones_like(x_max)
+        else:
+            smooth = (x_max ** alpha / weight.abs().amax(dim=0).clamp(min=1e-5) ** (1 - alpha)).clamp(min=1e-5)
         self.register_buffer("inv_smooth", 1 / smooth)
         weight = weight * smooth
         lo, hi = min(float((low / smooth).min()), 0.0), max(float((high / smooth).max()), 0.0)  # zero stays exact
@@ -89,17 +96,19 @@ class Int8Plan:
 
     input_ranges: dict[str, tuple[list[float], list[float]]]  # unit -> per-channel input (min, max)
     sensitivity: dict[str, float] = field(default_factory=dict)  # unit -> relative error of its int8 output
+    smoothing: dict[str, float | None] = field(default_factory=dict)  # unit -> SmoothQuant alpha (None: none)
     float_units: list[str] = field(default_factory=list)  # most sensitive first
     min_cosine: float = 1.0  # of the chosen mix to float32 on the calibration text
 
     def to_dict(self) -> dict:
         return {"input_ranges": {k: list(v) for k, v in self.input_ranges.items()}, "sensitivity": self.sensitivity,
+                "smoothing": self.smoothing,
                 "float_units": self.float_units, "min_cosine": self.min_cosine}
 
     @classmethod
     def from_dict(cls, data: dict) -> Int8Plan:
         return cls({k: ([float(x) for x in v[0]], [float(x) for x in v[1]]) for k, v in data["input_ranges"].items()},
-                   dict(data.get("sensitivity", {})), list(data.get("float_units", [])),
+                   dict(data.get("sensitivity", {})), dict(data.get("smoothing", {})), list(data.get("float_units", [])),
                    float(data.get("min_cosine", 1.0)))
 
 
@@ -128,7 +137,7 @@ def quantize_int8(bert: nn.Module, plan: Int8Plan, units: set[str] | None = None
     modules = dict(quantized.named_modules())
     for name in sorted(chosen):
         weight, bias = all_units[name]
-        int8 = Int8Linear(weight, bias, plan.input_ranges[name])
+        int8 = Int8Linear(weight, bias, plan.input_ranges[name], plan.smoothing.get(name, SMOOTHING_CHOICES[0]))
         module = modules[name]
         if isinstance(module, BertSelfAttention):  # one int8 product for Q, K and V instead of the float concat
             module.qkv = int8
@@ -156,7 +165,8 @@ def calibrate_int8(bert: nn.Module, embed: Embed, min_cosine: float = DEFAULT_MI
     units = int8_units(bert)
     modules = dict(bert.named_modules())
     ranges: dict[str, tuple[Tensor, Tensor]] = {}
-    errors: dict[str, list[float]] = {name: [0.0, 0.0] for name in units}
+    errors: dict[str, dict[float | None, float]] = {name: dict.fromkeys(SMOOTHING_CHOICES, 0.0) for name in units}
+    norms = dict.fromkeys(units, 0.0)
 
     def record_range(name: str) -> Callable[..., None]:
         def hook(_module: nn.Module, args: tuple) -> None:
@@ -166,20 +176,23 @@ def calibrate_int8(bert: nn.Module, embed: Embed, min_cosine: float = DEFAULT_MI
             ranges[name] = (torch.minimum(lo, old[0]), torch.maximum(hi, old[1]))
         return hook
 
-    def record_error(name: str, int8: Int8Linear) -> Callable[..., None]:
+    def record_error(name: str) -> Callable[..., None]:
+        candidates = {a: Int8Linear(*units[name], plan.input_ranges[name], a) for a in SMOOTHING_CHOICES}
+
         def hook(_module: nn.Module, args: tuple) -> None:
             exact = F.linear(args[0], *units[name])
-            errors[name][0] += float((int8(args[0]) - exact).square().sum())
-            errors[name][1] += float(exact.square().sum())
+            for alpha, int8 in candidates.items():
+                errors[name][alpha] += float((int8(args[0]) - exact).square().sum())
+            norms[name] += float(exact.square().sum())
         return hook
 
     with _hooks(modules, {name: record_range(name) for name in units}):
         reference = embed(bert)
     plan = Int8Plan({name: (lo.tolist(), hi.tolist()) for name, (lo, hi) in ranges.items()})
-    with _hooks(modules, {name: record_error(name, Int8Linear(*units[name], plan.input_ranges[name]))
-                           for name in units}):
+    with _hooks(modules, {name: record_error(name) for name in units}):
         embed(bert)
-    plan.sensitivity = {name: (err / max(norm, 1e-30)) ** 0.5 for name, (err, norm) in errors.items()}
+    plan.smoothing = {name: min(SMOOTHING_CHOICES, key=errors[name].__getitem__) for name in units}
+    plan.sensitivity = {name: (errors[name][plan.smoothing[name]] / max(norms[name], 1e-30)) ** 0.5 for name in units}
     order = sorted(units, key=lambda name: -plan.sensitivity[name])  # most sensitive first
 
     def score(keep: int) -> float:
