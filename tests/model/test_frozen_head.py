@@ -134,3 +134,17 @@ def test_save_and_load_give_identical_predictions(tmp_path: Path) -> None:
     torch.testing.assert_close(loaded(ids, mask).logits, before, rtol=0, atol=0)
     # padding does not change a sequence's logits: the BiLSTM reads each sequence's real tokens only
     torch.testing.assert_close(loaded(ids[1:2, :3], mask[1:2, :3]).logits, before[1:2, :3], rtol=1e-5, atol=1e-6)
+
+
+def test_convert_to_hf_refuses_the_frozen_tagger(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """transformers has no such head: export is refused (the encoder alone can go with --class BertModel)."""
+    from bertkit.cli import main
+
+    BertForFrozenTokenClassification(tiny_config(frozen_features="last")).save_pretrained(str(tmp_path / "m"))
+    (tmp_path / "m" / "vocab.txt").write_text("".join(f"t{i}\n" for i in range(99)))
+    assert main(["convert", "--to-hf", str(tmp_path / "m"), "--out", str(tmp_path / "hf")]) == 1
+    assert "BertForFrozenTokenClassification is a bertkit-only head" in capsys.readouterr().err
+    assert not (tmp_path / "hf").exists()
+    out = tmp_path / "encoder"
+    assert main(["convert", "--to-hf", str(tmp_path / "m"), "--class", "BertModel", "--out", str(out)]) == 0
+    assert (out / "model.safetensors").is_file()

@@ -73,3 +73,13 @@ def test_tabular_weights_round_trip_and_the_folder_is_marked_bertkit(tmp_path) -
 def test_without_tabular_inputs_the_head_is_the_papers() -> None:
     model = tiny()
     assert model.tabular is None and model.classifier.in_features == 32 and model.config.bert_compatible
+
+
+def test_convert_to_hf_refuses_a_tabular_folder_naming_the_option(tmp_path, capsys) -> None:
+    from bertkit.cli import main
+
+    tiny(tabular_inputs=TABULAR).save_pretrained(str(tmp_path / "m"))
+    (tmp_path / "m" / "vocab.txt").write_text("".join(f"t{i}\n" for i in range(99)))
+    assert main(["convert", "--to-hf", str(tmp_path / "m"), "--out", str(tmp_path / "hf")]) == 1
+    assert "non-text columns beside the text (tabular_inputs)" in capsys.readouterr().err
+    assert not (tmp_path / "hf").exists()

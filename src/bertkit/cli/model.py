@@ -157,13 +157,18 @@ def convert_command(args: argparse.Namespace) -> int:
         model = MODEL_CLASSES[args.model_class].from_pretrained(src, strict=args.strict)
     else:
         model = load_model(src, strict=args.strict)
+    if args.to_hf and not getattr(model, "in_transformers", True):
+        raise CheckpointError(f"{src}: {type(model).__name__} is a bertkit-only head that transformers has no class "
+                              "for; export its encoder with --class BertModel, or keep the bertkit folder")
     if args.to_hf and not model.config.bert_compatible:
         c = model.config
         options = [o for o, on in (("pre-LN blocks (layer_norm_position 'pre')", c.layer_norm_position == "pre"),
                                    ("ALiBi attention biases (alibi true)", c.alibi),
                                    ("mean pooling (pooling 'mean')", c.pooling == "mean"),
                                    ("ALBERT's factorised embedding (embedding_size)", c.embedding_width != c.hidden_size),
-                                   ("ALBERT's cross-layer sharing (share_layers)", c.share_layers)) if on]
+                                   ("ALBERT's cross-layer sharing (share_layers)", c.share_layers),
+                                   ("non-text columns beside the text (tabular_inputs)", bool(c.tabular_inputs)))
+                   if on]
         raise CheckpointError(
             f"{src}: this model uses {' and '.join(options)}, which transformers' BertModel does not have: it would "
             "load these weights and compute something else. Keep the bertkit folder (bertkit.load / from_pretrained "

@@ -480,6 +480,7 @@ class BertForFrozenTokenClassification(BertHeadModel):
     """
 
     reads_pooled_output = False
+    in_transformers = False  # transformers has no such head: `convert --to-hf` refuses the folder
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
