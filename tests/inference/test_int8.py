@@ -91,11 +91,11 @@ def test_int8_sst2_accuracy_within_half_a_point_of_fp32() -> None:
     and in int8 calibrated on other training sentences (never dev)."""
     folder = minilm_folder()
     tok = tokenizer_for(folder)
+    torch.manual_seed(0)  # the new head's initialisation and dropout draw from torch's global generator
     model = BertForSequenceClassification.from_pretrained(folder, num_labels=2)
     texts, labels = sst2("train", 3400)
     train_texts, train_labels, calibration = texts[:3000], labels[:3000], texts[3000:]
     gen = torch.Generator().manual_seed(0)
-    torch.manual_seed(0)  # the new head's initialisation
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
     model.train()
     for step in torch.randperm(len(train_texts), generator=gen).split(32):
