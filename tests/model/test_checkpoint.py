@@ -129,16 +129,22 @@ def test_sharded_safetensors(tmp_path: Path) -> None:
     assert torch.equal(outputs(model, inputs())[0], outputs(loaded, inputs())[0])
 
 
-def test_load_model_picks_class_from_task(tmp_path: Path) -> None:
+def test_load_model_reads_architectures_and_refuses_a_bare_task(tmp_path: Path) -> None:
+    """The class comes from `architectures`; a config.json naming only a task is refused with the fix (the task
+    registry, a floor up, opens it: tests/tasks/test_registry.py)."""
     BertModel(tiny_config()).save_pretrained(tmp_path)
     d = json.loads((tmp_path / "config.json").read_text())
+    d["architectures"] = ["BertForTokenClassification"]
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    assert type(load_model(tmp_path)).__name__ == "BertForTokenClassification"
     del d["architectures"]
     d["task"] = "ner"
     (tmp_path / "config.json").write_text(json.dumps(d))
-    assert type(load_model(tmp_path)).__name__ == "BertForTokenClassification"
-    d["task"] = "nonsense"
+    with pytest.raises(CheckpointError, match="names task 'ner' but no `architectures`; add"):
+        load_model(tmp_path)
+    d["architectures"] = ["RobertaModel"]
     (tmp_path / "config.json").write_text(json.dumps(d))
-    with pytest.raises(CheckpointError, match="unknown task 'nonsense'"):
+    with pytest.raises(CheckpointError, match="names no BERT class bertkit has"):
         load_model(tmp_path)
 
 

@@ -49,27 +49,6 @@ _IGNORED_SUFFIXES = ("embeddings.position_ids", "embeddings.token_type_ids")
 _DECODER_BIAS = "cls.predictions.decoder.bias"
 _LM_BIAS = "cls.predictions.bias"
 
-# For a config.json with bertkit's `task` but no `architectures` (hand-written: bertkit always writes
-# `architectures`, which load_model reads first): the pre-training objectives and the task names bertkit has
-# stored in config.task, with the class that serves each. The task registry (bertkit.tasks) stays the table of
-# task names: tests/tasks/test_registry.py checks that every registered name and alias is here with its task's
-# model_class_name. A new task's folders name their class in `architectures`, so it need not be added.
-TASK_CLASSES: dict[str, str] = {
-    "pretraining": "BertForPreTraining",
-    "mlm": "BertForMaskedLM",
-    "nsp": "BertForNextSentencePrediction",
-    "classification": "BertForSequenceClassification",
-    "sequence_classification": "BertForSequenceClassification",
-    "glue": "BertForSequenceClassification",
-    "ner": "BertForTokenClassification",
-    "token_classification": "BertForTokenClassification",
-    "qa": "BertForQuestionAnswering",
-    "squad": "BertForQuestionAnswering",
-    "multiple-choice": "BertForMultipleChoice",
-    "multiple_choice": "BertForMultipleChoice",
-    "swag": "BertForMultipleChoice",
-}
-
 M = TypeVar("M", bound=BertPreTrainedModel)
 
 
@@ -359,24 +338,26 @@ def load_pretrained(
 
 
 def model_class_for(raw_config: dict[str, Any], source: str = CONFIG_NAME) -> type[BertPreTrainedModel]:
-    """The class a config.json names: its `architectures` entry, else bertkit's `task`, else BertModel."""
-    for name in raw_config.get("architectures") or []:
+    """The class a config.json names in `architectures`, else BertModel. A config that names only a bertkit `task`
+    (hand-written: bertkit writes `architectures` in every folder) is refused here: the task registry, a floor up,
+    knows which head serves a task (`bertkit.tasks.open_task_folder`)."""
+    names = raw_config.get("architectures") or []
+    for name in names:
         if name in MODEL_CLASSES:
             return MODEL_CLASSES[name]
-    task = raw_config.get("task")
-    if task:
-        if task not in TASK_CLASSES:
-            raise CheckpointError(f"{source}: unknown task {task!r}; expected one of {', '.join(TASK_CLASSES)}")
-        return MODEL_CLASSES[TASK_CLASSES[task]]
-    names = raw_config.get("architectures") or []
     if names:
         raise CheckpointError(f"{source}: architectures {names} names no BERT class bertkit has "
                               f"({', '.join(MODEL_CLASSES)})")
+    task = raw_config.get("task")
+    if task:
+        raise CheckpointError(f"{source}: names task {task!r} but no `architectures`; add \"architectures\": "
+                              f"[\"<class>\"] with one of {', '.join(MODEL_CLASSES)}, or open it as a fine-tuned "
+                              "folder (`bertkit evaluate`, `predict`, `serve`), which pick the task's head")
     return BertModel
 
 
 def load_model(folder: str | os.PathLike, **kwargs: Any) -> BertPreTrainedModel:
-    """Load a folder into the class its config.json names (architectures or task); kwargs as for from_pretrained."""
+    """Load a folder into the class its config.json names in `architectures`; kwargs as for from_pretrained."""
     folder = Path(folder)
     _, raw = read_config(folder)
     return model_class_for(raw, str(folder / CONFIG_NAME)).from_pretrained(folder, **kwargs)

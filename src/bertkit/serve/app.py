@@ -25,11 +25,11 @@ from bertkit.inference.encoder import Encoder
 from bertkit.inference.fill_mask import MASK, fill_mask_batch
 from bertkit.inference.pooling import pad_batch
 from bertkit.model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
-from bertkit.model.folder import open_folder
 from bertkit.runtime import release_free_memory
 from bertkit.serve.batching import DynamicBatcher, QueueFull, RequestTimeout
 from bertkit.serve.settings import ServeSettings
 from bertkit.errors import DataError
+from bertkit.tasks import open_task_folder
 from bertkit.tasks.base import run_model
 from bertkit.tasks.classification import ClassificationTask, input_columns, read_logits, request_example
 from bertkit.tasks.ner import NerTask, TaggedSentence, word_tags
@@ -162,7 +162,7 @@ class Predictor:
     """The folder's model, tokenizer and encoder, and one batch function per endpoint."""
 
     def __init__(self, folder: str | Path, precision: str = "auto") -> None:
-        opened = open_folder(folder)
+        opened = open_task_folder(folder)  # a hand-written config.json may name only its task
         self.folder, self.model, self.tokenizer = opened.path, opened.model, opened.tokenizer
         # The folder's own embedding settings (pooling, normalisation, max length), as bertkit.load(folder) reads them.
         self.encoder = Encoder(self.model, self.tokenizer, device="cpu", defaults=opened.defaults,

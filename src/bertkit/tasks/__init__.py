@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from bertkit.errors import ConfigError
 from bertkit.tasks.base import Task
+
+if TYPE_CHECKING:
+    from bertkit.model.folder import ModelFolder
 
 # Modules of this package that hold no task (helpers and the runner, which imports this registry).
 _NOT_TASKS = {"base", "metrics", "runner", "payoff", "distill"}
@@ -34,6 +39,18 @@ TASKS: dict[str, type[Task]] = _discover()
 ALIASES: dict[str, str] = {alias: name for name, cls in TASKS.items() for alias in cls.aliases}
 
 
+def open_task_folder(folder: str | Path, **kwargs: Any) -> ModelFolder:
+    """`open_folder` for a fine-tuned folder: a config.json that names a bertkit `task` but no `architectures` (a
+    hand-written one) gets the head its task fine-tunes, which only this registry knows."""
+    from bertkit.model.checkpoint import read_config
+    from bertkit.model.folder import open_folder
+
+    config, raw = read_config(folder)
+    if raw.get("architectures") or not config.task:
+        return open_folder(folder, **kwargs)
+    return open_folder(folder, get_task(config.task).model_class(dict(config.task_settings or {})), **kwargs)
+
+
 def get_task(name: str) -> Task:
     """The task registered under `name` (or an alias); ConfigError listing the known ones otherwise."""
     key = ALIASES.get(name, name)
@@ -42,4 +59,4 @@ def get_task(name: str) -> Task:
     return TASKS[key]()
 
 
-__all__ = ["ALIASES", "TASKS", "Task", "get_task"]
+__all__ = ["ALIASES", "TASKS", "Task", "get_task", "open_task_folder"]

@@ -25,7 +25,7 @@ import torch
 from bertkit.errors import CheckpointError, ConfigError, Interrupted
 from bertkit.io import atomic_write_json
 from bertkit.pretrained import resolve_model_dir
-from bertkit.tasks import get_task
+from bertkit.tasks import get_task, open_task_folder
 from bertkit.tasks.base import Settings, Task, check_positive, require_examples
 from bertkit.tokenizer import BertTokenizer
 from bertkit.training.config import TrainingConfig
@@ -225,8 +225,6 @@ def finetune(config: FinetuneConfig, resume: bool = False,
 
 def _load_finetuned(model: str) -> tuple[Task, Settings, Any, Any]:
     """Task, settings, model and tokenizer of a fine-tuned folder."""
-    from bertkit.model.folder import open_folder
-
     config = read_folder_config(model)
     if not config.task:
         raise CheckpointError(f"{model}/config.json: no bertkit task; this is not a fine-tuned model folder "
@@ -235,7 +233,7 @@ def _load_finetuned(model: str) -> tuple[Task, Settings, Any, Any]:
     settings = dict(config.task_settings or {})
     if config.label_names is not None and t.num_labels(settings) is not None:
         settings["label_names"] = list(config.label_names)
-    opened = open_folder(model)
+    opened = open_task_folder(model)
     net = opened.model
     if type(net).__name__ != t.model_class(settings):
         raise CheckpointError(f"{model}: config.json says task {config.task!r} but its architecture is "
