@@ -17,6 +17,7 @@ import numpy as np
 from bertkit.model import BertPreTrainedModel
 from bertkit.model.checkpoint import save_pretrained
 from bertkit.model.folder import open_folder
+from bertkit.tasks import task_model_class
 
 
 @dataclass
@@ -68,5 +69,6 @@ def load(folder: str | os.PathLike, model_class: str | None = None, **kwargs: An
 
     kwargs go to from_pretrained (strict=, dtype=, config field overrides such as num_labels=).
     """
-    opened = open_folder(folder, model_class, **kwargs)  # a shipped model's name (bertkit.pretrained) works too
+    # a shipped model's name (bertkit.pretrained) works too; a config.json naming only its task gets the task's head
+    opened = open_folder(folder, model_class or task_model_class(folder), **kwargs)
     return Bert(opened.model, opened.tokenizer, opened.defaults)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import bertkit
 from bertkit.errors import CheckpointError, ConfigError
 from bertkit.model import MODEL_CLASSES, BertConfig, BertModel
 from bertkit.model.checkpoint import load_model
@@ -35,6 +36,7 @@ def test_each_name_and_alias_finds_its_task_and_its_head(name: str, tmp_path: Pa
     config["task"] = name
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert type(open_task_folder(tmp_path).model).__name__ == task.model_class_name
+    assert type(bertkit.load(tmp_path).model).__name__ == task.model_class_name
     with pytest.raises(CheckpointError, match=f"names task '{name}' but no `architectures`"):
         load_model(tmp_path)
 

@@ -44,9 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _load(folder: str):  # noqa: ANN202 (model, tokenizer)
-    from bertkit.model.folder import open_folder
+    from bertkit.tasks import open_task_folder
 
-    opened = open_folder(folder)
+    opened = open_task_folder(folder)
     return opened.model, opened.tokenizer
 
 

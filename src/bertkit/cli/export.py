@@ -19,10 +19,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def export_onnx_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit export-onnx`."""
-    from bertkit.model.checkpoint import load_model
     from bertkit.inference.onnx_export import export_onnx
+    from bertkit.model.checkpoint import load_model
+    from bertkit.tasks import task_model_class
 
-    model = load_model(args.model)
+    model = load_model(args.model, task_model_class(args.model))
     names = export_onnx(model, args.output, args.opset)
     print(f"wrote {args.output} ({type(model).__name__}; outputs: {', '.join(names)})", file=sys.stderr)
     return 0

@@ -52,9 +52,10 @@ def describe_folder(folder: Path) -> dict[str, Any]:
     """What `info` shows: class, task, labels, parameter count, vocabulary, and whether the weights file holds
     every tensor of the config's model (the weights are read, so a truncated or mismatched folder is reported)."""
     from bertkit.model.checkpoint import VOCAB_NAME, find_weights, load_model, read_config, read_vocab_size
+    from bertkit.tasks import task_model_class
 
     config, _ = read_config(folder)
-    model = load_model(folder)  # reads every tensor: a truncated file or a wrong shape is a CheckpointError
+    model = load_model(folder, task_model_class(folder))  # reads every tensor: a truncated or wrong file is reported
     cls = type(model)
     weights = find_weights(folder)
     vocab = folder / VOCAB_NAME
@@ -146,6 +147,7 @@ def convert_command(args: argparse.Namespace) -> int:
     from bertkit.io import atomic_write_json
     from bertkit.model import MODEL_CLASSES
     from bertkit.model.checkpoint import VOCAB_NAME, load_model, save_pretrained
+    from bertkit.tasks import task_model_class
 
     src = Path(args.from_hf or args.to_hf)
     out = Path(args.out)
@@ -156,7 +158,7 @@ def convert_command(args: argparse.Namespace) -> int:
             raise CheckpointError(f"--class {args.model_class!r}: expected one of {', '.join(MODEL_CLASSES)}")
         model = MODEL_CLASSES[args.model_class].from_pretrained(src, strict=args.strict)
     else:
-        model = load_model(src, strict=args.strict)
+        model = load_model(src, task_model_class(src), strict=args.strict)
     if args.to_hf and not getattr(model, "in_transformers", True):
         raise CheckpointError(f"{src}: {type(model).__name__} is a bertkit-only head that transformers has no class "
                               "for; export its encoder with --class BertModel, or keep the bertkit folder")

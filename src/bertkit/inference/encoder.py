@@ -33,7 +33,6 @@ from bertkit.inference.quantize import (
     quantize_int8,
 )
 from bertkit.model import BertPreTrainedModel
-from bertkit.model.folder import open_folder
 from bertkit.model.heads import base_model
 
 log = logging.getLogger(__name__)
@@ -109,7 +108,9 @@ class Encoder:
     ) -> None:
         folder_defaults: dict[str, Any] = {}
         if isinstance(model, (str, Path)):
-            opened = open_folder(model)
+            from bertkit.tasks import open_task_folder  # the registry opens a config that names only its task
+
+            opened = open_task_folder(model)
             tokenizer = tokenizer if tokenizer is not None else opened.tokenizer
             model, folder_defaults = opened.model, opened.defaults
         if tokenizer is None:

@@ -340,7 +340,7 @@ def load_pretrained(
 def model_class_for(raw_config: dict[str, Any], source: str = CONFIG_NAME) -> type[BertPreTrainedModel]:
     """The class a config.json names in `architectures`, else BertModel. A config that names only a bertkit `task`
     (hand-written: bertkit writes `architectures` in every folder) is refused here: the task registry, a floor up,
-    knows which head serves a task (`bertkit.tasks.open_task_folder`)."""
+    knows which head serves a task (`bertkit.tasks.task_model_class`)."""
     names = raw_config.get("architectures") or []
     for name in names:
         if name in MODEL_CLASSES:
@@ -356,9 +356,14 @@ def model_class_for(raw_config: dict[str, Any], source: str = CONFIG_NAME) -> ty
     return BertModel
 
 
-def load_model(folder: str | os.PathLike, **kwargs: Any) -> BertPreTrainedModel:
-    """Load a folder into the class its config.json names in `architectures`; kwargs as for from_pretrained."""
+def load_model(folder: str | os.PathLike, model_class: str | None = None, **kwargs: Any) -> BertPreTrainedModel:
+    """Load a folder into `model_class`, else the class its config.json names in `architectures`; kwargs as for
+    from_pretrained."""
     folder = Path(folder)
+    if model_class is not None:
+        if model_class not in MODEL_CLASSES:
+            raise CheckpointError(f"unknown model class {model_class!r}; expected one of {', '.join(MODEL_CLASSES)}")
+        return MODEL_CLASSES[model_class].from_pretrained(folder, **kwargs)
     _, raw = read_config(folder)
     return model_class_for(raw, str(folder / CONFIG_NAME)).from_pretrained(folder, **kwargs)
 

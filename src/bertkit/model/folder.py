@@ -10,11 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import CheckpointError
 from bertkit.model.bert import BertPreTrainedModel
 from bertkit.model.checkpoint import load_model
 from bertkit.model.config import BertConfig
-from bertkit.model.heads import MODEL_CLASSES
 from bertkit.pretrained import resolve_model_dir
 from bertkit.tokenizer import BertTokenizer
 
@@ -41,12 +39,7 @@ def open_folder(folder: str | Path, model_class: str | None = None, **kwargs: An
     CheckpointError or TokenizerError naming the folder and the file.
     """
     path = resolve_model_dir(folder)
-    if model_class is None:
-        model = load_model(path, **kwargs)
-    elif model_class in MODEL_CLASSES:
-        model = MODEL_CLASSES[model_class].from_pretrained(path, **kwargs)
-    else:
-        raise CheckpointError(f"unknown model class {model_class!r}; expected one of {', '.join(MODEL_CLASSES)}")
+    model = load_model(path, model_class, **kwargs)
     return ModelFolder(path, model, BertTokenizer.from_pretrained(path), folder_defaults(path))
 
 

@@ -39,16 +39,23 @@ TASKS: dict[str, type[Task]] = _discover()
 ALIASES: dict[str, str] = {alias: name for name, cls in TASKS.items() for alias in cls.aliases}
 
 
-def open_task_folder(folder: str | Path, **kwargs: Any) -> ModelFolder:
-    """`open_folder` for a fine-tuned folder: a config.json that names a bertkit `task` but no `architectures` (a
-    hand-written one) gets the head its task fine-tunes, which only this registry knows."""
+def task_model_class(folder: str | Path) -> str | None:
+    """The head for a config.json that names a bertkit `task` but no `architectures` (a hand-written one): the
+    class its task fine-tunes, which only this registry knows. None when `architectures` decides (or no task)."""
     from bertkit.model.checkpoint import read_config
-    from bertkit.model.folder import open_folder
 
     config, raw = read_config(folder)
     if raw.get("architectures") or not config.task:
-        return open_folder(folder, **kwargs)
-    return open_folder(folder, get_task(config.task).model_class(dict(config.task_settings or {})), **kwargs)
+        return None
+    return get_task(config.task).model_class(dict(config.task_settings or {}))
+
+
+def open_task_folder(folder: str | Path, **kwargs: Any) -> ModelFolder:
+    """`open_folder` that also opens a config.json naming only its task (`task_model_class`): every floor above
+    the tasks opens folders through this."""
+    from bertkit.model.folder import open_folder
+
+    return open_folder(folder, task_model_class(folder), **kwargs)
 
 
 def get_task(name: str) -> Task:
@@ -59,4 +66,4 @@ def get_task(name: str) -> Task:
     return TASKS[key]()
 
 
-__all__ = ["ALIASES", "TASKS", "Task", "get_task", "open_task_folder"]
+__all__ = ["ALIASES", "TASKS", "Task", "get_task", "open_task_folder", "task_model_class"]
