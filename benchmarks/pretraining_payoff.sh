@@ -6,9 +6,12 @@
 #   3. full-sentence seq-128 instances with dynamic masking (Wikipedia slice, task texts, WikiText-2 valid,
 #      five Austen novels (Persuasion is held out for the demo's fill-mask), Shakespeare) and WikiText-2 test as
 #      the held-out set
-#   4. `bertkit pretrain --config configs/bertkit-mini.yaml` (about 2.5 hours on 2 cores; --resume continues)
+#   4. `bertkit pretrain`: RECIPE=cpu (default) runs configs/bertkit-mini.yaml (about 2.5 hours on 2 cores);
+#      RECIPE=gpu runs configs/bertkit-mini-gpu.yaml (7 minutes on an H100: the shipped model), whose text is the
+#      same plus every file of the Austen folder (Persuasion and its SOURCE.txt too, as that run read them);
+#      --resume continues an interrupted run
 #   5. SST-2 and CoNLL-2003 from the result and from its random-init twin: benchmarks/pretraining_payoff.py
-# Usage: benchmarks/pretraining_payoff.sh [OUT]        (default OUT runs/payoff; DATA=../shared/data)
+# Usage: [RECIPE=cpu|gpu] benchmarks/pretraining_payoff.sh [OUT]     (default OUT runs/payoff; DATA=../shared/data)
 set -euo pipefail
 OUT=${1:-runs/payoff}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,9 +32,18 @@ A=$DATA/jane_austen
   -o data/full128 --tokenizer tok8k --instances full_sentences --dynamic-masking --dupe-factor 1 --workers 2
 [ -f data/wt2test128/index.json ] || $BK prepare-pretraining "$DATA/wikitext2/test.txt" -o data/wt2test128 \
   --tokenizer tok8k --instances full_sentences --dupe-factor 1
-[ -f runs/bertkit-mini/final/config.json ] || $BK pretrain --config "$ROOT/configs/bertkit-mini.yaml" --resume
+case "${RECIPE:-cpu}" in
+  cpu) RUN=runs/bertkit-mini ;;
+  gpu) RUN=runs/bertkit-mini-gpu
+       [ -f data/full128-all/index.json ] || $BK prepare-pretraining "$DATA"/pretraining_corpus/enwiki2014_00*.txt.gz \
+         corpus/sst2_train.txt corpus/conll_train.txt "$DATA/wikitext2/valid.txt" "$A"/*.txt \
+         "$DATA/tiny_shakespeare/input.txt" -o data/full128-all --tokenizer tok8k --instances full_sentences \
+         --dynamic-masking --dupe-factor 1 --workers 2 ;;
+  *) echo "RECIPE must be cpu or gpu, not ${RECIPE}" >&2; exit 2 ;;
+esac
+[ -f $RUN/final/config.json ] || $BK pretrain --config "$ROOT/configs/$(basename $RUN).yaml" --resume
 
 for task in sst2 conll; do
-  python3 "$ROOT/benchmarks/pretraining_payoff.py" --task "$task" --start bertkit-mini=runs/bertkit-mini/final \
+  python3 "$ROOT/benchmarks/pretraining_payoff.py" --task "$task" --start bertkit-mini=$RUN/final \
     --random-twin bertkit-mini --out finetune
 done

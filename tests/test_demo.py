@@ -73,3 +73,18 @@ def test_reading_calls_differences_within_sampling_noise_level() -> None:
     assert f"{REFERENCE} beats random initialisation: 82.0 vs 76.0 (+6.0 points)" in text
     assert f"{DEMO_PRETRAINED} does worse than random initialisation: 70.0 vs 76.0 (-6.0 points)" in text
     assert "872 dev sentences" in text
+
+
+def test_fill_mask_probes_are_held_out_sst2_dev_sentences() -> None:
+    """Each probe, its mask filled with some word, is a sentence of the bundled SST-2 dev set, which neither the
+    demo's pre-training text nor the shipped model's contains."""
+    import re
+
+    from bertkit.demo import FILL_MASK_PROBES, PRETRAIN_FILES, SENTIMENT_DEV, bundled_file
+
+    dev = [line.split("\t")[0].strip() for line in bundled_file(SENTIMENT_DEV).read_text(encoding="utf-8").splitlines()]
+    assert SENTIMENT_DEV not in PRETRAIN_FILES
+    for probe in FILL_MASK_PROBES:
+        assert probe.count("[MASK]") == 1
+        pattern = re.compile(re.escape(probe).replace(re.escape("[MASK]"), r"\S+"))
+        assert any(pattern.fullmatch(line) for line in dev), probe

@@ -34,13 +34,15 @@ HELDOUT_FILES = ["austen_persuasion.txt.gz"]
 SENTIMENT_TRAIN = "sst2_train_sample.tsv"
 SENTIMENT_DEV = "sst2_dev.tsv"
 
-# Held-out sentences (from Persuasion) for fill-mask; the masked word is what Austen wrote.
+# Held-out sentences for fill-mask, from the bundled SST-2 dev set: neither this demo's pre-training (three novels
+# and the plays) nor the shipped model's (README, "Pre-training that pays off") read them. The masked word is what the
+# reviewer wrote.
 FILL_MASK_PROBES = [
-    "She had been forced into prudence in her youth, she learned [MASK] as she grew older.",
-    "There could have been no two hearts so open, no tastes so similar, no feelings so in [MASK].",
-    "Anne walked to the [MASK] with her sister.",
-    "It was a very fine [MASK] and they went out together.",
-    "He was not a [MASK] man, but he was a kind one.",
+    "the movie fails to live up to the [MASK] of its parts .",
+    "one of the smartest takes on singles culture i 've seen in a long [MASK] .",
+    "a fast , funny , highly enjoyable [MASK] .",
+    "has a lot of the virtues of eastwood at his [MASK] .",
+    "seldom has a movie so closely matched the spirit of a [MASK] and his work .",
 ]
 
 

@@ -1,5 +1,6 @@
-"""The shipped model bertkit-mini: it loads by name, matches its recipe, fills masks, scores what its README says,
-and (slow) its run's first steps reproduce bitwise from the committed config."""
+"""The shipped model bertkit-mini: it loads by name, matches its recipe, fills masks, scores what its README says;
+(slow) the CPU recipe's first steps reproduce bitwise from its committed config. The shipped weights come from the
+GPU recipe, whose CUDA runs are not bitwise repeatable (PRETRAINING.md), so the bitwise replay is the CPU run's."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from bertkit.model import BertForPreTraining
 from bertkit.pretrained import resolve_model_dir, shipped_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-RECIPE = ROOT / "configs" / "bertkit-mini.yaml"
+RECIPE = ROOT / "configs" / "bertkit-mini-gpu.yaml"  # the run that made the shipped folder
+CPU_RECIPE = ROOT / "configs" / "bertkit-mini.yaml"
+CPU_RUN = ROOT / "docs" / "results" / "bertkit-mini-cpu"  # the CPU run's log and config
 FOLDER = shipped_dir("bertkit-mini")
 
 
@@ -70,22 +73,23 @@ def test_heldout_mlm_accuracy_is_what_the_readme_says(tmp_path: Path, data_dir: 
     with torch.no_grad():
         metrics = evaluate(model)
     final = [json.loads(x) for x in (FOLDER / "metrics.jsonl").read_text().splitlines() if '"eval"' in x][-1]
-    assert metrics["mlm_accuracy"] == pytest.approx(final["mlm_accuracy"], abs=1e-6)  # the same 1,536 sequences
+    # the same 1,536 sequences; the run evaluated under bf16 autocast on the GPU, this is fp32 on CPU (0.6413 vs 0.6416)
+    assert metrics["mlm_accuracy"] == pytest.approx(final["mlm_accuracy"], abs=1e-3)
     assert metrics["mlm_accuracy"] >= 0.35
 
 
 @pytest.mark.slow
 def test_first_steps_reproduce_bitwise_from_the_committed_config(tmp_path: Path, data_dir: Path) -> None:
-    """Rebuild the data with the committed script's commands, run 50 steps, compare with the shipped metrics."""
+    """Rebuild the data with the committed script's commands, run 50 steps of the CPU recipe, compare with its log."""
     env = {**os.environ, "DATA": str(data_dir), "PYTHONPATH": str(ROOT / "src")}
     script = ROOT / "benchmarks" / "pretraining_payoff.sh"
-    prefix = script.read_text().split("[ -f runs/bertkit-mini/final")[0]  # the data steps only
+    prefix = script.read_text().split('case "${RECIPE')[0]  # the data steps only
     subprocess.run(["bash", "-c", prefix, str(script), str(tmp_path)], check=True, env=env, cwd=ROOT)
-    subprocess.run([sys.executable, "-m", "bertkit", "pretrain", "--config", str(RECIPE), "--max_steps", "50",
+    subprocess.run([sys.executable, "-m", "bertkit", "pretrain", "--config", str(CPU_RECIPE), "--max_steps", "50",
                     "--eval_every", "1000", "--training.output_dir", "runs/repro"],
                    check=True, env=env, cwd=tmp_path)
     ours = [json.loads(x) for x in (tmp_path / "runs/repro/metrics.jsonl").read_text().splitlines()]
-    shipped = [json.loads(x) for x in (FOLDER / "metrics.jsonl").read_text().splitlines()]
+    shipped = [json.loads(x) for x in (CPU_RUN / "metrics.jsonl").read_text().splitlines()]
     for step in (25, 50):
         a = next(r for r in ours if r["step"] == step and r["split"] == "train")
         b = next(r for r in shipped if r["step"] == step and r["split"] == "train")
