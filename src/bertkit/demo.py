@@ -435,7 +435,7 @@ def run_demo(cfg: DemoConfig) -> DemoReport:
     _header(3, steps, f"Pre-train a {cfg.model} BERT with masked LM + next sentence prediction")
     pretrained = timed("pre-training", pretrain, cfg, tokenizer, out, report)
     shipped, reference = resolve_starts(cfg, pretrained)
-    _header(4, steps, "What did it learn? Fill-mask and NSP on a held-out novel")
+    _header(4, steps, "What did it learn? Fill-mask on held-out sentences, NSP on a held-out novel")
     timed("probing", probe, pretrained, shipped, report, cfg.seed)
     _header(5, steps, "Fine-tune on SST-2 sentiment: does pre-training beat random initialisation?")
     timed("fine-tuning", finetune_sentiment, cfg, pretrained, shipped, reference, out, report)
