@@ -34,26 +34,6 @@ def test_int8_linear_is_close_to_float_without_avx2_saturation_or_outlier_damage
     assert (int8 - exact).norm() / exact.norm() < 0.03  # 0.09 with one activation scale and no smoothing
 
 
-def test_outlier_channels_in_float32_cut_the_error_of_a_gelu_fed_product() -> None:
-    """A GELU-like input (bounded below at -0.17) with one channel 20x the others, as in MiniLM's feed-forward
-    outputs: keeping the 8 largest channels in float32 beside the int8 product (LLM.int8()'s split) cuts the error
-    several times, is exact for those channels, and leaves the int8 part blind to them."""
-    gen = torch.Generator().manual_seed(0)
-    x = F.gelu(torch.randn(500, 1536, generator=gen))
-    x[:, 11] *= 20
-    w, b = torch.randn(384, 1536, generator=gen) * 0.02, torch.zeros(384)
-    exact, rng = F.linear(x, w, b), (x.amin(0).tolist(), x.amax(0).tolist())
-    plain = (Int8Linear(w, b, rng, None)(x) - exact).norm() / exact.norm()
-    split_layer = Int8Linear(w, b, rng, None, outliers=8)
-    split = (split_layer(x) - exact).norm() / exact.norm()
-    assert 11 in split_layer.outlier_index.tolist() and len(split_layer.outlier_index) == 8
-    assert split < plain / 3, (split, plain)
-    y = x.clone()
-    y[:, 11] += 5.0  # a change in an outlier channel reaches the output through the float32 product, exactly
-    moved = split_layer(y) - split_layer(x)
-    assert torch.allclose(moved, 5.0 * w[:, 11].expand_as(moved), atol=1e-4)
-
-
 def test_int8_encoder_stays_close_to_fp32_on_unseen_text(minilm) -> None:
     """Calibrated on Austen (the default), evaluated on WikiText-2: a different text, as in use."""
     model, tok = minilm
@@ -64,7 +44,7 @@ def test_int8_encoder_stays_close_to_fp32_on_unseen_text(minilm) -> None:
     assert F.cosine_similarity(ref, enc.encode(texts)).min() >= 0.99
     plan = enc.int8_plan
     assert plan is not None and plan.min_cosine >= 0.997
-    assert set(plan.sensitivity) == set(plan.smoothing) == set(plan.input_ranges) >= set(plan.outliers)
+    assert set(plan.sensitivity) == set(plan.smoothing) == set(plan.input_ranges)
     assert any(isinstance(m, Int8Linear) for m in enc.bert.modules())
     assert next(model.parameters()).dtype == torch.float32 and not any(isinstance(m, Int8Linear)
                                                                           for m in model.modules())

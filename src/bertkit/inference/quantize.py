@@ -7,10 +7,7 @@ SmoothQuant's per-channel smoothing (Xiao et al. 2023): BERT's LayerNorm outputs
 larger than the rest, so one activation scale would leave the others a handful of levels; dividing each input
 channel by s_j and multiplying the weight's column j by s_j moves that range into the per-channel weight scales
 (each unit smoothed or not, whichever its measured output error prefers). Embeddings, LayerNorm, softmax/attention,
-GELU and pooling stay float32. A unit may also keep its few largest input channels in float32 (LLM.int8()'s
-decomposition, Dettmers et al. 2022): the GELU-fed feed-forward outputs have one channel 4 to 15 times larger than
-the next, which no single activation scale serves; computing those channels as a small float32 product beside the
-int8 one cuts the unit's error 2 to 4 times (measured). A sensitivity sweep measures each unit's own int8 output error on the calibration
+GELU and pooling stay float32. A sensitivity sweep measures each unit's own int8 output error on the calibration
 text; the units are then put back in float32, the most sensitive first, as many as it takes (found by bisection) for
 the whole model's pooled embeddings to reach `min_cosine` to float32 on that text. The plan (ranges, sweep,
 smoothing, float units) is a plain dataclass: recomputed deterministically from the same text, or stored as JSON.
@@ -46,12 +43,6 @@ WEIGHT_LEVELS = 63
 # products but hurts the GELU-fed ones of early layers (measured), so calibration picks 0.5 or None (no smoothing)
 # per unit, whichever gives the smaller output error.
 SMOOTHING_CHOICES: tuple[float | None, ...] = (0.5, None)
-# Calibration tries each unit with 0 and with this many of its largest input channels kept in float32, and keeps
-# them only when that divides the unit's relative error by OUTLIER_GAIN or more: the float32 product costs little
-# beside a 1536-wide input (the feed-forward output, where it helps most) but a third of the int8 gain beside a
-# 384-wide input with a 1536-wide output (measured on this AVX2 CPU).
-OUTLIER_CHOICES: tuple[int, ...] = (0, 8)
-OUTLIER_GAIN = 1.5
 DEFAULT_MIN_COSINE = 0.997  # on the calibration text; a margin over the 0.995 goal on unseen text
 DEFAULT_CALIBRATION_PARAGRAPHS = 32
 CALIBRATION_SOURCE = Path(__file__).resolve().parents[1] / "demo_data" / "austen_persuasion.txt.gz"
@@ -66,19 +57,11 @@ def default_calibration_texts(n: int = DEFAULT_CALIBRATION_PARAGRAPHS, min_words
     return [p for p in paragraphs if len(p.split()) >= min_words][:n]
 
 
-def outlier_channels(input_range: tuple[list[float], list[float]], k: int) -> Tensor:
-    """The k input channels with the largest calibrated |x| (ties broken by index), as a sorted index tensor."""
-    low, high = torch.tensor(input_range[0]), torch.tensor(input_range[1])
-    x_max = torch.maximum(low.abs(), high.abs())
-    return torch.sort(torch.argsort(x_max, descending=True, stable=True)[:k]).values
-
-
 class Int8Linear(nn.Module):
-    """y = x W^T + b with W quantized per output channel and x to 8 bits with a calibrated (static) scale; the
-    `outliers` largest input channels (0 = none) are multiplied in float32 beside the int8 product."""
+    """y = x W^T + b with W quantized per output channel and x to 8 bits with a calibrated (static) scale."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None, input_range: tuple[list[float], list[float]],
-                 alpha: float | None = SMOOTHING_CHOICES[0], outliers: int = 0) -> None:
+                 alpha: float | None = SMOOTHING_CHOICES[0]) -> None:
         super().__init__()
         weight = weight.detach().float()
         low, high = torch.tensor(input_range[0]), torch.tensor(input_range[1])  # per input channel
@@ -87,17 +70,9 @@ class Int8Linear(nn.Module):
             smooth = torch.ones_like(x_max)
         else:
             smooth = (x_max ** alpha / weight.abs().amax(dim=0).clamp(min=1e-5) ** (1 - alpha)).clamp(min=1e-5)
-        inv_smooth = 1 / smooth
-        idx = outlier_channels(input_range, outliers)
-        self.register_buffer("outlier_index", idx)
-        self.register_buffer("outlier_weight_t", weight[:, idx].t().contiguous())  # (k, out), float32
-        inv_smooth[idx] = 0.0  # the outlier channels reach the int8 product as exact zeros
-        self.register_buffer("inv_smooth", inv_smooth)
+        self.register_buffer("inv_smooth", 1 / smooth)
         weight = weight * smooth
-        weight[:, idx] = 0.0
-        low, high = low / smooth, high / smooth
-        low[idx], high[idx] = 0.0, 0.0
-        lo, hi = min(float(low.min()), 0.0), max(float(high.max()), 0.0)  # zero stays exact
+        lo, hi = min(float((low / smooth).min()), 0.0), max(float((high / smooth).max()), 0.0)  # zero stays exact
         self.scale = max(hi - lo, 1e-8) / ACTIVATION_LEVELS
         self.zero_point = round(-lo / self.scale)
         w_scale = (weight.abs().amax(dim=1) / WEIGHT_LEVELS).clamp(min=1e-12).double()
@@ -112,8 +87,6 @@ class Int8Linear(nn.Module):
         flat = (x.reshape(-1, x.shape[-1]).float() * self.inv_smooth).contiguous()
         y = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(flat, self.scale, self.zero_point,
                                                                                 self.packed)
-        if len(self.outlier_index):
-            y.addmm_(x.reshape(-1, x.shape[-1]).float().index_select(1, self.outlier_index), self.outlier_weight_t)
         return y.view(*x.shape[:-1], self.out_features)
 
 
@@ -124,20 +97,18 @@ class Int8Plan:
     input_ranges: dict[str, tuple[list[float], list[float]]]  # unit -> per-channel input (min, max)
     sensitivity: dict[str, float] = field(default_factory=dict)  # unit -> relative error of its int8 output
     smoothing: dict[str, float | None] = field(default_factory=dict)  # unit -> SmoothQuant alpha (None: none)
-    outliers: dict[str, int] = field(default_factory=dict)  # unit -> input channels kept in float32 (absent: 0)
     float_units: list[str] = field(default_factory=list)  # most sensitive first
     min_cosine: float = 1.0  # of the chosen mix to float32 on the calibration text
 
     def to_dict(self) -> dict:
         return {"input_ranges": {k: list(v) for k, v in self.input_ranges.items()}, "sensitivity": self.sensitivity,
-                "smoothing": self.smoothing, "outliers": self.outliers,
+                "smoothing": self.smoothing,
                 "float_units": self.float_units, "min_cosine": self.min_cosine}
 
     @classmethod
     def from_dict(cls, data: dict) -> Int8Plan:
         return cls({k: ([float(x) for x in v[0]], [float(x) for x in v[1]]) for k, v in data["input_ranges"].items()},
-                   dict(data.get("sensitivity", {})), dict(data.get("smoothing", {})),
-                   {k: int(v) for k, v in data.get("outliers", {}).items()}, list(data.get("float_units", [])),
+                   dict(data.get("sensitivity", {})), dict(data.get("smoothing", {})), list(data.get("float_units", [])),
                    float(data.get("min_cosine", 1.0)))
 
 
@@ -166,8 +137,7 @@ def quantize_int8(bert: nn.Module, plan: Int8Plan, units: set[str] | None = None
     modules = dict(quantized.named_modules())
     for name in sorted(chosen):
         weight, bias = all_units[name]
-        int8 = Int8Linear(weight, bias, plan.input_ranges[name], plan.smoothing.get(name, SMOOTHING_CHOICES[0]),
-                          plan.outliers.get(name, 0))
+        int8 = Int8Linear(weight, bias, plan.input_ranges[name], plan.smoothing.get(name, SMOOTHING_CHOICES[0]))
         module = modules[name]
         if isinstance(module, BertSelfAttention):  # one int8 product for Q, K and V instead of the float concat
             module.qkv = int8
@@ -195,8 +165,7 @@ def calibrate_int8(bert: nn.Module, embed: Embed, min_cosine: float = DEFAULT_MI
     units = int8_units(bert)
     modules = dict(bert.named_modules())
     ranges: dict[str, tuple[Tensor, Tensor]] = {}
-    choices = [(alpha, k) for alpha in SMOOTHING_CHOICES for k in OUTLIER_CHOICES]
-    errors: dict[str, dict[tuple[float | None, int], float]] = {name: dict.fromkeys(choices, 0.0) for name in units}
+    errors: dict[str, dict[float | None, float]] = {name: dict.fromkeys(SMOOTHING_CHOICES, 0.0) for name in units}
     norms = dict.fromkeys(units, 0.0)
 
     def record_range(name: str) -> Callable[..., None]:
@@ -208,12 +177,12 @@ def calibrate_int8(bert: nn.Module, embed: Embed, min_cosine: float = DEFAULT_MI
         return hook
 
     def record_error(name: str) -> Callable[..., None]:
-        candidates = {c: Int8Linear(*units[name], plan.input_ranges[name], *c) for c in choices}
+        candidates = {a: Int8Linear(*units[name], plan.input_ranges[name], a) for a in SMOOTHING_CHOICES}
 
         def hook(_module: nn.Module, args: tuple) -> None:
             exact = F.linear(args[0], *units[name])
-            for choice, int8 in candidates.items():
-                errors[name][choice] += float((int8(args[0]) - exact).square().sum())
+            for alpha, int8 in candidates.items():
+                errors[name][alpha] += float((int8(args[0]) - exact).square().sum())
             norms[name] += float(exact.square().sum())
         return hook
 
@@ -222,15 +191,8 @@ def calibrate_int8(bert: nn.Module, embed: Embed, min_cosine: float = DEFAULT_MI
     plan = Int8Plan({name: (lo.tolist(), hi.tolist()) for name, (lo, hi) in ranges.items()})
     with _hooks(modules, {name: record_error(name) for name in units}):
         embed(bert)
-    def choose(name: str) -> tuple[float | None, int]:
-        plain = min((c for c in choices if c[1] == 0), key=errors[name].__getitem__)
-        split = min(choices, key=errors[name].__getitem__)
-        return split if errors[name][split] * OUTLIER_GAIN**2 <= errors[name][plain] else plain
-
-    chosen = {name: choose(name) for name in units}
-    plan.smoothing = {name: chosen[name][0] for name in units}
-    plan.outliers = {name: chosen[name][1] for name in units if chosen[name][1]}
-    plan.sensitivity = {name: (errors[name][chosen[name]] / max(norms[name], 1e-30)) ** 0.5 for name in units}
+    plan.smoothing = {name: min(SMOOTHING_CHOICES, key=errors[name].__getitem__) for name in units}
+    plan.sensitivity = {name: (errors[name][plan.smoothing[name]] / max(norms[name], 1e-30)) ** 0.5 for name in units}
     order = sorted(units, key=lambda name: -plan.sensitivity[name])  # most sensitive first
 
     def score(keep: int) -> float:
