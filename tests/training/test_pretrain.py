@@ -216,3 +216,11 @@ def test_continued_pretraining_starts_from_a_shipped_model_by_name(tmp_path: Pat
         assert torch.equal(a, b), name
     with pytest.raises(ConfigError, match="shipped model's name"):
         build_model(PretrainConfig(model="no-such-model", train_data=str(tmp_path)), 8192, tmp_path, 128)
+
+
+def test_a_gpu_run_without_loader_workers_gets_a_hint() -> None:
+    from bertkit.training.pretrain import loader_note
+
+    assert "training.num_workers" in loader_note(torch.device("cuda"), 0)
+    assert loader_note(torch.device("cuda"), 4) is None
+    assert loader_note(torch.device("cpu"), 0) is None
