@@ -78,41 +78,43 @@ def test_heldout_mlm_accuracy_is_what_the_readme_says(tmp_path: Path, data_dir: 
     assert metrics["mlm_accuracy"] >= 0.35
 
 
+def train_records(metrics: Path) -> dict[int, dict]:
+    """A metrics.jsonl's training records by step."""
+    records = (json.loads(x) for x in metrics.read_text().splitlines())
+    return {r["step"]: r for r in records if r["split"] == "train"}
+
+
+def replay(tmp_path: Path, data_dir: Path, recipe: str, config: Path, steps: int) -> dict[int, dict]:
+    """Build the data with the committed script's data steps (RECIPE=cpu|gpu), run the config's first `steps` steps
+    (its warm-up LR does not depend on max_steps, so they are the run's own), and return their training records."""
+    env = {**os.environ, "DATA": str(data_dir), "PYTHONPATH": str(ROOT / "src"), "RECIPE": recipe}
+    script = ROOT / "benchmarks" / "pretraining_payoff.sh"
+    prefix = script.read_text().split("[ -f $RUN/final")[0]  # the data steps only
+    subprocess.run(["bash", "-c", prefix, str(script), str(tmp_path)], check=True, env=env, cwd=ROOT)
+    subprocess.run([sys.executable, "-m", "bertkit", "pretrain", "--config", str(config), "--max_steps", str(steps),
+                    "--eval_every", "100000", "--training.output_dir", "runs/repro"],
+                   check=True, env=env, cwd=tmp_path)
+    return train_records(tmp_path / "runs/repro/metrics.jsonl")
+
+
 @pytest.mark.slow
 def test_first_steps_reproduce_bitwise_from_the_committed_config(tmp_path: Path, data_dir: Path) -> None:
-    """Rebuild the data with the committed script's commands, run 50 steps of the CPU recipe, compare with its log."""
-    env = {**os.environ, "DATA": str(data_dir), "PYTHONPATH": str(ROOT / "src")}
-    script = ROOT / "benchmarks" / "pretraining_payoff.sh"
-    prefix = script.read_text().split('case "${RECIPE')[0]  # the data steps only
-    subprocess.run(["bash", "-c", prefix, str(script), str(tmp_path)], check=True, env=env, cwd=ROOT)
-    subprocess.run([sys.executable, "-m", "bertkit", "pretrain", "--config", str(CPU_RECIPE), "--max_steps", "50",
-                    "--eval_every", "1000", "--training.output_dir", "runs/repro"],
-                   check=True, env=env, cwd=tmp_path)
-    ours = [json.loads(x) for x in (tmp_path / "runs/repro/metrics.jsonl").read_text().splitlines()]
-    shipped = [json.loads(x) for x in (CPU_RUN / "metrics.jsonl").read_text().splitlines()]
+    """The CPU recipe's first 50 steps, rebuilt from the committed script and config, equal its run's log bitwise."""
+    ours = replay(tmp_path, data_dir, "cpu", CPU_RECIPE, 50)
+    logged = train_records(CPU_RUN / "metrics.jsonl")
     for step in (25, 50):
-        a = next(r for r in ours if r["step"] == step and r["split"] == "train")
-        b = next(r for r in shipped if r["step"] == step and r["split"] == "train")
+        a, b = ours[step], logged[step]
         assert (a["loss"], a["grad_norm"], a["lr"]) == (b["loss"], b["grad_norm"], b["lr"]), step
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the shipped run was made on a CUDA GPU")
 def test_gpu_run_first_steps_reproduce_closely(tmp_path: Path, data_dir: Path) -> None:
-    """On a CUDA machine: rebuild the GPU recipe's data with the committed script, run its first 200 steps, compare
-    with the shipped log. CUDA's atomic-add kernels make two runs of the same config differ in the last digits
-    (measured on an H100: loss 7.714024 and 7.714026 at step 100, 6.3667 and 6.3718 at step 200), so this replay is
-    close, not bitwise; the warm-up LR (512 steps) does not depend on max_steps, so a short run has the same steps."""
-    env = {**os.environ, "DATA": str(data_dir), "PYTHONPATH": str(ROOT / "src"), "RECIPE": "gpu"}
-    script = ROOT / "benchmarks" / "pretraining_payoff.sh"
-    prefix = script.read_text().split("[ -f $RUN/final")[0]  # the data steps only, the GPU recipe's folder too
-    subprocess.run(["bash", "-c", prefix, str(script), str(tmp_path)], check=True, env=env, cwd=ROOT)
-    subprocess.run([sys.executable, "-m", "bertkit", "pretrain", "--config", str(RECIPE), "--max_steps", "200",
-                    "--eval_every", "100000", "--training.output_dir", "runs/repro"],
-                   check=True, env=env, cwd=tmp_path)
-    ours = [json.loads(x) for x in (tmp_path / "runs/repro/metrics.jsonl").read_text().splitlines()]
-    shipped = [json.loads(x) for x in (FOLDER / "metrics.jsonl").read_text().splitlines()]
+    """On a CUDA machine, the shipped GPU run's first 200 steps rebuilt the same way. CUDA's atomic-add kernels make
+    two runs of the same config differ in the last digits (measured on an H100: loss 7.714024 and 7.714026 at step
+    100, 6.3667 and 6.3718 at step 200), so this replay is close, not bitwise."""
+    ours = replay(tmp_path, data_dir, "gpu", RECIPE, 200)
+    logged = train_records(FOLDER / "metrics.jsonl")
     for step in (100, 200):
-        a = next(r for r in ours if r["step"] == step and r["split"] == "train")
-        b = next(r for r in shipped if r["step"] == step and r["split"] == "train")
+        a, b = ours[step], logged[step]
         assert a["lr"] == b["lr"] and a["loss"] == pytest.approx(b["loss"], rel=2e-3), step
