@@ -7,8 +7,9 @@ Engines (issue 15), each skipped with a note when its package is missing (`pip i
 - sentence-transformers, torch backend: the reference every ratio and cosine is taken against;
 - ONNX Runtime fp32 and dynamic int8 (per-channel QInt8 weights) on bertkit's own ONNX export of the model
   (optimum-onnx, sentence-transformers' ONNX route, pins transformers < 4.58, older than the one installed);
-- OpenVINO fp32 and static int8 (NNCF, transformer preset, calibrated on WikiText-2 *test* paragraphs: never the
-  evaluation texts), read from the same ONNX file;
+- OpenVINO fp32, bf16 (only where the CPU has bf16 units; OpenVINO's default there) and static int8 (NNCF,
+  transformer preset, calibrated on WikiText-2 *test* paragraphs: never the evaluation texts; float parts in
+  OpenVINO's default precision), read from the same ONNX file;
 - CTranslate2 fp32 and int8 (its Transformers converter);
 - bertkit Encoder in each of `--precisions` (int8 calibrates on its default text, shipped Austen paragraphs).
 Data: the first `limit` WikiText-2 validation paragraphs (non-empty, non-heading lines). Model: all-MiniLM-L6-v2
@@ -111,7 +112,9 @@ def onnxruntime_engines(folder: str, tokenizer: Any, workdir: Path) -> dict[str,
 
 
 def openvino_engines(folder: str, tokenizer: Any, workdir: Path, calibration: list[str]) -> dict[str, Embedder]:
-    """OpenVINO fp32 and NNCF static int8 calibrated on `calibration` (never the evaluation texts)."""
+    """OpenVINO fp32, its bf16 where the CPU has bf16 units (OpenVINO's default there), and NNCF static int8
+    calibrated on `calibration` (never the evaluation texts) with OpenVINO's default precision for the float parts
+    (bf16 on such CPUs, fp32 elsewhere), as sentence-transformers' OpenVINO backend runs it."""
     import nncf
     import openvino as ov
 
@@ -124,9 +127,13 @@ def openvino_engines(folder: str, tokenizer: Any, workdir: Path, calibration: li
         feeds.append({k: v.astype(np.int64) for k, v in batch.items()})
     int8 = nncf.quantize(core.read_model(str(onnx_file(folder, workdir))), nncf.Dataset(feeds),
                          model_type=nncf.ModelType.TRANSFORMER, subset_size=len(feeds))  # items are batches
+    variants = [("OpenVINO fp32", model, {"INFERENCE_PRECISION_HINT": "f32"})]
+    if "BF16" in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        variants.append(("OpenVINO bf16", model, {"INFERENCE_PRECISION_HINT": "bf16"}))
+    variants.append(("OpenVINO static int8 (NNCF)", int8, {}))
     engines = {}
-    for name, graph in (("OpenVINO fp32", model), ("OpenVINO static int8 (NNCF)", int8)):
-        compiled = core.compile_model(graph, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    for name, graph, config in variants:
+        compiled = core.compile_model(graph, "CPU", config)
         output = compiled.output("last_hidden_state")
         engines[name] = length_sorted_embedder(tokenizer, lambda feed, c=compiled, o=output: c(feed)[o])
     return engines
