@@ -95,6 +95,7 @@ class Encoder:
     and `bertkit serve` use by default). `precision` and `precision_reason` say what was chosen.
     calibration (int8 only): the texts to calibrate on (never the texts you evaluate on; default: shipped Austen
     paragraphs, `default_calibration_texts`), or an `Int8Plan` computed before; `int8_plan` holds the one used.
+    On CPU it also makes glibc malloc keep freed memory, process-wide (`keeps_freed_memory`; bertkit.runtime).
     """
 
     def __init__(
@@ -126,6 +127,8 @@ class Encoder:
         # On CPU, batches reuse warm freed pages instead of page-faulting them in (process-wide; BERTKIT_MALLOC=default
         # opts out). False on GPU, where it does not apply, or where the C library has no mallopt.
         self.keeps_freed_memory = self.device.type == "cpu" and keep_freed_memory()
+        if self.keeps_freed_memory:
+            log.info("malloc keeps freed memory for the next batch (process-wide; BERTKIT_MALLOC=default opts out)")
         precision, self.precision_reason = choose_precision(precision, self.device)
         self.precision = precision
         log.info("Encoder precision %s (%s)", precision, self.precision_reason)
