@@ -47,17 +47,10 @@ class PerTokenInt8Linear(nn.Module):
                  alpha: float | None, symmetric: bool) -> None:
         super().__init__()
         weight = weight.detach().float()
-        low, high = torch.tensor(input_range[0]), torch.tensor(input_range[1])
-        x_max = torch.maximum(low.abs(), high.abs()).clamp(min=1e-5)
-        if alpha is None:
-            smooth = torch.ones_like(x_max)
-        else:
-            smooth = (x_max**alpha / weight.abs().amax(dim=0).clamp(min=1e-5) ** (1 - alpha)).clamp(min=1e-5)
+        smooth = Q.smoothing_factors(weight, input_range, alpha)
         self.inv_smooth = None if alpha is None else 1 / smooth
         weight = weight * smooth
-        w_scale = (weight.abs().amax(dim=1) / Q.WEIGHT_LEVELS).clamp(min=1e-12).double()
-        qweight = torch.quantize_per_channel(weight, w_scale, torch.zeros_like(w_scale, dtype=torch.long), 0,
-                                             torch.qint8)
+        qweight = Q.int8_weight(weight)
         self.packed = torch.ops.quantized.linear_prepack(qweight, None)
         self.row_sum = qweight.dequantize().sum(1)  # (out,): what a row offset adds to every output
         self.bias = bias.detach().float()

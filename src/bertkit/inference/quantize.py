@@ -57,6 +57,23 @@ def default_calibration_texts(n: int = DEFAULT_CALIBRATION_PARAGRAPHS, min_words
     return [p for p in paragraphs if len(p.split()) >= min_words][:n]
 
 
+def smoothing_factors(weight: Tensor, input_range: tuple[list[float], list[float]], alpha: float | None) -> Tensor:
+    """SmoothQuant's per-input-channel s_j = max|x_j|^alpha / max|W_:,j|^(1 - alpha) (all ones for alpha None):
+    the input is divided by s and the weight's columns multiplied by it."""
+    x_max = torch.maximum(torch.tensor(input_range[0]).abs(), torch.tensor(input_range[1]).abs()).clamp(min=1e-5)
+    if alpha is None:
+        return torch.ones_like(x_max)
+    return (x_max**alpha / weight.abs().amax(dim=0).clamp(min=1e-5) ** (1 - alpha)).clamp(min=1e-5)
+
+
+def int8_weight(weight: Tensor) -> Tensor:
+    """`weight` (out, in) quantized symmetrically with one scale per output channel, to WEIGHT_LEVELS levels."""
+    w_scale = (weight.abs().amax(dim=1) / WEIGHT_LEVELS).clamp(min=1e-12).double()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized tensors announce their deprecation
+        return torch.quantize_per_channel(weight, w_scale, torch.zeros_like(w_scale, dtype=torch.long), 0, torch.qint8)
+
+
 class Int8Linear(nn.Module):
     """y = x W^T + b with W quantized per output channel and x to 8 bits with a calibrated (static) scale."""
 
@@ -65,22 +82,16 @@ class Int8Linear(nn.Module):
         super().__init__()
         weight = weight.detach().float()
         low, high = torch.tensor(input_range[0]), torch.tensor(input_range[1])  # per input channel
-        x_max = torch.maximum(low.abs(), high.abs()).clamp(min=1e-5)
-        if alpha is None:
-            smooth = torch.ones_like(x_max)
-        else:
-            smooth = (x_max ** alpha / weight.abs().amax(dim=0).clamp(min=1e-5) ** (1 - alpha)).clamp(min=1e-5)
+        smooth = smoothing_factors(weight, input_range, alpha)
         self.register_buffer("inv_smooth", 1 / smooth)
         weight = weight * smooth
         lo, hi = min(float((low / smooth).min()), 0.0), max(float((high / smooth).max()), 0.0)  # zero stays exact
         self.scale = max(hi - lo, 1e-8) / ACTIVATION_LEVELS
         self.zero_point = round(-lo / self.scale)
-        w_scale = (weight.abs().amax(dim=1) / WEIGHT_LEVELS).clamp(min=1e-12).double()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # quantized tensors announce their deprecation
-            qweight = torch.quantize_per_channel(weight, w_scale, torch.zeros_like(w_scale, dtype=torch.long), 0,
-                                                 torch.qint8)
-            self.packed = torch.ops.quantized.linear_prepack(qweight, None if bias is None else bias.detach().float())
+            bias = None if bias is None else bias.detach().float()
+            self.packed = torch.ops.quantized.linear_prepack(int8_weight(weight), bias)
         self.out_features = weight.shape[0]
 
     def forward(self, x: Tensor) -> Tensor:
@@ -223,4 +234,5 @@ def _hooks(modules: dict[str, nn.Module], hooks: dict[str, Callable[..., None]])
             handle.remove()
 
 
-__all__ = ["Int8Linear", "Int8Plan", "calibrate_int8", "default_calibration_texts", "int8_units", "quantize_int8"]
+__all__ = ["Int8Linear", "Int8Plan", "calibrate_int8", "default_calibration_texts", "int8_units", "int8_weight",
+           "quantize_int8", "smoothing_factors"]
