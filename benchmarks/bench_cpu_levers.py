@@ -6,6 +6,8 @@
    zeroing of a (30522, 384) gradient, and two operations of an 8192-token MiniLM embedding batch (scaling a
    (8192, 1536) activation per channel; the int8 product of a first feed-forward layer, (8192, 384) x (384, 1536)),
    each in a fresh process with glibc's default and with freed memory kept.
+3. The float32 GEMM rate on MiniLM's embedding-batch shapes (8192 tokens): torch.addmm (MKL) against oneDNN's
+   linear on prepacked weights (what inductor's freezing uses), in GFLOP/s: the compute wall of float32 inference.
 
     python benchmarks/bench_cpu_levers.py [--repeat 10]
 """
@@ -71,7 +73,11 @@ def main() -> None:
 
     from bertkit.model.kernels import dropout
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    from bertkit.runtime import keep_freed_memory
+
+    keep_freed_memory()  # as the Encoder does; the malloc comparison below runs in child processes
+    print(f"torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}, "
+          f"{torch.get_num_threads()} threads")
     probs = torch.rand(32, 12, 128, 128)
     torch_ms = mean_ms(lambda: F.dropout(probs, 0.1, True), a.repeat)
     ours_ms = mean_ms(lambda: dropout(probs, 0.1), a.repeat)
@@ -87,6 +93,15 @@ def main() -> None:
     for name, before in runs["default"].items():
         after = runs["kept"][name]
         print(f"{name + ', malloc kept':54} {before:10.1f} {after:11.1f} {before / after:6.2f}x")
+
+    print(f"\n{'float32 GEMM, (M, K) x (K, N)':44} {'addmm GFLOP/s':>14} {'oneDNN prepacked':>17}")
+    for m, k, n in ((8192, 384, 1152), (8192, 384, 384), (8192, 384, 1536), (8192, 1536, 384)):
+        x, w, b = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, m)
+        mkl = 2 * m * k * n / mean_ms(lambda: torch.addmm(b, x, w.t()), a.repeat) / 1e6
+        onednn = 2 * m * k * n / mean_ms(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], ""),
+                                         a.repeat) / 1e6
+        print(f"{f'({m}, {k}) x ({k}, {n})':44} {mkl:14.0f} {onednn:17.0f}")
 
 
 if __name__ == "__main__":
