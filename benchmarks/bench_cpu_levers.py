@@ -97,10 +97,12 @@ def main() -> None:
     print(f"\n{'float32 GEMM, (M, K) x (K, N)':44} {'addmm GFLOP/s':>14} {'oneDNN prepacked':>17}")
     for m, k, n in ((8192, 384, 1152), (8192, 384, 384), (8192, 384, 1536), (8192, 1536, 384)):
         x, w, b = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
-        packed = torch.ops.mkldnn._reorder_linear_weight(w, m)
         mkl = 2 * m * k * n / mean_ms(lambda: torch.addmm(b, x, w.t()), a.repeat) / 1e6
-        onednn = 2 * m * k * n / mean_ms(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], ""),
-                                         a.repeat) / 1e6
+        onednn = float("nan")  # torch built without oneDNN
+        if torch.backends.mkldnn.is_available():
+            packed = torch.ops.mkldnn._reorder_linear_weight(w, m)
+            onednn = 2 * m * k * n / mean_ms(
+                lambda: torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], ""), a.repeat) / 1e6
         print(f"{f'({m}, {k}) x ({k}, {n})':44} {mkl:14.0f} {onednn:17.0f}")
 
 
