@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import warnings
 
 import pytest
 import torch
@@ -54,6 +55,20 @@ def test_int8_encoder_stays_close_to_fp32_on_unseen_text(minilm) -> None:
     stored = Int8Plan.from_dict(json.loads(json.dumps(plan.to_dict())))
     same = Encoder(model, tok, precision="int8", max_length=256, calibration=stored)
     assert torch.equal(same.encode(texts[:4]), enc.encode(texts[:4]))
+
+
+def test_calibration_text_longer_than_max_length_is_cut_without_a_warning(minilm) -> None:
+    """The shipped calibration paragraphs run past short max_lengths; that is no news to the user (their own long
+    texts still warn: test_encoder.py)."""
+    model, tok = minilm
+    calibration = default_calibration_texts(2)
+    assert all(len(tok.encode(t).input_ids) > 32 for t in calibration)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        enc = Encoder(model, tok, precision="int8", max_length=32, calibration=calibration)
+    assert enc.int8_plan is not None
+    with pytest.warns(UserWarning, match="1 of 1 texts were longer than 32 tokens"):
+        enc.encode([calibration[0]])
 
 
 def test_int8_is_used_only_when_asked(minilm, monkeypatch) -> None:

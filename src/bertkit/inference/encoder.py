@@ -234,7 +234,9 @@ class Encoder:
         """The int8 plan of `bert` (float32, CPU) on `texts`, scored on their mean-pooled embeddings."""
         if not texts:
             raise ConfigError("calibration needs at least one text, got none")
-        ids = self.tokenize(texts)
+        with warnings.catch_warnings():  # cut calibration text is still calibration text: no warning for it
+            warnings.filterwarnings("ignore", message=r"\d+ of \d+ texts were longer than", category=UserWarning)
+            ids = self.tokenize(texts)
         return calibrate_int8(bert, lambda model: self._run(model, model, ids, "mean", 128, 8192), min_cosine)
 
     def __call__(self, texts: Sequence[str], **kwargs: Any) -> Tensor:
