@@ -5,15 +5,14 @@ A training step allocates and frees the same large tensors every time (attention
 gradients), and so does every inference batch (the (tokens, intermediate) activations). glibc serves blocks above its
 mmap threshold (at most 32 MiB) with fresh `mmap` pages and returns them with `munmap` on free, so every step
 page-faults all of that memory in again, and the kernel zeroes each page. On the 2-core machine bertkit is benchmarked
-on, that made a (462, 30522) cross-entropy 2.3x slower and zeroing a 47 MB gradient 12x slower than with the memory
-kept (benchmarks/bench_cpu_levers.py), and sentence embeddings of MiniLM 17% (fp32) and 25% (int8) slower
+on, that made a (462, 30522) cross-entropy 2.3-3.1x slower and zeroing a 47 MB gradient 9-12x slower than with the
+memory kept (benchmarks/bench_cpu_levers.py), and sentence embeddings of MiniLM 1.24x (fp32) and 1.34x (int8) slower
 (benchmarks/bench_embed.py --default-malloc). `keep_freed_memory` tells malloc to serve every block from its heap and
 never give the heap back, so steady-state steps reuse warm pages: the advice of the PyTorch CPU performance guides
 (which reach for jemalloc or tcmalloc), without a preloaded library.
 
 The cost is that freed memory stays in the process (its peak footprint) until it exits (`bertkit serve` hands it back
-whenever its queue runs empty: `release_free_memory`). Set BERTKIT_MALLOC=default
-to leave malloc alone.
+whenever its queue runs empty: `release_free_memory`). Set BERTKIT_MALLOC=default to leave malloc alone.
 """
 
 from __future__ import annotations
