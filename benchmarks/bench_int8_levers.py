@@ -21,7 +21,6 @@ import copy
 import os
 import sys
 import time
-import types
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +30,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.inference import quantize as Q
-from bertkit.model.bert import BertSelfAttention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_embed import CPU_FLAGS, MAX_LEN, wikitext_paragraphs  # noqa: E402
@@ -74,21 +72,6 @@ class PerTokenInt8Linear(nn.Module):
             y = product(scaled.contiguous(), 1 / 255, 0, self.packed)
             y = torch.addcmul(torch.addmm(self.bias, low, self.row_sum[None, :]), y, span)
         return y.view(*x.shape[:-1], self.out_features)
-
-
-def swap_units(bert: nn.Module, replacements: dict[str, nn.Module]) -> nn.Module:
-    """A copy of `bert` with the named units replaced (Q/K/V as one product, as quantize_int8 does)."""
-    bert = copy.deepcopy(bert)
-    modules = dict(bert.named_modules())
-    for name, unit in replacements.items():
-        module = modules[name]
-        if isinstance(module, BertSelfAttention):
-            module.qkv = unit
-            module.project_qkv = types.MethodType(Q._int8_project_qkv, module)
-        else:
-            parent, _, child = name.rpartition(".")
-            setattr(modules[parent], child, unit)
-    return bert
 
 
 def main() -> int:
@@ -155,14 +138,18 @@ def main() -> int:
         where = "float32" if name in plan.float_units else "int8"
         print(f"| {name} | " + " | ".join(f"{r:.4f}" for r in rel) + f" | {where} |")
 
+    def with_units(replacements: dict[str, nn.Module]) -> nn.Module:
+        """A float32 copy of the model with the named units replaced."""
+        return Q.replace_units(copy.deepcopy(bert), replacements)
+
     static_units = {n.removesuffix(".qkv"): m for n, m in shipped.bert.named_modules() if isinstance(m, Q.Int8Linear)}
     variants = {
         "float32": bert,
         f"shipped static int8 ({len(units) - len(plan.float_units)} of 24 units)": shipped.bert,
-        "per-token asymmetric, all 24 units": swap_units(bert, {n: per_token(n, "asymmetric") for n in units}),
-        "per-token symmetric, all 24 units": swap_units(bert, {n: per_token(n, "symmetric") for n in units}),
-        f"hybrid: shipped + its {len(plan.float_units)} float32 units per-token asymmetric": swap_units(
-            bert, {**static_units, **{n: per_token(n, "asymmetric") for n in plan.float_units}}),
+        "per-token asymmetric, all 24 units": with_units({n: per_token(n, "asymmetric") for n in units}),
+        "per-token symmetric, all 24 units": with_units({n: per_token(n, "symmetric") for n in units}),
+        f"hybrid: shipped + its {len(plan.float_units)} float32 units per-token asymmetric": with_units(
+            {**static_units, **{n: per_token(n, "asymmetric") for n in plan.float_units}}),
         f"static, fine alpha grid ({len(units) - len(fine.int8_plan.float_units)} of 24 units)": fine.bert,
     }
     reference = run(bert, texts)

@@ -144,24 +144,29 @@ def quantize_int8(bert: nn.Module, plan: Int8Plan, units: set[str] | None = None
     missing = chosen - set(plan.input_ranges)
     if missing:
         raise ConfigError(f"int8 plan has no input range for {min(missing)} (recalibrate for this model)")
-    quantized = copy.deepcopy(bert).cpu().float()
-    modules = dict(quantized.named_modules())
-    for name in sorted(chosen):
-        weight, bias = all_units[name]
-        int8 = Int8Linear(weight, bias, plan.input_ranges[name], plan.smoothing.get(name, SMOOTHING_CHOICES[0]))
+    return replace_units(copy.deepcopy(bert).cpu().float(), {
+        name: Int8Linear(*all_units[name], plan.input_ranges[name], plan.smoothing.get(name, SMOOTHING_CHOICES[0]))
+        for name in sorted(chosen)})
+
+
+def replace_units(model: nn.Module, replacements: dict[str, nn.Module]) -> nn.Module:
+    """Put each replacement in place of the unit of that name (an `int8_units` name) in `model`, in place; returns
+    `model`. A BertSelfAttention unit gets one product for Q, K and V instead of its three float matrices."""
+    modules = dict(model.named_modules())
+    for name, unit in replacements.items():
         module = modules[name]
-        if isinstance(module, BertSelfAttention):  # one int8 product for Q, K and V instead of the float concat
-            module.qkv = int8
-            module.project_qkv = types.MethodType(_int8_project_qkv, module)
+        if isinstance(module, BertSelfAttention):
+            module.qkv = unit
+            module.project_qkv = types.MethodType(_replaced_project_qkv, module)
             module.query = module.key = module.value = None
         else:
             parent, _, child = name.rpartition(".")
-            setattr(modules[parent], child, int8)
-    return quantized
+            setattr(modules[parent], child, unit)
+    return model
 
 
-def _int8_project_qkv(self: BertSelfAttention, x: Tensor) -> Tensor:
-    """BertSelfAttention.project_qkv of an int8 copy: (tokens, hidden) -> (tokens, 3 * hidden) in one int8 product."""
+def _replaced_project_qkv(self: BertSelfAttention, x: Tensor) -> Tensor:
+    """BertSelfAttention.project_qkv after replace_units: (tokens, hidden) -> (tokens, 3 * hidden) in one product."""
     return self.qkv(x)
 
 
@@ -235,4 +240,4 @@ def _hooks(modules: dict[str, nn.Module], hooks: dict[str, Callable[..., None]])
 
 
 __all__ = ["Int8Linear", "Int8Plan", "calibrate_int8", "default_calibration_texts", "int8_units", "int8_weight",
-           "quantize_int8", "smoothing_factors"]
+           "quantize_int8", "replace_units", "smoothing_factors"]
