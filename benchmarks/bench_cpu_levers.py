@@ -37,18 +37,14 @@ def mean_ms(fn: Callable[[], object], repeat: int) -> float:
 
 def allocation_heavy(repeat: int) -> dict[str, float]:
     """Run in a child process: allocation-heavy operations of a pre-training step and of an embedding batch."""
-    import warnings
+    from bertkit.inference.quantize import int8_weight
 
     torch.manual_seed(0)
     logits = torch.randn(462, 30522, requires_grad=True)
     labels = torch.randint(0, 30522, (462,))
     activation, scale = torch.randn(8192, 1536), torch.rand(1536)
     hidden, weight = torch.randn(8192, 384), torch.randn(1536, 384)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # quantized tensors announce their deprecation
-        w_scale = (weight.abs().amax(1) / 63).double()
-        qweight = torch.quantize_per_channel(weight, w_scale, torch.zeros(1536, dtype=torch.long), 0, torch.qint8)
-        packed = torch.ops.quantized.linear_prepack(qweight, torch.zeros(1536))
+    packed = torch.ops.quantized.linear_prepack(int8_weight(weight), torch.zeros(1536))  # as bertkit's int8 packs it
     int8 = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32
     return {
         "cross-entropy fwd+bwd (462 x 30522)": mean_ms(lambda: F.cross_entropy(logits, labels).backward(), repeat),
