@@ -131,12 +131,16 @@ def main() -> int:
 
     with Q._hooks(modules, {name: record(name) for name in units}):
         run(bert, calibration)
-    print("\n| unit | static (shipped) | per-token asymmetric | per-token symmetric | shipped plan |")
-    print("|---|---|---|---|---|")
+    print("\n| unit | static (shipped) | per-token asymmetric | per-token symmetric | shipped plan "
+          "| static, fine grid (alpha) | fine-grid plan |")
+    print("|---|---|---|---|---|---|---|")
+    fine_plan = fine.int8_plan
     for name in sorted(units, key=lambda n: -plan.sensitivity[n]):
         rel = [(errors[name][k] / norms[name]) ** 0.5 for k in ("static", *kinds)]
         where = "float32" if name in plan.float_units else "int8"
-        print(f"| {name} | " + " | ".join(f"{r:.4f}" for r in rel) + f" | {where} |")
+        fine_where = "float32" if name in fine_plan.float_units else "int8"
+        print(f"| {name} | " + " | ".join(f"{r:.4f}" for r in rel) + f" | {where} | "
+              f"{fine_plan.sensitivity[name]:.4f} ({fine_plan.smoothing[name]}) | {fine_where} |")
 
     def with_units(replacements: dict[str, nn.Module]) -> nn.Module:
         """A float32 copy of the model with the named units replaced."""
