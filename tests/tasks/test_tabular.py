@@ -145,7 +145,9 @@ def test_the_transforms_round_trip_through_the_model_folder(tabular_run: Path) -
     fresh = settings(template="{Title}. {Review Text}", numeric_columns=["Age", "Rating"],
                      categorical_columns=["Department Name"], max_length=32)
     fresh = task.fit_labels(task.read(tabular_run / "train.csv", fresh), fresh)
-    assert saved["numeric_stats"] == pytest.approx(fresh["numeric_stats"])
+    assert saved["numeric_stats"].keys() == fresh["numeric_stats"].keys()
+    for column, stats in fresh["numeric_stats"].items():  # pytest.approx takes no dict of lists (pytest >= 9.2)
+        assert saved["numeric_stats"][column] == pytest.approx(stats)
     assert saved["category_vocab"] == fresh["category_vocab"]
     examples = task.read(tabular_run / "dev.csv", saved)
     for a, b in zip(task.features(examples, tokenizer, saved, False), task.features(examples, tokenizer, fresh, False)):
