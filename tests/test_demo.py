@@ -27,8 +27,14 @@ def test_quick_demo_writes_every_artefact(tmp_path, capsys):
     for probe in report["fill_mask"]:  # fill-mask from (b) and from the shipped model (c)
         assert set(probe["answers"]) == {DEMO_PRETRAINED, SHIPPED} and all(len(t) == 5 for t in probe["answers"].values())
     assert set(report["finetuning"]) == {RANDOM_INIT, DEMO_PRETRAINED, SHIPPED}  # --quick leaves (d) out
-    for r in report["finetuning"].values():
+    for name, r in report["finetuning"].items():
         assert 0.0 <= r["dev_accuracy"] <= 1.0
+        if name != RANDOM_INIT:  # the verdict's paired test: same 872 sentences, scores equal to the runs'
+            paired = r["paired"]
+            assert paired["test"] == "McNemar's exact test" and paired["n"] == r["dev_examples"] == 872
+            assert paired["score_b"] == pytest.approx(r["dev_accuracy"], abs=5e-5)
+            assert paired["score_a"] == pytest.approx(report["finetuning"][RANDOM_INIT]["dev_accuracy"], abs=5e-5)
+            assert paired["outcome"] in ("win", "loss", "tie") and 0 < paired["p_value"] <= 1
 
     assert (out / "tokenizer" / "vocab.txt").is_file()
     assert (out / "pretrain" / "final" / "model.safetensors").is_file()
@@ -41,38 +47,34 @@ def test_quick_demo_writes_every_artefact(tmp_path, capsys):
     assert reading(DemoReport(**report)) in summary  # the verdict, computed from the figures
 
 
-def test_reading_is_computed_from_the_figures():
+def _paired(only_a: int, only_b: int, both: int = 600, neither: int = 200) -> dict:
+    from bertkit.tasks.significance import mcnemar
+
+    a = [True] * only_a + [False] * only_b + [True] * both + [False] * neither
+    b = [False] * only_a + [True] * only_b + [True] * both + [False] * neither
+    return mcnemar(a, b).to_dict()
+
+
+def test_reading_is_the_paired_verdict_computed_from_the_figures():
+    """Each start against random init by McNemar's exact test on the same sentences: a win, a loss and a tie
+    called from the discordant counts, and the plateau explanation only when the demo's own model does not win."""
     report = DemoReport(config={}, pretraining={"heldout": {"mlm_accuracy": 0.12}},
-                        finetuning={RANDOM_INIT: {"dev_accuracy": 0.76}, DEMO_PRETRAINED: {"dev_accuracy": 0.69},
-                                    SHIPPED: {"dev_accuracy": 0.80}, REFERENCE: {"dev_accuracy": 0.88}})
+                        finetuning={RANDOM_INIT: {"dev_accuracy": 0.76},
+                                    DEMO_PRETRAINED: {"paired": _paired(40, 5)},
+                                    SHIPPED: {"paired": _paired(12, 18)},
+                                    REFERENCE: {"paired": _paired(5, 60)}})
     text = reading(report)
-    assert f"{DEMO_PRETRAINED} does worse than random initialisation: 69.0 vs 76.0 (-7.0 points)" in text
-    assert f"{SHIPPED} beats random initialisation: 80.0 vs 76.0 (+4.0 points)" in text
-    assert f"{REFERENCE} beats random initialisation: 88.0 vs 76.0 (+12.0 points)" in text
+    assert (f"{DEMO_PRETRAINED} does worse than random initialisation on SST-2 dev: 71.6 vs 75.7 accuracy "
+            f"(-4.1 points); McNemar's exact test on 845 examples: 5 right only with {DEMO_PRETRAINED}, 40 right "
+            "only with random initialisation, p = 7.9e-08." in text)
+    assert f"{SHIPPED} is level with random initialisation on SST-2 dev" in text
+    assert "18 right only with (c) shipped pre-trained, 12 right only with random initialisation" in text
+    assert f"{REFERENCE} beats random initialisation on SST-2 dev: 76.3 vs 69.9 accuracy (+6.4 points)" in text
     assert "0.120" in text and "plateau" in text  # why the short run loses
-    report.finetuning[DEMO_PRETRAINED]["dev_accuracy"] = 0.78
+    report.finetuning[DEMO_PRETRAINED]["paired"] = _paired(5, 40)
     assert "plateau" not in reading(report)
+    assert f"{DEMO_PRETRAINED} beats random initialisation" in reading(report)
     assert reading(DemoReport(config={})) == ""
-
-
-def test_reading_calls_differences_within_sampling_noise_level() -> None:
-    """One seed on 872 sentences: +3.5 at 76% is inside the 95% interval of the difference (about 3.9 points),
-    +6.0 is outside; the margin is the binomial one."""
-    import math
-
-    from bertkit.demo import noise_margin
-
-    assert noise_margin(0.76, 0.76, 872) == pytest.approx(100 * 1.96 * math.sqrt(2 * 0.76 * 0.24 / 872))
-    assert 4.0 < noise_margin(0.76, 0.76, 872) < 4.1
-    report = DemoReport(config={}, finetuning={RANDOM_INIT: {"dev_accuracy": 0.76, "dev_examples": 872},
-                                               SHIPPED: {"dev_accuracy": 0.795}, REFERENCE: {"dev_accuracy": 0.82},
-                                               DEMO_PRETRAINED: {"dev_accuracy": 0.70}})
-    text = reading(report)
-    assert noise_margin(0.795, 0.76, 872) > 3.5
-    assert f"{SHIPPED} is level with random initialisation: 79.5 vs 76.0 (+3.5 points)" in text
-    assert f"{REFERENCE} beats random initialisation: 82.0 vs 76.0 (+6.0 points)" in text
-    assert f"{DEMO_PRETRAINED} does worse than random initialisation: 70.0 vs 76.0 (-6.0 points)" in text
-    assert "872 dev sentences" in text
 
 
 def test_fill_mask_probes_are_held_out_sst2_dev_sentences() -> None:

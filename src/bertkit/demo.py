@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 import random
 import textwrap
 import time
@@ -272,7 +271,7 @@ def finetune_sentiment(cfg: DemoConfig, pretrained_dir: Path, shipped: Path | No
                        out: Path, report: DemoReport) -> None:
     """Fine-tune on the SST-2 sample from (a) random weights, (b) this demo's model, (c) the shipped model and
     (d) a fully pre-trained one, with one budget; report dev accuracy, a plot and the computed verdict."""
-    from bertkit.tasks.payoff import FinetuneBudget, compare_starts, plot_comparison, random_init_twin
+    from bertkit.tasks.payoff import FinetuneBudget, compare_starts, paired_tests, plot_comparison, random_init_twin
 
     # (a): the architecture and vocabulary of the longer-pretrained model it is compared with, untrained weights.
     twin_of = shipped if shipped is not None else pretrained_dir
@@ -288,9 +287,12 @@ def finetune_sentiment(cfg: DemoConfig, pretrained_dir: Path, shipped: Path | No
                             max_train_examples=cfg.finetune_examples)
     results = compare_starts(starts, budget, out / "sentiment",
                              on_run=lambda name, lr, seed, score: _say(f"-- {name}: dev accuracy {score:.3f}"))
+    baseline = next(r for r in results if r.name == RANDOM_INIT)
     for r in results:
         report.finetuning[r.name] = {"dev_accuracy": round(r.mean, 4), "model": r.model,
                                      "dev_examples": r.dev_examples}
+        if r is not baseline:  # the verdict: a paired test against random init on the same dev sentences
+            report.finetuning[r.name]["paired"] = paired_tests(baseline, r, budget)[0].to_dict()
     plot_comparison(results, out / "sentiment.png", "SST-2 dev accuracy after the same fine-tuning")
 
 
@@ -333,39 +335,30 @@ def summary_rows(report: DemoReport) -> list[tuple[str, str]]:
     return rows
 
 
-def noise_margin(a: float, b: float, n: int) -> float:
-    """Half-width in points of a 95% interval for the difference of two accuracies a and b, each measured on n
-    examples (binomial, unpaired: conservative, as both runs see the same sentences)."""
-    return 100 * 1.96 * math.sqrt((a * (1 - a) + b * (1 - b)) / n)
-
-
 def reading(report: DemoReport) -> str:
-    """What the sentiment comparison shows, computed from the figures (never written in advance)."""
-    runs = {k: v["dev_accuracy"] for k, v in report.finetuning.items() if "dev_accuracy" in v}
+    """What the sentiment comparison shows, computed from the figures (never written in advance): each start
+    against random initialisation by a paired test on the same dev sentences."""
+    from bertkit.tasks.significance import PairedTest, verdict_sentence
+
+    runs = report.finetuning
     if RANDOM_INIT not in runs:
         return ""
-    base = runs[RANDOM_INIT]
-    n = report.finetuning[RANDOM_INIT].get("dev_examples")
     parts = []
     for name in (DEMO_PRETRAINED, SHIPPED, REFERENCE):
-        if name in runs:
-            gain = 100 * (runs[name] - base)
-            margin = noise_margin(runs[name], base, n) if n else 0.0
-            verb = ("is level with" if abs(gain) < margin else "beats" if gain > 0 else "does worse than")
-            parts.append(f"{name} {verb} random initialisation: {100 * runs[name]:.1f} vs {100 * base:.1f} "
-                         f"({gain:+.1f} points)")
-    text = "On SST-2 dev, with one fine-tuning budget for every start, " + "; ".join(parts) + "."
-    clear_win = noise_margin(base, base, n) if n else 0.0
-    if n:
-        text += (f" One seed on {n} dev sentences: differences under about {clear_win:.1f} points are within "
-                 "sampling noise (95%), so only larger ones count as a win or a loss.")
-    if DEMO_PRETRAINED in runs and 100 * (runs[DEMO_PRETRAINED] - base) < clear_win:
+        if name in runs and "paired" in runs[name]:
+            fields = {k: v for k, v in runs[name]["paired"].items() if k != "difference"}
+            if fields.get("interval") is not None:
+                fields["interval"] = tuple(fields["interval"])
+            parts.append(verdict_sentence(PairedTest(**fields), "random initialisation", name, "SST-2 dev"))
+    text = " ".join(parts)
+    own = runs.get(DEMO_PRETRAINED, {}).get("paired")
+    if own is not None and own["outcome"] != "win":
         mlm = report.pretraining.get("heldout", {}).get("mlm_accuracy")
         mlm_text = f" (held-out MLM accuracy {mlm:.3f})" if mlm is not None else ""
         text += (f" This demo's own pre-training is minutes long{mlm_text}: masked LM is still on its plateau, "
                  "predicting frequent tokens, while a randomly initialised BERT averages its input (attention near "
-                 "uniform, or local with ALiBi), a strong bag-of-words baseline for sentiment. Leaving the plateau takes far more "
-                 "pre-training (README, 'Pre-training that pays off').")
+                 "uniform, or local with ALiBi), a strong bag-of-words baseline for sentiment. Leaving the plateau "
+                 "takes far more pre-training (README, 'Pre-training that pays off').")
     return text
 
 

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from bertkit.data.dataset import IGNORE_INDEX
 from bertkit.errors import ConfigError, data_error
+from bertkit.tasks.significance import PairedTest
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +133,11 @@ class Task:
                           settings: Settings) -> None:
         """Write predictions in the task's file format, atomically."""
         raise NotImplementedError
+
+    def paired_test(self, examples: Sequence, predictions_a: Sequence, predictions_b: Sequence, settings: Settings,
+                    seed: int = 0) -> "PairedTest":
+        """Is B better than A on these examples by the task's main metric? A paired test (tasks.significance)."""
+        raise ConfigError(f"task {self.name!r} has no paired significance test")
 
     # --- shared ------------------------------------------------------------------------------------------------
     def predict(self, model: torch.nn.Module, examples: Sequence, features: Sequence[Feature], settings: Settings,

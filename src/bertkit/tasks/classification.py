@@ -35,6 +35,7 @@ import numpy as np
 from bertkit.errors import ConfigError, data_error
 from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
+import bertkit.tasks.significance as significance
 from bertkit.tasks.base import (
     Feature,
     Settings,
@@ -526,6 +527,39 @@ class ClassificationTask(Task):
         else:
             result["f1"] = metrics.f1_score(predictions, refs, "macro")
         return result
+
+    def paired_test(self, examples: Sequence[TextExample], predictions_a: Sequence, predictions_b: Sequence,
+                    settings: Settings, seed: int = 0) -> significance.PairedTest:
+        """McNemar's exact test for accuracy; the paired bootstrap for F1, Matthews correlation (confusion
+        counts), multi-label micro F1 and Pearson correlation."""
+        refs = [ex.label for ex in examples]
+        problem = settings.get("problem", "single_label")
+        metric = settings.get("main_metric", self.main_metric)
+        if problem == "regression":
+            def sums(predictions: Sequence) -> np.ndarray:
+                x, y = np.asarray(predictions, np.float64), np.asarray(refs, np.float64)
+                return np.stack([np.ones_like(x), x, y, x * x, y * y, x * y], axis=1)
+
+            return significance.paired_bootstrap(sums(predictions_a), sums(predictions_b),
+                                                 significance.pearson_from_sums, "pearson", seed=seed)
+        if problem == "multi_label":
+            def counts(predictions: Sequence) -> np.ndarray:
+                return np.array([(len(set(p) & set(r)), len(set(p)), len(set(r))) for p, r in zip(predictions, refs)],
+                                dtype=np.float64).reshape(-1, 3)
+
+            return significance.paired_bootstrap(counts(predictions_a), counts(predictions_b),
+                                                 significance.f1_from_counts, "micro_f1", seed=seed)
+        if metric == "accuracy":
+            return significance.mcnemar([p == r for p, r in zip(predictions_a, refs)],
+                                        [p == r for p, r in zip(predictions_b, refs)])
+        names = list(settings.get("label_names") or sorted({*refs, *predictions_a, *predictions_b}, key=str))
+        index = {name: i for i, name in enumerate(names)}
+        k = len(names)
+        statistic = significance.confusion_statistic(metric, k)
+        return significance.paired_bootstrap(
+            significance.confusion_counts([index[p] for p in predictions_a], [index[r] for r in refs], k),
+            significance.confusion_counts([index[p] for p in predictions_b], [index[r] for r in refs], k),
+            statistic, metric, seed=seed)
 
     def write_predictions(self, path: str | os.PathLike, examples: Sequence[TextExample], predictions: Sequence,
                           settings: Settings) -> None:

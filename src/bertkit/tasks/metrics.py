@@ -157,6 +157,19 @@ def entity_scores(predictions: Sequence[Sequence[str]], references: Sequence[Seq
     return out
 
 
+def entity_counts(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> list[tuple[int, int, int]]:
+    """(correct, predicted, gold) entities per sentence, chunked as `entity_scores` chunks them: summed over the
+    sentences they give its micro F1 (2 correct / (predicted + gold)), which the paired bootstrap resamples."""
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    _check_lengths(predictions, references)
+    out = []
+    for p, r in zip(predictions, references):
+        predicted, gold = set(get_entities(list(p))), set(get_entities(list(r)))
+        out.append((len(predicted & gold), len(predicted), len(gold)))
+    return out
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # SQuAD: exact match and token F1, as the official v1.1 evaluation script computes them.
 # ----------------------------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ import torch
 from bertkit.errors import data_error
 from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
+import bertkit.tasks.significance as significance
 from bertkit.model.heads import FrozenTaggerSettings
 from bertkit.tasks.base import IGNORE_INDEX, Feature, Settings, Task, TaskOptions, read_text
 
@@ -237,6 +238,14 @@ class NerTask(Task):
     def score(self, examples: Sequence[TaggedSentence], predictions: Sequence[list[str]],
               settings: Settings) -> dict[str, float]:
         return metrics.entity_scores(predictions, [s.tags for s in examples])
+
+    def paired_test(self, examples: Sequence[TaggedSentence], predictions_a: Sequence[list[str]],
+                    predictions_b: Sequence[list[str]], settings: Settings, seed: int = 0) -> significance.PairedTest:
+        """Entity F1 of B against A: the paired bootstrap over sentences (F1 is not a mean over sentences)."""
+        refs = [s.tags for s in examples]
+        return significance.paired_bootstrap(np.array(metrics.entity_counts(predictions_a, refs)).reshape(-1, 3),
+                                             np.array(metrics.entity_counts(predictions_b, refs)).reshape(-1, 3),
+                                             significance.f1_from_counts, "f1", seed=seed)
 
     def write_predictions(self, path: str | os.PathLike, examples: Sequence[TaggedSentence],
                           predictions: Sequence[list[str]], settings: Settings) -> None:

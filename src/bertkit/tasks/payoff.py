@@ -5,6 +5,9 @@ random initialisation. An honest test gives every start (a pre-trained folder, t
 weights, a published checkpoint) the same task, data, epochs, batch and sequence length, the same small LR grid
 and the same seeds; each start is scored at the LR whose mean over the seeds is best (the paper picks the best
 fine-tuning LR on dev per task). Runs already finished are read back, so an interrupted comparison resumes.
+
+Two starts are compared by a paired significance test on the same dev examples (`paired_tests`,
+`tasks.significance`); each run's best model predicts the dev set once for it (`dev_predictions.json` in its folder).
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from typing import Callable
 
 from bertkit.errors import ConfigError
 from bertkit.io import atomic_write_json
+from bertkit.tasks.significance import PairedTest
 
 SUMMARY_NAME = "comparison.json"
+PREDICTIONS_NAME = "dev_predictions.json"
 
 
 @dataclass
@@ -59,7 +64,9 @@ class StartResult:
     best_scores: list[float]  # at best_lr, one per seed
     mean: float
     dev_examples: int | None = None
-    """How many dev examples each score is measured on (for the noise of a difference)."""
+    """How many dev examples each score is measured on."""
+    best_runs: list[str] = field(default_factory=list)
+    """The run folders at best_lr, one per seed (each with its dev predictions)."""
 
 
 def random_init_twin(folder: str | Path, out: str | Path, seed: int = 0) -> Path:
@@ -84,6 +91,41 @@ def _lr_name(lr: float) -> str:
     return f"{lr:g}"
 
 
+def _run_dir(out: Path, name: str, lr: float, seed: int) -> Path:
+    return out / name / f"lr{_lr_name(lr)}-seed{seed}"
+
+
+def dev_predictions(run: str | Path, dev: str) -> list:
+    """The predictions of a finished run's best model on every dev example, computed once and kept in the run."""
+    from bertkit.tasks.runner import RESULTS_NAME, predictions_on
+
+    run = Path(run)
+    cached = run / PREDICTIONS_NAME
+    if cached.is_file():
+        return json.loads(cached.read_text(encoding="utf-8"))["predictions"]
+    summary = json.loads((run / RESULTS_NAME).read_text(encoding="utf-8"))
+    if not summary.get("best_dir"):
+        raise ConfigError(f"{run}: the run kept no best model to predict with")
+    predictions = predictions_on(summary["best_dir"], dev)[3]
+    atomic_write_json(cached, {"dev": str(dev), "predictions": predictions})
+    return predictions
+
+
+def paired_tests(baseline: StartResult, other: StartResult, budget: FinetuneBudget) -> list[PairedTest]:
+    """`other` against `baseline` on the dev examples, one paired test per seed (each start at its best LR, runs
+    paired by seed), by the task's main metric."""
+    from bertkit.tasks.runner import RESULTS_NAME, finetuned_task
+
+    tests = []
+    for seed, (run_a, run_b) in zip(budget.seeds, zip(baseline.best_runs, other.best_runs)):
+        best = json.loads((Path(run_a) / RESULTS_NAME).read_text(encoding="utf-8"))["best_dir"]
+        task, settings, _ = finetuned_task(best)
+        examples = task.read(budget.dev, settings)
+        tests.append(task.paired_test(examples, dev_predictions(run_a, budget.dev),
+                                      dev_predictions(run_b, budget.dev), settings, seed=seed))
+    return tests
+
+
 def compare_starts(
     starts: dict[str, str | Path],
     budget: FinetuneBudget,
@@ -104,7 +146,7 @@ def compare_starts(
         dev_examples = None
         for lr in budget.lrs:
             for seed in budget.seeds:
-                run = out / name / f"lr{_lr_name(lr)}-seed{seed}"
+                run = _run_dir(out, name, lr, seed)
                 if (run / RESULTS_NAME).is_file():
                     summary = json.loads((run / RESULTS_NAME).read_text(encoding="utf-8"))
                 else:
@@ -123,7 +165,8 @@ def compare_starts(
                     on_run(name, lr, seed, score)
         best = max(budget.lrs, key=lambda lr: statistics.fmean(scores[_lr_name(lr)].values()))
         at_best = [scores[_lr_name(best)][str(s)] for s in budget.seeds]
-        results.append(StartResult(name, str(model), scores, best, at_best, statistics.fmean(at_best), dev_examples))
+        results.append(StartResult(name, str(model), scores, best, at_best, statistics.fmean(at_best), dev_examples,
+                                   [str(_run_dir(out, name, best, s)) for s in budget.seeds]))
     atomic_write_json(out / SUMMARY_NAME, {"budget": asdict(budget), "starts": [asdict(r) for r in results]})
     return results
 

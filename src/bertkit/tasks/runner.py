@@ -223,8 +223,8 @@ def finetune(config: FinetuneConfig, resume: bool = False,
     return summary
 
 
-def _load_finetuned(model: str) -> tuple[Task, Settings, Any, Any]:
-    """Task, settings, model and tokenizer of a fine-tuned folder."""
+def finetuned_task(model: str) -> tuple[Task, Settings, Any]:
+    """Task, settings and BertConfig of a fine-tuned folder (its config.json only; no weights are read)."""
     config = read_folder_config(model)
     if not config.task:
         raise CheckpointError(f"{model}/config.json: no bertkit task; this is not a fine-tuned model folder "
@@ -233,6 +233,12 @@ def _load_finetuned(model: str) -> tuple[Task, Settings, Any, Any]:
     settings = dict(config.task_settings or {})
     if config.label_names is not None and t.num_labels(settings) is not None:
         settings["label_names"] = list(config.label_names)
+    return t, settings, config
+
+
+def _load_finetuned(model: str) -> tuple[Task, Settings, Any, Any]:
+    """Task, settings, model and tokenizer of a fine-tuned folder."""
+    t, settings, config = finetuned_task(model)
     opened = open_task_folder(model)
     net = opened.model
     if type(net).__name__ != t.model_class(settings):
@@ -269,6 +275,17 @@ def predict(model: str, input: str, output: str, batch_size: int = 64) -> int:
     predictions = t.predict(net, examples, features, settings, batch_size, tokenizer)
     t.write_predictions(output, examples, predictions, settings)
     return len(predictions)
+
+
+def predictions_on(model: str, input: str, batch_size: int = 64) -> tuple[Task, Settings, list, list]:
+    """A fine-tuned folder's task and settings, the labelled examples of `input`, and its prediction for each
+    (what a paired significance test of two models compares)."""
+    t, settings, net, tokenizer = _load_finetuned(model)
+    examples = t.read(input, settings)
+    require_examples(examples, input)
+    t.check_examples(examples, settings, input)
+    features = t.features(examples, tokenizer, settings, training=False)
+    return t, settings, examples, t.predict(net, examples, features, settings, batch_size, tokenizer)
 
 
 def format_metrics(metrics: dict[str, Any], keys: Sequence[str] | None = None) -> str:
