@@ -27,6 +27,11 @@ class OutputError(BertkitError):
     """An output location cannot be written (a file or dangling link where a folder should go, no permission)."""
 
 
+class TrainingError(BertkitError):
+    """A training run cannot go on: its loss, gradients or weights stopped being finite numbers. The run stops
+    before the bad update; its last checkpoint and best model stay as they were."""
+
+
 class Interrupted(BertkitError):
     """A run stopped by SIGINT or SIGTERM after writing its checkpoint: it has no final result, and resuming it
     continues exactly where it stopped. `signal` is the signal's number (the CLI exits with 128 + signal)."""

@@ -13,7 +13,7 @@ import pytest
 import torch
 from trainer_toy import ToyData, ToyModel, evaluate_fn, make_model, signal_at_first_eval
 
-from bertkit.errors import CheckpointError, ConfigError
+from bertkit.errors import CheckpointError, ConfigError, TrainingError
 from bertkit.training import Trainer, TrainingConfig
 from bertkit.training.checkpoint import list_checkpoints
 
@@ -128,3 +128,27 @@ def test_activation_checkpointing_needs_a_bert_encoder(tmp_path: Path) -> None:
     bert = BertForMaskedLM(BertConfig.preset("tiny", vocab_size=50))
     Trainer(bert, _config(tmp_path / "bert", activation_checkpointing=True), ToyData(8))
     assert bert.bert.encoder.gradient_checkpointing
+
+
+def test_fp16_overflow_steps_are_skipped_not_fatal(tmp_path: Path, monkeypatch) -> None:
+    """With fp16 loss scaling an inf/NaN gradient is the scaler's overflow signal: the step is skipped and the scale
+    lowered, and the run goes on; only a non-finite unscaled loss stops it (fp16 autocast runs on CPU too)."""
+    import bertkit.training.trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "resolve_precision", lambda precision, device: "fp16")
+    real, scalers = torch.amp.GradScaler, []
+
+    def huge_scale(*args, **kw):  # gradients x 2^24 overflow fp16 until the scaler has halved it a few times
+        scalers.append(real(*args, init_scale=2.0**24, **kw))
+        return scalers[-1]
+
+    monkeypatch.setattr(torch.amp, "GradScaler", huge_scale)
+    model = make_model(0.0)
+    initial = model.inp.weight.detach().clone()
+    result = Trainer(model, _config(tmp_path / "a", max_steps=16, metric_for_best=None), ToyData(32)).train()
+    assert result.global_step == 16 and scalers[0].get_scale() < 2.0**24  # overflowing steps were skipped
+    assert not torch.equal(initial, model.inp.weight) and all(torch.isfinite(p).all() for p in model.parameters())
+    data = ToyData(32)
+    data.y[:] = float("nan")
+    with pytest.raises(TrainingError, match=r"step 1 \(phase 0 'train', epoch 0\.125\): the loss is nan\. "):
+        Trainer(make_model(0.0), _config(tmp_path / "b", max_steps=4, metric_for_best=None), data).train()

@@ -11,6 +11,7 @@ import time
 import torch
 from torch import nn
 
+from bertkit.errors import BertkitError
 from bertkit.training import Trainer, TrainingConfig
 
 
@@ -82,12 +83,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delay", type=float, default=0.0)
     p.add_argument("--save-every", type=int, default=None)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--nan-rank", type=int, default=None, help="this DDP rank's targets are all NaN")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     data = ToyData(64, a.delay)
+    if a.nan_rank is not None and int(os.environ.get("RANK", "0")) == a.nan_rank:
+        data.y[:] = float("nan")
     cfg = TrainingConfig(output_dir=a.out, lr=0.05, batch_size=a.batch_size, max_steps=a.steps, warmup=2,
                          progress_bar=False, log_every=1, save_every=a.save_every, metric_for_best=None)
-    result = Trainer(make_model(a.dropout), cfg, data).train(resume=a.resume)
+    try:
+        result = Trainer(make_model(a.dropout), cfg, data).train(resume=a.resume)
+    except BertkitError as e:  # as the CLI does: the message, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     if result.interrupted:
         return 128 + int(result.signal)
     return 0

@@ -17,7 +17,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from bertkit.errors import ConfigError, Interrupted
 from bertkit.io import atomic_write_json
@@ -95,6 +95,9 @@ class DistillConfig:
         for name in ("alpha_ce", "alpha_hard", "alpha_cos"):
             if (getattr(self, name) or 0) < 0:
                 raise ConfigError(f"DistillConfig.{name} = {getattr(self, name)}: expected >= 0")
+        if self.teacher_layers is not None and not self.teacher_layers:
+            raise ConfigError("DistillConfig.teacher_layers = []: expected one teacher layer index per student layer "
+                              "(e.g. [0, 2, 4]); leave it out (null) for the default, evenly spread from layer 0")
         if self.teacher_layers is not None and self.student_layers not in (None, len(self.teacher_layers)):
             raise ConfigError(f"DistillConfig.teacher_layers names {len(self.teacher_layers)} layers but "
                               f"student_layers is {self.student_layers}")
@@ -106,6 +109,10 @@ class DistillConfig:
             if given:
                 raise ConfigError(f"DistillConfig.{given[0]} applies to task-specific distillation; "
                                   f"{self.teacher} is not a fine-tuned folder")
+        from bertkit.training.distill import check_teacher
+
+        teacher = read_folder_config(resolve_model_dir(self.teacher))
+        check_teacher(teacher, self.layers(teacher.num_hidden_layers), f"DistillConfig.teacher {self.teacher}")
         if self.training is None:
             self.training = self.default_training({})
 
@@ -166,37 +173,67 @@ def _task_options(config: DistillConfig) -> dict[str, Any]:
     return {**{k: v for k, v in (folder.task_settings or {}).items() if k in names}, **config.options}
 
 
+def distill_fingerprint(config: DistillConfig, layers: list[int]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """What turns the fine-tuning (or pre-training) job's fingerprint into the distillation's: its model folder
+    named the teacher, plus the student's layers, the temperature and the loss weights (all of which change the
+    student a resume continues)."""
+    from bertkit.training.provenance import flatten
+
+    def adjust(job: dict[str, Any]) -> dict[str, Any]:
+        out = {("teacher" if k == "model" else k): v for k, v in job.items()}
+        out.update({"distill.teacher_layers": layers, "distill.temperature": config.temperature,
+                    **flatten("distill", config.weights())})
+        return out
+
+    return adjust
+
+
 def distill(config: DistillConfig, resume: bool = False) -> dict[str, Any]:
-    """Distil config.teacher into a student; returns the run's summary (also OUTPUT/results.json)."""
+    """Distil config.teacher into a student; returns the run's summary (also OUTPUT/results.json).
+
+    The teacher and its layers are checked (DistillConfig), and the output folder locked, before any data is
+    read; distill_config.yaml is written only once the run starts (a refused or failed job leaves the folder's
+    records as they were)."""
+    from bertkit.training.distributed import setup_distributed
+    from bertkit.training.provenance import check_output_apart
+    from bertkit.training.trainer import output_lock
+
     assert config.training is not None  # set by __post_init__ / from_dict
     output = Path(config.training.output_dir)
     if not config.training.output_dir:
         raise ConfigError("DistillConfig.training.output_dir is required (--output)")
-    save_config(config, output / CONFIG_COPY)  # the run's own record; the job writes its finetune/pretrain view too
-    wrap = lambda teacher: make_distiller(teacher, config)
-    if config.mode == TASK:
-        job = FinetuneConfig(task=read_folder_config(config.teacher).task, model=config.teacher, train=config.train,
-                             dev=config.dev, options=_task_options(config), eval_batch_size=config.eval_batch_size,
-                             max_train_examples=config.max_train_examples,
-                             max_eval_examples=config.max_eval_examples, training=config.training)
-        summary = finetune(job, resume, wrap_model=wrap)
-    else:
-        from bertkit.training.pretrain import PretrainConfig, run_pretraining
+    teacher = resolve_model_dir(config.teacher)
+    check_output_apart(output, teacher, "the teacher folder")
+    depth = read_folder_config(teacher).num_hidden_layers
+    layers = config.layers(depth)
+    dist_info = setup_distributed(config.training.device)
+    with output_lock(output, dist_info):
+        wrap = lambda model: make_distiller(model, config)
+        fingerprint = distill_fingerprint(config, layers)
+        record = lambda: save_config(config, output / CONFIG_COPY)  # the job writes its finetune/pretrain view too
+        if config.mode == TASK:
+            job = FinetuneConfig(task=read_folder_config(teacher).task, model=config.teacher, train=config.train,
+                                 dev=config.dev, options=_task_options(config), eval_batch_size=config.eval_batch_size,
+                                 max_train_examples=config.max_train_examples,
+                                 max_eval_examples=config.max_eval_examples, training=config.training)
+            summary = finetune(job, resume, wrap_model=wrap, fingerprint=fingerprint, on_start=record)
+        else:
+            from bertkit.training.pretrain import PretrainConfig, run_pretraining
 
-        job = PretrainConfig(model=config.teacher, train_data=config.train, eval_data=config.dev or None,
-                             eval_batch_size=config.eval_batch_size, next_sentence_prediction=False,
-                             training=config.training)
-        result = run_pretraining(job, resume, wrap_model=wrap)
-        if result.interrupted:
-            raise Interrupted(f"{output}: stopped at step {result.global_step} after writing a checkpoint; run again "
-                              "with resume (--resume) to continue", int(result.signal or 15))
-        summary = {"best_metrics": result.best_metrics, "final_metrics": result.final_metrics,
-                   "best_dir": str(result.best_dir) if result.best_dir else None,
-                   "final_dir": str(result.final_dir) if result.final_dir else None}
-    depth = read_folder_config(config.teacher).num_hidden_layers
-    summary["distillation"] = {
-        "mode": config.mode, "teacher": str(config.teacher), "teacher_depth": depth,
-        "teacher_layers": config.layers(depth),
-        "temperature": config.temperature, **config.weights()}
-    atomic_write_json(output / RESULTS_NAME, summary)
-    return summary
+            job = PretrainConfig(model=config.teacher, train_data=config.train, eval_data=config.dev or None,
+                                 eval_batch_size=config.eval_batch_size, next_sentence_prediction=False,
+                                 training=config.training)
+            result = run_pretraining(job, resume, wrap_model=wrap, fingerprint=fingerprint, on_start=record)
+            if result.interrupted:
+                raise Interrupted(f"{output}: stopped at step {result.global_step} after writing a checkpoint; run "
+                                  "again with resume (--resume) to continue", int(result.signal or 15))
+            summary = {"best_metrics": result.best_metrics, "final_metrics": result.final_metrics,
+                       "best_dir": str(result.best_dir) if result.best_dir else None,
+                       "final_dir": str(result.final_dir) if result.final_dir else None,
+                       "resumes": result.resumes}
+        summary["distillation"] = {
+            "mode": config.mode, "teacher": str(config.teacher), "teacher_depth": depth, "teacher_layers": layers,
+            "temperature": config.temperature, **config.weights()}
+        if dist_info.is_main:
+            atomic_write_json(output / RESULTS_NAME, summary)
+        return summary

@@ -154,15 +154,35 @@ def finetune_training(task: Task, overrides: dict[str, Any], where: str = "Finet
     return config_from_dict(TrainingConfig, values, f"{where}.training")
 
 
+def finetune_fingerprint(config: FinetuneConfig, task: Task, model: str) -> dict[str, Any]:
+    """The data and settings of a fine-tuning run a resume must match (bertkit.training.provenance): the task, the
+    start folder, the train and dev files, the task's options and the example limits. A resume may change
+    eval_batch_size (the same metrics, computed in other chunks) and options.feature_cache (where the frozen
+    encoder's features are kept, not what they are)."""
+    from bertkit.training.provenance import file_identity, flatten, folder_identity
+
+    options = dataclasses.asdict(task.options(config.options))
+    options.pop("feature_cache", None)
+    return {"task": task.name, "model": folder_identity(model), "train": file_identity(config.train),
+            "dev": file_identity(config.dev), **flatten("options", options),
+            "max_train_examples": config.max_train_examples, "max_eval_examples": config.max_eval_examples}
+
+
 def finetune(config: FinetuneConfig, resume: bool = False,
-             wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None) -> dict[str, Any]:
+             wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+             fingerprint: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+             on_start: Callable[[], None] | None = None) -> dict[str, Any]:
     """Fine-tune config.model on config.train, evaluating on config.dev; the best model -> OUTPUT/best.
 
     Returns the run's summary (also written to OUTPUT/results.json). `resume` continues OUTPUT's latest checkpoint.
     `wrap_model` turns the task's head on config.model into the module trained (distillation: the fine-tuned
-    teacher in, a Distiller around its student out).
+    teacher in, a Distiller around its student out); such a job also passes `fingerprint`, which turns this
+    job's fingerprint into its own, and `on_start`, which writes its record once the run starts.
     """
     from bertkit.training import Trainer
+    from bertkit.training.distributed import setup_distributed
+    from bertkit.training.provenance import check_output_apart
+    from bertkit.training.trainer import output_lock
 
     c, cfg = config, config.training
     assert cfg is not None  # set by __post_init__ / from_dict
@@ -170,57 +190,64 @@ def finetune(config: FinetuneConfig, resume: bool = False,
         raise ConfigError("FinetuneConfig.training.output_dir is required (--output)")
     started = time.perf_counter()
     model = str(resolve_model_dir(c.model))  # a shipped model's name works too
-    train, dev, seed = c.train, c.dev, cfg.seed
-    t = get_task(c.task)
-    folder_config = read_folder_config(model)
-    _check_same_task(t, folder_config, model)
-    settings = t.settings(c.options)
-    tokenizer = BertTokenizer.from_pretrained(model)
+    check_output_apart(cfg.output_dir, model, "the model folder")
+    dist_info = setup_distributed(cfg.device)
+    with output_lock(cfg.output_dir, dist_info):  # before anything is read: a second job stops at once
+        train, dev, seed = c.train, c.dev, cfg.seed
+        t = get_task(c.task)
+        folder_config = read_folder_config(model)
+        _check_same_task(t, folder_config, model)
+        settings = t.settings(c.options)
+        tokenizer = BertTokenizer.from_pretrained(model)
 
-    train_examples = t.read(train, settings)
-    require_examples(train_examples, train, "training examples")
-    train_examples = subset(train_examples, c.max_train_examples, seed)
-    settings = t.fit_labels(train_examples, settings)
-    _check_head(t, folder_config, settings, model)
-    dev_examples = t.read(dev, settings)
-    require_examples(dev_examples, dev, "dev examples")
-    t.check_examples(dev_examples, settings, dev)
-    dev_examples = subset(dev_examples, c.max_eval_examples, seed)
+        train_examples = t.read(train, settings)
+        require_examples(train_examples, train, "training examples")
+        train_examples = subset(train_examples, c.max_train_examples, seed)
+        settings = t.fit_labels(train_examples, settings)
+        _check_head(t, folder_config, settings, model)
+        dev_examples = t.read(dev, settings)
+        require_examples(dev_examples, dev, "dev examples")
+        t.check_examples(dev_examples, settings, dev)
+        dev_examples = subset(dev_examples, c.max_eval_examples, seed)
 
-    train_features = t.features(train_examples, tokenizer, settings, training=True)
-    dev_features = t.features(dev_examples, tokenizer, settings, training=False)
-    with torch.random.fork_rng(devices=[]):  # the new head's initial weights are a function of the seed
-        torch.manual_seed(seed)
-        net = build_model(t, model, settings)
-    options = t.options(c.options)  # inputs the task computes once with the model (the frozen encoder's features)
-    train_features = t.prepare_inputs(net, train_features, options, cfg.output_dir)
-    dev_features = t.prepare_inputs(net, dev_features, options, cfg.output_dir)
-    if wrap_model is not None:
-        net = wrap_model(net)
-    main = settings.get("main_metric", t.main_metric)
-    if main != cfg.metric_for_best:  # the data picked the metric (MRPC/QQP: F1; CoLA: Matthews)
-        cfg = dataclasses.replace(cfg, metric_for_best=main)
-    output = cfg.output_dir
-    trainer = Trainer(net, cfg, train_features, t.collator(tokenizer),
-                      evaluate=lambda m: t.evaluate(m, dev_examples, dev_features, settings, c.eval_batch_size,
-                                                    tokenizer),
-                      save_extra=lambda folder: tokenizer.save_pretrained(folder))
-    result = trainer.train(resume=resume)
-    if result.interrupted:  # no result to report: a partial run's best must never pass for the run's
-        name = signal.Signals(result.signal or signal.SIGTERM).name
-        raise Interrupted(f"{output}: stopped by {name} at step {result.global_step} after writing a checkpoint; run "
-                          "again with resume (--resume) to continue", result.signal or signal.SIGTERM)
-    summary = {
-        "task": t.name, "model": str(model), "train": str(train), "dev": str(dev),
-        "train_examples": len(train_examples), "train_features": len(train_features),
-        "dev_examples": len(dev_examples), "main_metric": main,
-        "best_metrics": result.best_metrics, "final_metrics": result.final_metrics,
-        "best_dir": str(result.best_dir) if result.best_dir else None,
-        "seconds": round(time.perf_counter() - started, 1),
-        "training": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "output_dir"},
-    }
-    atomic_write_json(Path(output) / RESULTS_NAME, summary)
-    return summary
+        train_features = t.features(train_examples, tokenizer, settings, training=True)
+        dev_features = t.features(dev_examples, tokenizer, settings, training=False)
+        with torch.random.fork_rng(devices=[]):  # the new head's initial weights are a function of the seed
+            torch.manual_seed(seed)
+            net = build_model(t, model, settings)
+        options = t.options(c.options)  # inputs the task computes once with the model (the frozen encoder's features)
+        train_features = t.prepare_inputs(net, train_features, options, cfg.output_dir)
+        dev_features = t.prepare_inputs(net, dev_features, options, cfg.output_dir)
+        if wrap_model is not None:
+            net = wrap_model(net)
+        main = settings.get("main_metric", t.main_metric)
+        if main != cfg.metric_for_best:  # the data picked the metric (MRPC/QQP: F1; CoLA: Matthews)
+            cfg = dataclasses.replace(cfg, metric_for_best=main)
+        output = cfg.output_dir
+        fp = finetune_fingerprint(c, t, model)
+        trainer = Trainer(net, cfg, train_features, t.collator(tokenizer),
+                          evaluate=lambda m: t.evaluate(m, dev_examples, dev_features, settings, c.eval_batch_size,
+                                                        tokenizer),
+                          save_extra=lambda folder: tokenizer.save_pretrained(folder), dist_info=dist_info,
+                          fingerprint=fingerprint(fp) if fingerprint is not None else fp, on_start=on_start)
+        result = trainer.train(resume=resume)
+        if result.interrupted:  # no result to report: a partial run's best must never pass for the run's
+            name = signal.Signals(result.signal or signal.SIGTERM).name
+            raise Interrupted(f"{output}: stopped by {name} at step {result.global_step} after writing a checkpoint; "
+                              "run again with resume (--resume) to continue", result.signal or signal.SIGTERM)
+        summary = {
+            "task": t.name, "model": str(model), "train": str(train), "dev": str(dev),
+            "train_examples": len(train_examples), "train_features": len(train_features),
+            "dev_examples": len(dev_examples), "main_metric": main,
+            "best_metrics": result.best_metrics, "final_metrics": result.final_metrics,
+            "best_dir": str(result.best_dir) if result.best_dir else None,
+            "seconds": round(time.perf_counter() - started, 1),
+            "training": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "output_dir"},
+            "resumes": result.resumes,
+        }
+        if dist_info.is_main:  # the other ranks have no metrics to report
+            atomic_write_json(Path(output) / RESULTS_NAME, summary)
+        return summary
 
 
 def finetuned_task(model: str) -> tuple[Task, Settings, Any]:

@@ -27,6 +27,7 @@ from bertkit.errors import ConfigError
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "lamb")
+RESUME_MISMATCH = ("error", "warn")
 
 
 
@@ -107,6 +108,11 @@ class TrainingConfig:
     """Also write TensorBoard events under output_dir/tensorboard when tensorboard is installed."""
     progress_bar: bool = True
     """Show a tqdm progress bar (rank 0 only)."""
+    resume_mismatch: str = "error"
+    """What a resume does when the data or a setting that changes the result differs from the checkpoint's
+    (bertkit.training.provenance): 'error' refuses, naming each difference; 'warn' continues, printing the
+    differences and noting them in metrics.jsonl (and results.json). Steps, epochs, evaluation/checkpoint cadence
+    and display may always change."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -119,6 +125,8 @@ class TrainingConfig:
 
         if self.optimizer not in OPTIMIZERS:
             raise bad("optimizer", f"one of {', '.join(OPTIMIZERS)}")
+        if self.resume_mismatch not in RESUME_MISMATCH:
+            raise bad("resume_mismatch", f"one of {', '.join(RESUME_MISMATCH)}")
         if self.precision not in PRECISIONS:
             raise bad("precision", f"one of {', '.join(PRECISIONS)}")
         if not self.lr > 0:

@@ -37,17 +37,30 @@ def spread_layers(teacher_layers: int, student_layers: int, where: str = "studen
     return [i * teacher_layers // student_layers for i in range(student_layers)]
 
 
-def student_from_teacher(teacher: nn.Module, layers: Sequence[int]) -> nn.Module:
-    """A model of the teacher's class and config with len(layers) layers: student layer j is a copy of teacher
-    layer layers[j]; embeddings, pooler and head are copies of the teacher's."""
-    config = teacher.config
+def check_teacher(config: Any, layers: Sequence[int], where: str = "the teacher") -> None:
+    """ConfigError for a teacher (its BertConfig) or a choice of its layers that distillation cannot use: a
+    regression or multi-label head, shared layers, or layer indices it does not have. Jobs call it before they
+    read any data; the Distiller and `student_from_teacher` check again."""
+    problem = getattr(config, "problem_type", None)
+    if problem in ("regression", "multi_label_classification"):
+        raise ConfigError(f"{where}: its problem_type is {problem!r}, but distillation compares softmax "
+                          "distributions (the soft targets), so the teacher must be a single-label classifier, a "
+                          "tagger, a QA or multiple-choice model, or a masked LM; regression and multi-label "
+                          "teachers are refused")
     if config.share_layers:
-        raise ConfigError("the teacher shares one layer across its depth (BertConfig.share_layers, ALBERT): there "
+        raise ConfigError(f"{where} shares one layer across its depth (BertConfig.share_layers, ALBERT): there "
                           "are no separate layers to take a student from")
     bad = [i for i in layers if not 0 <= i < config.num_hidden_layers]
     if not layers or bad:
         raise ConfigError(f"teacher_layers = {list(layers)}: expected indices 0..{config.num_hidden_layers - 1} "
                           "of the teacher's layers")
+
+
+def student_from_teacher(teacher: nn.Module, layers: Sequence[int]) -> nn.Module:
+    """A model of the teacher's class and config with len(layers) layers: student layer j is a copy of teacher
+    layer layers[j]; embeddings, pooler and head are copies of the teacher's."""
+    config = teacher.config
+    check_teacher(config, layers)
     student = type(teacher)(dataclasses.replace(config, num_hidden_layers=len(layers)))
     source = teacher.state_dict()
 
@@ -94,10 +107,7 @@ class Distiller(nn.Module):
     def __init__(self, student: nn.Module, teacher: nn.Module, teacher_layers: Sequence[int], temperature: float,
                  alpha_ce: float, alpha_hard: float, alpha_cos: float) -> None:
         super().__init__()
-        problem = getattr(teacher.config, "problem_type", None)
-        if problem in ("regression", "multi_label_classification"):
-            raise ConfigError(f"the teacher's problem_type is {problem!r}: distillation compares softmax "
-                              "distributions, so it needs a single-label classifier or a masked LM")
+        check_teacher(teacher.config, teacher_layers)
         if len(teacher_layers) != student.config.num_hidden_layers:
             raise ConfigError(f"teacher_layers has {len(teacher_layers)} entries, the student "
                               f"{student.config.num_hidden_layers} layers")

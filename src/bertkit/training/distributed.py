@@ -82,11 +82,15 @@ def all_gather_objects(obj: Any, info: DistInfo) -> list[Any]:
     return out
 
 
-def any_rank(flag: bool, info: DistInfo) -> bool:
-    """True on every rank if `flag` is true on any rank (used to stop all ranks together on a signal)."""
+def any_rank(flag: bool | torch.Tensor, info: DistInfo) -> bool:
+    """True on every rank if `flag` is true on any rank (used to stop all ranks together: a signal, a non-finite
+    loss). A one-element tensor flag is reduced on its device, so the answer costs one synchronisation."""
     if not info.distributed:
-        return flag
-    t = torch.tensor([1 if flag else 0], device=info.device)
+        return bool(flag)
+    if isinstance(flag, torch.Tensor):
+        t = flag.detach().reshape(1).to(device=info.device, dtype=torch.int64)
+    else:
+        t = torch.tensor([1 if flag else 0], device=info.device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
 

@@ -32,11 +32,13 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def truncate_metrics(path: str | os.PathLike, last_step: int) -> None:
-    """Drop the records after `last_step` (a resumed run replays those steps)."""
+    """Drop the records after `last_step` (a resumed run replays those steps), and an earlier resume's record at
+    `last_step` itself (the run resumes from there again: the new resume's record replaces it)."""
     path = Path(path)
     if not path.is_file():
         return
-    keep = [r for r in read_metrics(path) if int(r.get("step", 0)) <= last_step]
+    keep = [r for r in read_metrics(path) if int(r.get("step", 0)) < last_step
+            or (int(r.get("step", 0)) == last_step and r.get("split") != "resume")]
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in keep))
 
 
@@ -63,7 +65,8 @@ class MetricsLogger:
                 self._tb = None
 
     def log(self, record: dict[str, Any]) -> None:
-        """Append one record (it must hold 'step' and 'split': 'train' or 'eval')."""
+        """Append one record (it must hold 'step' and 'split': 'train', 'eval', or 'resume': where a run was
+        resumed and what it changed)."""
         if not self.enabled:
             return
         make_dir(self.path.parent)

@@ -228,53 +228,120 @@ def make_evaluate(dataset: Any, collate: Any, batch_size: int, max_batches: int)
     return evaluate
 
 
+def check_same_vocabulary(model_dir: Path, data_vocab: Path) -> None:
+    """ConfigError unless a model folder's vocabulary is the data's, token for token: token ids index the embedding
+    rows, so data prepared with another tokenizer of the same size would train the model's rows under other tokens
+    (and final/ would pair the data's vocabulary with them)."""
+    from bertkit.errors import CheckpointError
+    from bertkit.tokenizer import BertTokenizer
+
+    def tokens(folder: Path) -> list[str]:
+        vocab = BertTokenizer.from_pretrained(folder).vocab
+        return [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+
+    try:
+        model_tokens = tokens(model_dir)
+    except CheckpointError as e:
+        raise ConfigError(f"{model_dir} has no vocabulary to check the data's ({data_vocab}) against: {e}; put the "
+                          "vocab.txt the model was trained with into the folder") from None
+    data_tokens = tokens(data_vocab.parent)
+    if model_tokens == data_tokens:
+        return
+    model_vocab = model_dir / "vocab.txt" if (model_dir / "vocab.txt").is_file() else model_dir / "tokenizer.json"
+    i = next((i for i, (a, b) in enumerate(zip(model_tokens, data_tokens)) if a != b),
+             min(len(model_tokens), len(data_tokens)))
+    found = [repr(t[i]) if i < len(t) else "nothing" for t in (data_tokens, model_tokens)]
+    raise ConfigError(f"{data_vocab} differs from {model_vocab} at line {i + 1} (token id {i}): {found[0]} in the "
+                      f"data's vocabulary, {found[1]} in the model's. The data was prepared with another tokenizer, "
+                      "so its ids would train the wrong embedding rows; prepare it with the model's (bertkit "
+                      f"prepare-pretraining --tokenizer {model_dir})")
+
+
+def pretrain_fingerprint(config: PretrainConfig, model_dir: Path | None, eval_batch_size: int) -> dict[str, Any]:
+    """The data and settings of a pre-training run a resume must match (bertkit.training.provenance). A resume may
+    change the phases' max_steps (how far to train) and verify_checksums (a check of the input, not a setting)."""
+    from bertkit.training.provenance import flatten, folder_identity, prepared_identity
+
+    fp: dict[str, Any] = {"model": folder_identity(model_dir) if model_dir is not None else config.model,
+                          **flatten("model_overrides", config.model_overrides)}
+    if config.phases:
+        fp.update({f"phases.{k}.data": prepared_identity(p.data) for k, p in enumerate(config.phases)})
+    else:
+        fp["train_data"] = prepared_identity(config.train_data or "")
+    fp.update({"eval_data": prepared_identity(config.eval_data) if config.eval_data else None,
+               "eval_batches": config.eval_batches, "eval_batch_size": eval_batch_size,
+               "next_sentence_prediction": config.next_sentence_prediction,
+               **flatten("masking", config.masking), "pad_to_multiple_of": config.pad_to_multiple_of})
+    return fp
+
+
 def run_pretraining(config: PretrainConfig, resume: bool = False,
-                    wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None) -> TrainResult:
+                    wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+                    fingerprint: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                    on_start: Callable[[], None] | None = None) -> TrainResult:
     """Build model, data and evaluation from `config`, then train; final/ is a from_pretrained folder + tokenizer.
 
     `wrap_model` turns the built model into the module trained (distillation: the teacher in, a Distiller around
-    its student out); evaluation and best/ / final/ then see that module."""
+    its student out); evaluation and best/ / final/ then see that module. A wrapping job also passes `fingerprint`,
+    which turns this job's fingerprint into its own (distillation names the model the teacher and adds its
+    settings), and `on_start`, which writes its record once the run starts (after pretrain_config.yaml)."""
+    from bertkit.model import PRESETS
     from bertkit.tokenizer import BertTokenizer
     from bertkit.training.distributed import setup_distributed
+    from bertkit.training.provenance import check_output_apart
+    from bertkit.training.trainer import output_lock
 
     t = config.training
     dist_info = setup_distributed(t.device)
-    note = loader_note(dist_info.device, t.num_workers)
-    if note and dist_info.is_main:
-        print(note, file=sys.stderr)
-    phase_cfgs = config.phase_list()
-    datasets = [_open_dataset(p.data, config.verify_checksums) for p in phase_cfgs]
-    tok_dir = datasets[0].tokenizer_dir
-    vocab_text = (tok_dir / "vocab.txt").read_text(encoding="utf-8")
-    eval_ds = _open_dataset(config.eval_data, config.verify_checksums) if config.eval_data else None
-    for ds in datasets[1:] + ([eval_ds] if eval_ds is not None else []):
-        if (ds.tokenizer_dir / "vocab.txt").read_text(encoding="utf-8") != vocab_text:
-            raise ConfigError(f"{ds.tokenizer_dir / 'vocab.txt'} differs from {tok_dir / 'vocab.txt'}: every data "
-                              "folder of a run must be prepared with the same tokenizer")
-    tokenizer = BertTokenizer.from_pretrained(tok_dir)
-    torch.manual_seed(t.seed)  # the initial weights are a function of the seed
-    max_len = max(ds.config.max_length for ds in datasets)
-    model = build_model(config, tokenizer.vocab_size, tok_dir / "vocab.txt", max_len)
-    if wrap_model is not None:
-        model = wrap_model(model)
+    model_dir = None if config.model in PRESETS else resolve_model_dir(config.model)
+    if model_dir is not None and model_dir.is_dir():
+        check_output_apart(t.output_dir, model_dir, "the model folder")
+    with output_lock(t.output_dir, dist_info):  # before anything is read: a second job stops at once
+        note = loader_note(dist_info.device, t.num_workers)
+        if note and dist_info.is_main:
+            print(note, file=sys.stderr)
+        phase_cfgs = config.phase_list()
+        datasets = [_open_dataset(p.data, config.verify_checksums) for p in phase_cfgs]
+        tok_dir = datasets[0].tokenizer_dir
+        vocab_text = (tok_dir / "vocab.txt").read_text(encoding="utf-8")
+        eval_ds = _open_dataset(config.eval_data, config.verify_checksums) if config.eval_data else None
+        for ds in datasets[1:] + ([eval_ds] if eval_ds is not None else []):
+            if (ds.tokenizer_dir / "vocab.txt").read_text(encoding="utf-8") != vocab_text:
+                raise ConfigError(f"{ds.tokenizer_dir / 'vocab.txt'} differs from {tok_dir / 'vocab.txt'}: every "
+                                  "data folder of a run must be prepared with the same tokenizer")
+        tokenizer = BertTokenizer.from_pretrained(tok_dir)
+        torch.manual_seed(t.seed)  # the initial weights are a function of the seed
+        max_len = max(ds.config.max_length for ds in datasets)
+        model = build_model(config, tokenizer.vocab_size, tok_dir / "vocab.txt", max_len)
+        if model_dir is not None:  # continued pre-training (or distillation) from a folder: the same vocabulary
+            check_same_vocabulary(model_dir, tok_dir / "vocab.txt")
+        if wrap_model is not None:
+            model = wrap_model(model)
 
-    # Phase k draws its dynamic masks from seed + k: phases over the same data (a batch ramp) see new masks.
-    phases = [
-        TrainPhase(ds, pretraining_collator(ds, t.seed + k, config), p.max_steps, p.batch_size,
-                   name=Path(p.data).name, grad_accum_steps=p.grad_accum_steps)
-        for k, (ds, p) in enumerate(zip(datasets, phase_cfgs))
-    ]
-    evaluate = None
-    if eval_ds is not None:
-        # Evaluation masks are drawn once (epoch 0 of a fixed seed), so every evaluation sees the same task; NSP is
-        # scored when the held-out data has sentence pairs and the run trains NSP.
-        eval_config = dataclasses.replace(config, next_sentence_prediction=(
-            eval_ds.config.next_sentence and config.next_sentence_prediction is not False
-            and all(ds.config.next_sentence for ds in datasets)))
-        evaluate = make_evaluate(eval_ds, pretraining_collator(eval_ds, t.seed, eval_config, evaluation=True),
-                                 config.eval_batch_size or t.batch_size, config.eval_batches)
-    if dist_info.is_main:
-        save_config(config, Path(t.output_dir) / CONFIG_COPY)
-    trainer = Trainer(model, t, phases=phases, evaluate=evaluate,
-                      save_extra=lambda folder: tokenizer.save_pretrained(folder), dist_info=dist_info)
-    return trainer.train(resume=resume)
+        # Phase k draws its dynamic masks from seed + k: phases over the same data (a batch ramp) see new masks.
+        phases = [
+            TrainPhase(ds, pretraining_collator(ds, t.seed + k, config), p.max_steps, p.batch_size,
+                       name=Path(p.data).name, grad_accum_steps=p.grad_accum_steps)
+            for k, (ds, p) in enumerate(zip(datasets, phase_cfgs))
+        ]
+        evaluate = None
+        eval_batch_size = config.eval_batch_size or t.batch_size
+        if eval_ds is not None:
+            # Evaluation masks are drawn once (epoch 0 of a fixed seed), so every evaluation sees the same task; NSP
+            # is scored when the held-out data has sentence pairs and the run trains NSP.
+            eval_config = dataclasses.replace(config, next_sentence_prediction=(
+                eval_ds.config.next_sentence and config.next_sentence_prediction is not False
+                and all(ds.config.next_sentence for ds in datasets)))
+            evaluate = make_evaluate(eval_ds, pretraining_collator(eval_ds, t.seed, eval_config, evaluation=True),
+                                     eval_batch_size, config.eval_batches)
+        fp = pretrain_fingerprint(config, model_dir, eval_batch_size)
+
+        def write_records() -> None:
+            save_config(config, Path(t.output_dir) / CONFIG_COPY)
+            if on_start is not None:
+                on_start()
+
+        trainer = Trainer(model, t, phases=phases, evaluate=evaluate,
+                          save_extra=lambda folder: tokenizer.save_pretrained(folder), dist_info=dist_info,
+                          fingerprint=fingerprint(fp) if fingerprint is not None else fp, on_start=write_records)
+        return trainer.train(resume=resume)

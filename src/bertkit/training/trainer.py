@@ -4,6 +4,10 @@ A job contributes a model (any nn.Module whose forward takes the batch's keys an
 `.loss`), training data + collate function (or several `TrainPhase`s run as one schedule), and an
 `evaluate(model) -> dict` callback. The loop: micro-batches with gradient accumulation under autocast, global
 norm clipping, optimizer + LR schedule, metrics/plots, evaluation, best model, checkpoints, signals, DDP.
+
+Two guards keep a run honest. A non-finite loss or gradient norm stops the run before its update (every DDP
+rank agrees), so no checkpoint, best/ or final/ is ever written from NaN weights. And each checkpoint stores a
+fingerprint of the run's data and settings (bertkit.training.provenance) that a resume must match.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import os
 import random
 import signal
 import sys
@@ -25,7 +30,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from bertkit.errors import CheckpointError, ConfigError
+from bertkit.errors import CheckpointError, ConfigError, TrainingError
 from bertkit.io import folder_lock, make_dir
 from bertkit.model.bert import set_activation_checkpointing
 from bertkit.progress import progress_bar
@@ -36,6 +41,7 @@ from bertkit.training.distributed import DistInfo, all_gather_objects, any_rank,
 from bertkit.training.logging import MetricsLogger, read_metrics, truncate_metrics
 from bertkit.training.optim import build_optimizer
 from bertkit.training.plots import plot_metrics
+from bertkit.training.provenance import describe, differences, normalise, plain, training_fingerprint
 from bertkit.training.schedule import build_scheduler, resolve_warmup
 
 CHECKPOINTS = "checkpoints"
@@ -73,6 +79,9 @@ class TrainResult:
     interrupted: bool = False
     signal: int | None = None
     """The signal (SIGINT, SIGTERM) that stopped the run early, after its checkpoint was written."""
+    resumes: list[dict[str, Any]] = field(default_factory=list)
+    """One record per resume that led to this result: its step, checkpoint and the data or settings it changed
+    (`changed`: name -> [checkpoint's, this run's]; empty for a plain resume)."""
 
 
 @dataclass
@@ -143,6 +152,33 @@ def _mix(*parts: int) -> int:
     """A 63-bit seed that is a pure function of the given integers."""
     digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
+
+
+_LOCKED: set[Path] = set()  # output folders this process holds the lock of
+
+
+@contextlib.contextmanager
+def output_lock(folder: str | os.PathLike, dist: DistInfo) -> Iterator[None]:
+    """Lock a run's output folder (rank 0; see bertkit.io.folder_lock) for everything the job writes there: its
+    records as well as the Trainer's files. Re-entrant in one process, so a job can take the lock before it
+    validates anything and the Trainer it runs trains under the same lock. A folder the lock had to create is
+    removed again when the job leaves nothing in it (a refused or failed start leaves no litter)."""
+    key = Path(folder).resolve()
+    if not dist.is_main or key in _LOCKED:
+        yield
+        return
+    created = not key.exists()
+    try:
+        with folder_lock(folder):
+            _LOCKED.add(key)
+            try:
+                yield
+            finally:
+                _LOCKED.discard(key)
+    finally:
+        if created:
+            with contextlib.suppress(OSError):
+                key.rmdir()  # only when empty
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -218,7 +254,12 @@ class Trainer:
         save_extra: Callable[[Path], None] | None = None,
         phases: Sequence[TrainPhase] | None = None,
         dist_info: DistInfo | None = None,
+        fingerprint: dict[str, Any] | None = None,
+        on_start: Callable[[], None] | None = None,
     ) -> None:
+        """`fingerprint`: the job's data and settings a resume must match (bertkit.training.provenance; the
+        config's own are added here). `on_start`: writes the job's records (its config copy) on rank 0 once the
+        run is known to start: under the folder's lock, after a resume was checked, before the first step."""
         if phases is None:
             if train_data is None:
                 raise ConfigError("Trainer needs train_data (or phases)")
@@ -231,6 +272,8 @@ class Trainer:
         self.phases = list(phases)
         self.evaluate = evaluate
         self.save_extra = save_extra
+        self.on_start = on_start
+        self.fingerprint = normalise({**(fingerprint or {}), **training_fingerprint(config)})
         self.dist = dist_info or setup_distributed(config.device)
         self.device = self.dist.device
         self.precision = resolve_precision(config.precision, self.device)
@@ -344,6 +387,7 @@ class Trainer:
 
     def save_checkpoint(self) -> Path:
         """Write checkpoints/step-N (every rank must call it: RNG states are gathered) and prune old ones."""
+        self._check_weights_finite("a checkpoint")
         folder = ckpt.step_dir(self.output_dir / CHECKPOINTS, self.state.step)
         rng = ckpt.capture_rng_state()
         rng["collate"] = [ckpt.generator_state(g) for g in self._collate_generators()]
@@ -357,7 +401,7 @@ class Trainer:
                 "trainer": self.state.to_dict(),
                 "rng": all_rng,
             }
-            meta = dict(self._meta(), step=self.state.step)
+            meta = dict(self._meta(), step=self.state.step, fingerprint=self.fingerprint)
             ckpt.save_training_state(folder, state, meta)
             ckpt.prune_checkpoints(self.output_dir / CHECKPOINTS, self.config.keep_last)
         barrier()
@@ -366,6 +410,7 @@ class Trainer:
     def _load_checkpoint(self, folder: Path) -> None:
         """Restore everything `save_checkpoint` wrote (on every rank)."""
         state, meta = ckpt.load_training_state(folder)
+        self._check_fingerprint(folder, meta)  # first: it names the cause (other data) of a dataset size change
         ckpt.check_compatible(folder, meta, self._meta())
         path = folder / ckpt.STATE_FILE
         ckpt.load_model_state(unwrap(self.model), state["model"], path)
@@ -384,6 +429,53 @@ class Trainer:
         ckpt.restore_rng_state(rng)
         for g, s in zip(self._collate_generators(), rng.get("collate", [])):
             ckpt.set_generator_state(g, s)
+
+    def _check_fingerprint(self, folder: Path, meta: dict[str, Any]) -> None:
+        """Compare this run's data and settings with the checkpoint's: refuse a difference (CheckpointError naming
+        each, checkpoint's value vs this run's) or, with resume_mismatch 'warn', print them and keep them for the
+        run's records (the resume record in metrics.jsonl)."""
+        path = folder / ckpt.META_FILE
+        self._resume_record = {"step": int(meta.get("step", 0)), "split": "resume", "checkpoint": folder.name,
+                               "changed": {}}
+        old = meta.get("fingerprint")
+        if old is None:
+            self._print(f"warning: {path} holds no fingerprint of the run's data and settings (written by an older "
+                        "bertkit): this resume cannot check that they are the same")
+            self._resume_record["changed"] = None
+            return
+        diffs = differences(old, self.fingerprint)
+        if not diffs:
+            return
+        lines = "".join(f"\n  {name}: {describe(a)} in the checkpoint, {describe(b)} now" for name, a, b in diffs)
+        if self.config.resume_mismatch != "warn":
+            raise CheckpointError(
+                f"{path}: this run's data or settings differ from the checkpoint's:{lines}\nresume with the same "
+                "ones, start a new output folder, or continue anyway with --resume-mismatch warn "
+                "(training.resume_mismatch: warn), which notes the differences in the run's records")
+        self._print(f"WARNING: resuming {folder} with data or settings that differ from the checkpoint's "
+                    f"(training.resume_mismatch = warn):{lines}\nthe run's records (metrics.jsonl, results.json) "
+                    f"note this at step {self._resume_record['step']}")
+        self._resume_record["changed"] = {name: [plain(a), plain(b)] for name, a, b in diffs}
+
+    def _check_weights_finite(self, what: str) -> None:
+        """TrainingError (on every rank) instead of writing `what` from weights that hold inf or NaN."""
+        params = list(unwrap(self.model).named_parameters())
+        finite = torch.stack([torch.isfinite(p).all() for _, p in params]).all() if params else torch.tensor(True)
+        if not any_rank(~finite, self.dist):
+            return
+        bad = next((name for name, p in params if not bool(torch.isfinite(p).all())), "a parameter of another rank")
+        raise TrainingError(f"{self.output_dir}: after step {self.state.step} the weights hold inf or NaN values "
+                            f"({bad}); {what} was not written from them. {self._kept()} Lower the learning rate "
+                            f"(training.lr = {self.config.lr:g}).")
+
+    def _kept(self) -> str:
+        """What of the run is still on disk, for a message about a run that cannot go on."""
+        latest = ckpt.latest_checkpoint(self.output_dir / CHECKPOINTS)
+        text = (f"The last checkpoint, {latest}, is kept (--resume continues from it)." if latest is not None
+                else "No checkpoint was written before it.")
+        if self.state.best_step is not None:
+            text += f" {BEST}/ holds the model of step {self.state.best_step}."
+        return text
 
     def _save_model_folder(self, target: Path) -> None:
         """best/ or final/: a from_pretrained folder (plus save_extra's files), replacing any older one."""
@@ -406,12 +498,15 @@ class Trainer:
 
     def _is_better(self, value: float) -> bool:
         best = self.state.best_value
+        if not math.isfinite(value):
+            return False  # a NaN score is never the best (and would never be beaten)
         if best is None:
             return True
         return value > best if self.config.greater_is_better else value < best
 
     def run_evaluation(self) -> dict[str, Any] | None:
         """Evaluate on rank 0 (RNG untouched, eval mode), log, plot, and keep best/; all ranks wait."""
+        self._check_weights_finite(f"{BEST}/")
         self.state.last_eval_step = self.state.step
         metrics = None
         if self.evaluate is not None and self.dist.is_main:
@@ -458,6 +553,7 @@ class Trainer:
                         f"the learning rate never reaches its peak {c.lr:g} (give warmup as a fraction, e.g. 0.1)")
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
         self.state = TrainState()
+        self._resume_record: dict[str, Any] | None = None
         self.last_metrics: dict[str, Any] | None = None
         self.logger = MetricsLogger(self.output_dir, enabled=self.dist.is_main, tensorboard=c.tensorboard)
         if self.dist.is_main:
@@ -467,6 +563,7 @@ class Trainer:
             self._load_checkpoint(latest)
             if self.dist.is_main:
                 truncate_metrics(self.logger.path, self.state.step)
+                self.logger.log(self._resume_record)
                 self._print(f"resumed from {latest} at step {self.state.step}")
             return
         if latest is not None:
@@ -502,7 +599,7 @@ class Trainer:
         """Train to the end of the last phase (or until SIGINT/SIGTERM); `resume` continues the latest checkpoint.
 
         The output folder is locked for the run: a second job writing into it stops with an error."""
-        with folder_lock(self.output_dir) if self.dist.is_main else contextlib.nullcontext():
+        with output_lock(self.output_dir, self.dist):
             return self._train(resume)
 
     def _train(self, resume: bool) -> TrainResult:
@@ -513,11 +610,24 @@ class Trainer:
             make_dir(self.output_dir)
         barrier()
         self._setup(resume)
+        if self.on_start is not None and self.dist.is_main:
+            self.on_start()
         model = self._wrap_ddp()
         model.train()
         st = self.state
         bar = self._bar = progress_bar(self.total_steps, self.output_dir.name, "step", initial=st.step,
                                        enabled=self.dist.is_main and c.progress_bar)
+        try:
+            return self._loop(model, bar)
+        except BaseException:
+            bar.close()
+            self._bar = None
+            self.logger.close()
+            raise
+
+    def _loop(self, model: nn.Module, bar: Any) -> TrainResult:
+        """The steps to the end of the last phase, the final evaluation, checkpoint and final/ (or a stop)."""
+        c, st = self.config, self.state
         window = _LogWindow(self.device)
         stream: Iterator[tuple[Any, _Position, bool]] | None = None
         with self._signals():
@@ -581,7 +691,11 @@ class Trainer:
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         params = [p for p in model.parameters() if p.requires_grad]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm) if c.max_grad_norm is not None else None
+        if c.max_grad_norm is not None:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
+        else:  # still measured: a non-finite gradient must stop the run, clipped or not
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+        self._stop_if_not_finite(loss_sum / accum, grad_norm)
         lr = self.optimizer.param_groups[0]["lr"]
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
@@ -591,6 +705,29 @@ class Trainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return StepOutcome(loss_sum, accum, tokens, lr, grad_norm, epoch_ended)
+
+    def _stop_if_not_finite(self, loss: Tensor, grad_norm: Tensor) -> None:
+        """Raise TrainingError on every rank, before the optimizer step, when any rank's loss (or, without fp16
+        loss scaling, its gradient norm) is inf or NaN. With loss scaling an inf/NaN gradient is the scaler's
+        overflow signal (it skips that step and lowers the scale), so only a non-finite unscaled loss stops the
+        run. One synchronisation per step, as GradScaler's own check makes."""
+        checked = loss.detach().float().reshape(1)
+        if self.scaler is None:
+            checked = torch.cat([checked, grad_norm.detach().float().reshape(1).to(checked.device)])
+        if not any_rank(~torch.isfinite(checked).all(), self.dist):
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        st = self.state
+        ph = self.phases[st.position.phase]
+        where = f"step {st.step + 1} (phase {st.position.phase} '{ph.name}', epoch {self._epoch_float()})"
+        values = f"the loss is {float(loss):g}" + ("" if self.scaler is not None else
+                                                    f", the gradient norm {float(grad_norm):g}")
+        if bool(torch.isfinite(checked).all()):
+            values = "the loss or gradient norm of another process is not finite"
+        raise TrainingError(
+            f"{self.output_dir}: training stopped at {where}: {values}. The weights were not updated with it and "
+            f"nothing was saved from it. {self._kept()} Lower the learning rate (training.lr = {self.config.lr:g}), "
+            "or look for extreme values in the training data.")
 
     def _log_window(self, window: _LogWindow, outcome: StepOutcome, bar: Any) -> None:
         """Append a training record (mean loss, LR, tokens/s since the last one) and show it on the bar."""
@@ -618,13 +755,15 @@ class Trainer:
 
     def _result(self, interrupted: bool = False, signum: int | None = None, final_dir: Path | None = None) -> TrainResult:
         best_dir = self.output_dir / BEST
+        history = read_metrics(self.logger.path) if self.dist.is_main else []
         return TrainResult(
             global_step=self.state.step,
             final_metrics=self.last_metrics,
             best_metrics=self.state.best_metrics,
             best_dir=best_dir if self.dist.is_main and best_dir.is_dir() else None,
             final_dir=final_dir,
-            history=read_metrics(self.logger.path) if self.dist.is_main else [],
+            history=history,
             interrupted=interrupted,
             signal=signum,
+            resumes=[r for r in history if r.get("split") == "resume"],
         )
