@@ -9,26 +9,29 @@ DynamicBatcher, so concurrent requests share forward passes.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+import logging
 import sys
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from bertkit.inference.encoder import Encoder
-from bertkit.inference.fill_mask import MASK, fill_mask_batch
+from bertkit.errors import BertkitError, DataError, TokenizerError
+from bertkit.inference.fill_mask import MASK, mask_ids, predict_masks
 from bertkit.inference.pooling import pad_batch
 from bertkit.model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bertkit.model.heads import BertForFrozenTokenClassification
 from bertkit.runtime import release_free_memory
-from bertkit.serve.batching import DynamicBatcher, QueueFull, RequestTimeout
+from bertkit.serve.batching import DynamicBatcher, ItemError, QueueFull, RequestTimeout, prepare_each
 from bertkit.serve.settings import ServeSettings
-from bertkit.errors import DataError
 from bertkit.tasks import open_task_folder
 from bertkit.tasks.base import run_model
 from bertkit.tasks.classification import ClassificationTask, input_columns, read_logits, request_example
@@ -36,6 +39,7 @@ from bertkit.tasks.ner import NerTask, TaggedSentence, word_tags
 from bertkit.tasks.qa import context_offsets, window_spans
 
 MAX_ANSWER_TOKENS = 30  # longest answer span considered, as in the SQuAD reference
+logger = logging.getLogger("bertkit.serve")
 
 
 class BodyLimit:
@@ -200,20 +204,26 @@ class Predictor:
                 out[i] = v
         return out
 
-    def fill_mask(self, items: list[tuple[str, int]]) -> list[list[list[dict[str, Any]]]]:
-        """items: (text, top_k)."""
-        top = max(k for _, k in items)
-        results = fill_mask_batch(self.model, self.tokenizer, [t for t, _ in items], top)
-        return [[[vars(p) for p in mask[:k]] for mask in per_text] for per_text, (_, k) in zip(results, items)]
+    def fill_mask(self, items: list[tuple[str, int]]) -> list[list[list[dict[str, Any]]] | Exception]:
+        """items: (text, top_k); a text with a [MASK] beyond the model's window gets its ConfigError."""
+        def compute(rows: list[tuple[list[int], int]]) -> list[list[list[dict[str, Any]]]]:
+            results = predict_masks(self.model, self.tokenizer, [r for r, _ in rows], max(k for _, k in rows))
+            return [[[vars(p) for p in mask[:k]] for mask in per_text] for per_text, (_, k) in zip(results, rows)]
+
+        return prepare_each(items, lambda item: (mask_ids(self.tokenizer, item[0], self.max_length), item[1]),
+                            compute)
 
     def _forward(self, texts: list[str], pairs: list[str | None], truncation: bool | str = True) -> tuple[Any, list[Any]]:
         encodings = [self.tokenizer.encode(t, pair=p, max_length=self.max_length, truncation=truncation)
                      for t, p in zip(texts, pairs)]
+        return self._run(encodings), encodings
+
+    def _run(self, encodings: list[Any]) -> Any:
+        """The model's output on the encodings, padded into one batch."""
         batch = pad_batch([e.input_ids for e in encodings], [e.token_type_ids for e in encodings],
                           self.tokenizer.pad_token_id)
         with torch.inference_mode():
-            out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        return out, encodings
+            return self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
 
     def classify_items(self, texts: list[str] | None, pairs: list[str] | None,
                        columns: list[dict[str, Any]] | None) -> list[tuple[str, str | None, Any]]:
@@ -268,22 +278,38 @@ class Predictor:
                  for w, (tag, p) in zip(s.words, word_tags(f, out["logits"], self.labels))]
                 for s, f, out in zip(sentences, features, outputs)]
 
-    def qa(self, items: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    def qa_encoding(self, question: str, context: str) -> Any:
+        """The (question, context) pair's encoding, the context cut to fit; ValueError saying which part is at
+        fault when no piece of the context fits (a question too long) or the context has no text at all."""
+        try:
+            enc = self.tokenizer.encode(question, pair=context, max_length=self.max_length, truncation="only_second")
+        except TokenizerError:
+            n = len(self.tokenizer.tokenize(question))
+            raise ValueError(f"the question has {n} word pieces; with the context's it must fit in "
+                             f"{self.max_length} (3 go to [CLS] and [SEP]): send a shorter question") from None
+        if not any(o is not None for o in context_offsets(enc)):
+            raise ValueError("the context has no text left once tokenized (only spaces, control or zero-width "
+                             "characters?): send a context with words in it")
+        return enc
+
+    def qa(self, items: list[tuple[str, str]]) -> list[dict[str, Any] | Exception]:
         """The best span of the context, decoded as `bertkit evaluate` decodes it (tasks.qa.window_spans): a start
         <= end within MAX_ANSWER_TOKENS, the answer cut from the context by the tokens' character offsets."""
-        out, encodings = self._forward([q for q, _ in items], [c for _, c in items], truncation="only_second")
-        results = []
-        for row, (enc, (_, context)) in enumerate(zip(encodings, items)):
-            offsets = context_offsets(enc)
-            n = len(offsets)
-            start, end = out.start_logits[row, :n].float().numpy(), out.end_logits[row, :n].float().numpy()
-            spans = window_spans(start, end, offsets, [o is not None for o in offsets], n_best=n,
-                                 max_answer_length=MAX_ANSWER_TOKENS)
-            if not spans:
-                raise ValueError("the context has no token left after truncation; send a shorter question")
-            score, a, b = max(spans)
-            results.append({"answer": context[a:b], "score": score, "start_char": a, "end_char": b})
-        return results
+        def compute(prepared: list[tuple[Any, str]]) -> list[dict[str, Any]]:
+            encodings = [enc for enc, _ in prepared]
+            out = self._run(encodings)
+            results = []
+            for row, (enc, context) in enumerate(prepared):
+                offsets = context_offsets(enc)
+                n = len(offsets)
+                start, end = out.start_logits[row, :n].float().numpy(), out.end_logits[row, :n].float().numpy()
+                spans = window_spans(start, end, offsets, [o is not None for o in offsets], n_best=n,
+                                     max_answer_length=MAX_ANSWER_TOKENS)
+                score, a, b = max(spans)  # never empty: the encoding holds a piece of the context
+                results.append({"answer": context[a:b], "score": score, "start_char": a, "end_char": b})
+            return results
+
+        return prepare_each(items, lambda item: (self.qa_encoding(*item), item[1]), compute)
 
 
 def item_chars(item: Any) -> int:
@@ -323,14 +349,23 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     app.state.batchers = batchers
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
 
-    async def run(endpoint: str, items: list, request: Request) -> list:
-        """The endpoint's items through its batcher, within the limits; 503 when the queue is full or time runs out."""
+    async def run(endpoint: str, items: list, request: Request, field: str | None = "texts") -> list:
+        """The endpoint's items through its batcher, within the limits; 503 when the queue is full or time runs out,
+        400 naming `field[i]` when item i's input is refused (500 for a failure that is not the input's)."""
         try:
             return await batcher(endpoint).submit(items, settings.request_timeout_s, request.is_disconnected)
         except QueueFull as e:
             raise HTTPException(503, f"busy: {e}; retry later", headers={"Retry-After": "1"}) from None
         except RequestTimeout as e:
             raise HTTPException(503, f"{e}; the request was dropped", headers={"Retry-After": "1"}) from None
+        except ItemError as e:
+            where = f"{field}[{e.index}]" if field else "the request"
+            if isinstance(e.cause, (BertkitError, ValueError)):
+                raise HTTPException(400, f"{where}: {e.cause}" if field else str(e.cause)) from None
+            # Not the input's fault: logged with its traceback, answered 500 as an HTTPException so that the
+            # connection stays open (an exception escaping the app makes uvicorn close it).
+            logger.error("/%s failed on %s", endpoint, where, exc_info=e.cause)
+            raise HTTPException(500, f"internal error on {where}: {type(e.cause).__name__}: {e.cause}") from None
 
     def check_texts(texts: list[str]) -> None:
         if not texts:
@@ -351,7 +386,9 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
         return batchers[endpoint]
 
     @app.exception_handler(ValueError)
-    async def value_error(request: Request, exc: ValueError) -> JSONResponse:
+    @app.exception_handler(BertkitError)
+    async def input_error(request: Request, exc: Exception) -> JSONResponse:
+        """A request the library refuses (ValueError, or a BertkitError naming the input): 400 with the reason."""
         return JSONResponse(status_code=400, content={"detail": str(exc)})
 
     @app.get("/health")
@@ -395,7 +432,7 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     async def qa(req: QARequest, request: Request) -> QAResponse:
         batcher("qa")
         check_texts([req.question, req.context])
-        return QAResponse(**(await run("qa", [(req.question, req.context)], request))[0])
+        return QAResponse(**(await run("qa", [(req.question, req.context)], request, field=None))[0])
 
     return app
 
