@@ -108,6 +108,20 @@ def test_h1_the_batcher_answers_each_item_on_its_own() -> None:
     assert calls[0] == [1, 2, 3, -4, 5, 6] and sorted(calls[1:]) == [[-4], [1], [2], [3], [5], [6]]
 
 
+def test_h3_fill_mask_amplification_is_refused_before_computing(tmp_path: Path) -> None:
+    """H3: masks per text and masks x top_k per request are bounded (413 with the reason, nothing computed)."""
+    with Server(tiny_folder(tmp_path, "BertForMaskedLM")) as server:
+        batcher = server.app.state.batchers["fill-mask"]
+        c = httpx.Client(base_url=server.url, timeout=60)
+        r = c.post("/fill-mask", json={"texts": ["[MASK]" * 100] * 8, "top_k": 100})
+        assert r.status_code == 413 and "100 [MASK]s; the limit is 80 per text" in r.json()["detail"]
+        r = c.post("/fill-mask", json={"texts": ["[MASK] " * 60] * 4, "top_k": 100})
+        assert r.status_code == 413 and "240 [MASK]s x top_k 100 = 24000 predictions; the limit is 20000" in r.text
+        assert batcher.items == 0  # refused before anything reached the model
+        r = c.post("/fill-mask", json={"texts": ["[MASK] " * 80] * 2, "top_k": 100})  # 16,000: within both
+        assert r.status_code == 200 and [len(m) for m in r.json()["results"]] == [80, 80]
+
+
 def test_t1_library_errors_are_400_with_the_reason_and_the_connection_stays_open(tmp_path: Path) -> None:
     """T1: a TokenizerError or ConfigError caused by the input is a 400 naming it (was 500), and after it, or after
     a real 500, the client's keep-alive connection still serves the next request."""

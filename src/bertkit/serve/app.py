@@ -408,9 +408,17 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     async def fill_mask(req: FillMaskRequest, request: Request) -> FillMaskResponse:
         batcher("fill-mask")
         check_texts(req.texts)
-        for i, t in enumerate(req.texts):
-            if MASK not in t:
+        masks = [t.count(MASK) for t in req.texts]
+        for i, n in enumerate(masks):
+            if not n:
                 raise HTTPException(400, f"texts[{i}] has no {MASK}; write {MASK} where a word should be predicted")
+            if n > settings.max_masks_per_text:
+                raise HTTPException(413, f"texts[{i}] has {n} {MASK}s; the limit is {settings.max_masks_per_text} "
+                                         "per text")
+        if sum(masks) * req.top_k > settings.max_fill_mask_predictions:
+            raise HTTPException(413, f"{sum(masks)} {MASK}s x top_k {req.top_k} = {sum(masks) * req.top_k} "
+                                     f"predictions; the limit is {settings.max_fill_mask_predictions} per request "
+                                     "(send fewer masks or a smaller top_k)")
         return FillMaskResponse(results=await run("fill-mask", [(t, req.top_k) for t in req.texts], request))
 
     @app.post("/classify", response_model=ClassifyResponse)

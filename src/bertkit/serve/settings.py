@@ -32,10 +32,17 @@ class ServeSettings:
     """Characters per forward pass at most (the first text always fits): bounds how long one batch holds the
     model, so a request that arrives behind long texts waits for at most one such batch."""
 
+    max_masks_per_text: int = 80
+    """/fill-mask: [MASK]s in one text at most (413 above); 80 is the reference's max_predictions_per_seq for
+    512-token sequences."""
+    max_fill_mask_predictions: int = 20000
+    """/fill-mask: masks x top_k over one request's texts at most (413 above, before computing): bounds the
+    response (about 70 bytes of JSON per prediction) however the masks are spread."""
+
     def validate(self) -> None:
         """Raise ConfigError naming the first setting that is out of range."""
         for name in ("max_batch_size", "max_request_texts", "max_text_chars", "max_body_bytes", "max_queue",
-                     "max_batch_chars"):
+                     "max_batch_chars", "max_masks_per_text", "max_fill_mask_predictions"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ServeSettings.{name} = {getattr(self, name)!r}: expected an integer >= 1")
         if self.precision not in ("auto", "fp32", "bf16", "int8"):
