@@ -188,3 +188,45 @@ def test_c3_qa_context_without_text_says_so(context: str, tmp_path: Path) -> Non
         r = httpx.post(f"{server.url}/qa", json={"question": "Where does John live?", "context": context})
     assert r.status_code == 400
     assert r.json()["detail"].startswith("the context has no text left once tokenized") and "question" not in r.text
+
+
+def test_c7_frozen_ner_folder_is_served_as_predict_answers(tmp_path: Path) -> None:
+    """C7: a feature-based (--frozen) NER folder gets /ner (was 404), tagging each word as `bertkit predict` does."""
+    from bertkit.model.heads import BertForFrozenTokenClassification
+    from bertkit.tasks.runner import predict
+
+    labels = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    settings = {"max_length": 64, "label_names": labels, "frozen": True, "frozen_features": "weighted_sum",
+                "tagger": "bilstm", "tagger_hidden": 8, "tagger_dropout": 0.1}
+    torch.manual_seed(3)
+    model = BertForFrozenTokenClassification(tiny_config(num_labels=5, label_names=labels, task="ner",
+                                                         task_settings=settings))
+    folder = tiny_folder(tmp_path, "BertModel")  # for its vocabulary files
+    model.save_pretrained(str(folder))
+    sentences = ["john smith lives in paris near the river", "the committee met in london on tuesday",
+                 "unbelievably", "angela merkel visited new york and washington last week"]
+    (tmp_path / "in.txt").write_text("\n\n".join("\n".join(s.split()) for s in sentences) + "\n")
+    predict(str(folder), str(tmp_path / "in.txt"), str(tmp_path / "out.txt"))
+    blocks = (tmp_path / "out.txt").read_text().strip().split("\n\n")
+    want = [[line.split("\t") for line in block.splitlines()] for block in blocks]
+    with Server(folder) as server:
+        r = httpx.post(f"{server.url}/ner", json={"texts": sentences})
+    assert r.status_code == 200, r.text
+    got = [[[t["token"], t["label"]] for t in tagged] for tagged in r.json()["results"]]
+    assert got == want
+    assert len({label for s in want for _, label in s}) > 1  # the tagger does not just say O
+
+
+@pytest.mark.parametrize("path,body,field", [
+    ("/embed", {"texts": ["a"], "poolng": "cls"}, "poolng"),
+    ("/fill-mask", {"texts": ["a [MASK]"], "topk": 3}, "topk"),
+    ("/classify", {"texts": ["a"], "pair": ["b"]}, "pair"),
+    ("/ner", {"texts": ["a"], "labels": True}, "labels"),
+    ("/qa", {"question": "a", "context": "b", "max_answer_length": 3}, "max_answer_length"),
+])
+def test_n13_unknown_request_fields_are_422_naming_them(path: str, body: dict, field: str, tmp_path: Path) -> None:
+    """N13: a field the endpoint does not know is refused, named (was ignored: "poolng" gave mean pooling)."""
+    with Server(tiny_folder(tmp_path, "BertForMaskedLM")) as server:
+        r = httpx.post(f"{server.url}{path}", json=body)
+        assert r.status_code == 422 and field in r.text and "extra" in r.text.lower()
+        assert httpx.post(f"{server.url}/embed", json={"texts": ["a"], "pooling": "cls"}).status_code == 200

@@ -1,10 +1,12 @@
 """The HTTP service: FastAPI over one model folder, with the endpoints its head supports.
 
 /health always; /embed for every folder (the encoder under any head); /fill-mask for masked-LM heads; /classify,
-/ner, /qa for sequence-classification, token-classification and question-answering heads. /classify reads the
-logits as the head's problem type says (softmax, per-label sigmoid, or a regression value); /qa answers a span of
-the context by character offsets, decoded as evaluation decodes it. Each endpoint's work runs through a
-DynamicBatcher, so concurrent requests share forward passes.
+/ner, /qa for sequence-classification, token-classification (fine-tuned or frozen-feature) and question-answering
+heads. /classify reads the logits as the head's problem type says (softmax, per-label sigmoid, or a regression
+value); /qa answers a span of the context by character offsets, decoded as evaluation decodes it. Each endpoint's
+work runs through a DynamicBatcher, so concurrent requests share forward passes; each request's items are
+prepared (tokenized, checked) one by one, so a bad request gets its own 4xx and never fails the ones batched
+with it. A request field the endpoint does not know is a 422 naming it.
 """
 
 from __future__ import annotations
@@ -88,7 +90,14 @@ class BodyLimit:
 
 
 # --- request and response bodies -------------------------------------------------------------------------------
-class EmbedRequest(BaseModel):
+class RequestBody(BaseModel):
+    """A request body: a field the endpoint does not know is a 422 naming it (a misspelt option, e.g. "poolng",
+    must not be ignored silently)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class EmbedRequest(RequestBody):
     texts: list[str] = Field(..., description="texts to embed")
     pooling: Literal["mean", "cls"] | None = None
     normalize: bool | None = None
@@ -99,7 +108,7 @@ class EmbedResponse(BaseModel):
     dimension: int
 
 
-class FillMaskRequest(BaseModel):
+class FillMaskRequest(RequestBody):
     texts: list[str] = Field(..., description="texts with at least one [MASK] each")
     top_k: int = Field(5, ge=1, le=100)
 
@@ -114,7 +123,7 @@ class FillMaskResponse(BaseModel):
     results: list[list[list[TokenScore]]] = Field(..., description="per text, per [MASK], the top-k tokens")
 
 
-class ClassifyRequest(BaseModel):
+class ClassifyRequest(RequestBody):
     texts: list[str] | None = Field(None, description="the texts (left out for a model that writes its text from "
                                                       "columns with a template)")
     pairs: list[str] | None = Field(None, description="second segments, one per text")
@@ -135,7 +144,7 @@ class ClassifyResponse(BaseModel):
     results: list[Classification]
 
 
-class NerRequest(BaseModel):
+class NerRequest(RequestBody):
     texts: list[str]
 
 
@@ -149,7 +158,7 @@ class NerResponse(BaseModel):
     results: list[list[TaggedToken]]
 
 
-class QARequest(BaseModel):
+class QARequest(RequestBody):
     question: str
     context: str
 
@@ -188,7 +197,7 @@ class Predictor:
             "embed": True,
             "fill-mask": getattr(getattr(self.model, "cls", None), "predictions", None) is not None,
             "classify": isinstance(self.model, BertForSequenceClassification),
-            "ner": isinstance(self.model, BertForTokenClassification),
+            "ner": isinstance(self.model, (BertForTokenClassification, BertForFrozenTokenClassification)),
             "qa": isinstance(self.model, BertForQuestionAnswering),
         }[endpoint]
 
