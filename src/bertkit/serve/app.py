@@ -348,6 +348,9 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for b in batchers.values():
             b.start()
+        # One forward pass before the first client: torch's one-time set-up (about 0.3 s) is not a client's wait.
+        await asyncio.get_running_loop().run_in_executor(batchers["embed"].executor, predictor.embed,
+                                                         [("warm-up", None, None)])
         yield
         for b in batchers.values():  # graceful: queued work finishes before the threads stop
             await b.stop()
@@ -454,8 +457,27 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     return app
 
 
-def serve(folder: str | Path, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None) -> None:
-    """Run the app on uvicorn until interrupted (SIGINT/SIGTERM shut down gracefully)."""
+def build_server(folder: str | Path, host: str = "127.0.0.1", port: int = 8000,
+                 settings: ServeSettings | None = None) -> Any:
+    """A uvicorn server for `folder` with guarded connections (serve.connections: a read deadline, and a cap below
+    the open-file limit, whose soft value is first raised to the hard one); `.run()` serves until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(folder, settings), host=host, port=port, log_level="info", timeout_graceful_shutdown=10)
+    from bertkit.serve.connections import (ConnectionGuard, GuardedServer, WholeBodyFirst, connection_budget,
+                                           raise_open_file_limit)
+
+    settings = settings or ServeSettings()
+    fd_limit = raise_open_file_limit()
+    app = create_app(folder, settings)
+    cap, burst = connection_budget(fd_limit, settings.max_connections)  # counted with the model's files open
+    guard = ConnectionGuard(cap, settings.read_timeout_s)
+    print(f"bertkit serve: at most {cap} connections (open-file limit {fd_limit}), each given "
+          f"{settings.read_timeout_s:g} s to send its request", file=sys.stderr, flush=True)
+    config = uvicorn.Config(WholeBodyFirst(app, settings.max_body_bytes), host=host, port=port, log_level="info",
+                            timeout_graceful_shutdown=10, http=guard.protocol, backlog=burst)
+    return GuardedServer(config, guard)
+
+
+def serve(folder: str | Path, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None) -> None:
+    """Run the app on uvicorn until interrupted (SIGINT/SIGTERM shut down gracefully)."""
+    build_server(folder, host, port, settings).run()
