@@ -108,7 +108,7 @@ def test_h1_the_batcher_answers_each_item_on_its_own() -> None:
     assert calls[0] == [1, 2, 3, -4, 5, 6] and sorted(calls[1:]) == [[-4], [1], [2], [3], [5], [6]]
 
 
-class GuardedServer:
+class GuardedServer(Server):
     """`bertkit.serve.build_server` in a thread: the server `bertkit serve` runs, with its connection guard."""
 
     def __init__(self, folder: Path | str, **settings: object) -> None:
@@ -118,18 +118,6 @@ class GuardedServer:
         self.server = build_server(folder, "127.0.0.1", self.port, ServeSettings(precision="fp32", **settings))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> "GuardedServer":
-        self.thread.start()
-        deadline = time.time() + 30
-        while not self.server.started:
-            assert time.time() < deadline, "server did not start"
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
 
 
 def stalled_connections(port: int, with_body: int, half_head: int) -> list[socket.socket]:

@@ -44,6 +44,12 @@ MAX_ANSWER_TOKENS = 30  # longest answer span considered, as in the SQuAD refere
 logger = logging.getLogger("bertkit.serve")
 
 
+def declared_size(scope: dict) -> int | None:
+    """The body size an HTTP request's Content-Length declares (None without a usable one)."""
+    declared = dict(scope.get("headers") or []).get(b"content-length")
+    return int(declared) if declared is not None and declared.isdigit() else None
+
+
 class BodyLimit:
     """ASGI middleware: 413 for a body over `limit` bytes, from Content-Length or while it streams in, before
     anything parses it (a 150 MB JSON body used to be read whole first)."""
@@ -54,9 +60,9 @@ class BodyLimit:
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await self._refuse(send, int(declared))
+        declared = declared_size(scope)
+        if declared is not None and declared > self.limit:
+            return await self._refuse(send, declared)
         seen, refused = 0, False
 
         async def limited() -> dict:

@@ -28,6 +28,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import Server
 
 from bertkit.errors import ConfigError
+from bertkit.serve.app import declared_size
 
 logger = logging.getLogger("uvicorn.error")
 
@@ -251,10 +252,8 @@ class WholeBodyFirst:
         self.app, self.limit = app, limit
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+        declared = declared_size(scope) if scope["type"] == "http" else None
+        if scope["type"] != "http" or (declared is not None and declared > self.limit):
             return await self.app(scope, receive, send)
         received: list[dict] = []
         size = 0
