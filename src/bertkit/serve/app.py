@@ -95,6 +95,35 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+class WholeBodyFirst:
+    """ASGI wrapper (build_server puts it around the app): the app starts once the request's body has all arrived,
+    so a client that stalls in its body and leaves, or is closed for being slow, costs no work of the app. Bodies
+    declared or found larger than `limit` go to the app as they come (its BodyLimit answers 413)."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        declared = declared_size(scope) if scope["type"] == "http" else None
+        if scope["type"] != "http" or (declared is not None and declared > self.limit):
+            return await self.app(scope, receive, send)
+        received: list[dict] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            received.append(message)
+            size += len(message.get("body", b""))
+            if not message.get("more_body", False) or size > self.limit:
+                break
+
+        async def replay() -> dict:
+            return received.pop(0) if received else await receive()
+
+        await self.app(scope, replay, send)
+
+
 # --- request and response bodies -------------------------------------------------------------------------------
 class RequestBody(BaseModel):
     """A request body: a field the endpoint does not know is a 422 naming it (a misspelt option, e.g. "poolng",
@@ -469,8 +498,7 @@ def build_server(folder: str | Path, host: str = "127.0.0.1", port: int = 8000,
     the open-file limit, whose soft value is first raised to the hard one); `.run()` serves until interrupted."""
     import uvicorn
 
-    from bertkit.serve.connections import (ConnectionGuard, GuardedServer, WholeBodyFirst, connection_budget,
-                                           raise_open_file_limit)
+    from bertkit.serve.connections import ConnectionGuard, GuardedServer, connection_budget, raise_open_file_limit
 
     settings = settings or ServeSettings()
     fd_limit = raise_open_file_limit()
