@@ -13,6 +13,7 @@ from bertkit.model import BertPreTrainedModel
 from bertkit.model.heads import base_model
 
 MASK = "[MASK]"
+MASK_CHUNK = 256  # masks per decoder call: bounds the (masks, vocabulary) probabilities held at once
 
 
 @dataclass
@@ -33,21 +34,29 @@ def masked_lm_head(model: BertPreTrainedModel) -> torch.nn.Module:
 
 
 def mask_ids(tokenizer: Any, text: str, max_length: int) -> list[int]:
-    """[CLS] pieces [SEP] with each literal [MASK] as the mask id; the pieces between masks tokenized normally."""
+    """[CLS] pieces [SEP] with each literal [MASK] as the mask id; the pieces between masks tokenized normally.
+
+    A text longer than `max_length` pieces is cut after its last [MASK] (with a warning); a [MASK] beyond the
+    first `max_length` pieces is refused with a ConfigError naming it, since its prediction could not be given."""
     parts = text.split(MASK)
     if len(parts) == 1:
         raise ConfigError(f"no {MASK} in the text {text[:80]!r}; write {MASK} where a word should be predicted")
     ids = [tokenizer.cls_token_id]
+    char = 0  # where parts[i] starts in the text
     for i, part in enumerate(parts):
         if i:
+            if len(ids) >= max_length - 1:  # no room left for it and the [SEP] after it
+                raise ConfigError(
+                    f"{MASK} #{i} (at character {char - len(MASK)}) is word piece {len(ids)} of the text, beyond "
+                    f"the {max_length - 2} the model reads besides [CLS] and [SEP]; move it nearer the start or "
+                    "shorten the text")
             ids.append(tokenizer.mask_token_id)
         ids.extend(tokenizer.convert_tokens_to_ids(tokenizer.tokenize(part)) if part.strip() else [])
+        char += len(part) + len(MASK)
     ids.append(tokenizer.sep_token_id)
     if len(ids) > max_length:
-        warnings.warn(f"text has {len(ids)} tokens; truncated to {max_length}", stacklevel=3)
+        warnings.warn(f"text has {len(ids)} tokens; truncated to {max_length} after its last {MASK}", stacklevel=3)
         ids = ids[:max_length - 1] + [tokenizer.sep_token_id]
-        if tokenizer.mask_token_id not in ids:
-            raise ConfigError(f"every {MASK} lies beyond the first {max_length} tokens of the text")
     return ids
 
 
@@ -58,12 +67,20 @@ def fill_mask(model: BertPreTrainedModel, tokenizer: Any, text: str, top_k: int 
 
 def fill_mask_batch(model: BertPreTrainedModel, tokenizer: Any, texts: list[str],
                     top_k: int = 5) -> list[list[list[MaskPrediction]]]:
-    """fill_mask for several texts in one padded forward pass (used by the server's batcher)."""
+    """fill_mask for several texts in one padded forward pass."""
+    rows = [mask_ids(tokenizer, t, base_model(model).config.max_position_embeddings) for t in texts]
+    return predict_masks(model, tokenizer, rows, top_k)
+
+
+def predict_masks(model: BertPreTrainedModel, tokenizer: Any, rows: list[list[int]],
+                  top_k: int = 5) -> list[list[list[MaskPrediction]]]:
+    """Top-k predictions at every mask id of each row of ids (as `mask_ids` makes them), in one forward pass; the
+    decoder's softmax over the vocabulary runs MASK_CHUNK masks at a time, so many masks never hold many
+    (masks x vocabulary) matrices at once."""
     if top_k < 1:
         raise ConfigError(f"top_k must be >= 1, got {top_k}")
     head = masked_lm_head(model)
     bert = base_model(model)
-    rows = [mask_ids(tokenizer, t, bert.config.max_position_embeddings) for t in texts]
     width = max(len(r) for r in rows)
     input_ids = torch.zeros(len(rows), width, dtype=torch.long)
     attention = torch.zeros_like(input_ids)
@@ -71,12 +88,16 @@ def fill_mask_batch(model: BertPreTrainedModel, tokenizer: Any, texts: list[str]
         input_ids[i, :len(r)] = torch.tensor(r)
         attention[i, :len(r)] = 1
     device = next(model.parameters()).device
+    values: list[list[float]] = []
+    indices: list[list[int]] = []
     with torch.inference_mode():
         hidden = bert(input_ids.to(device), attention.to(device)).last_hidden_state
         where = (input_ids == tokenizer.mask_token_id).to(device)
-        probs = head(hidden[where]).float().softmax(-1)  # (masks, vocab): the decoder only at the masks
-        top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-    values, indices = top.values.tolist(), top.indices.tolist()
+        for chunk in hidden[where].split(MASK_CHUNK):
+            probs = head(chunk).float().softmax(-1)  # (masks, vocab): the decoder only at the masks
+            top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+            values += top.values.tolist()
+            indices += top.indices.tolist()
     out: list[list[list[MaskPrediction]]] = []
     k = 0
     for r in rows:

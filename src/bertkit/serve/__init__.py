@@ -2,11 +2,11 @@
 
 from bertkit.serve.settings import ServeSettings
 
-__all__ = ["ServeSettings", "create_app", "serve"]
+__all__ = ["ServeSettings", "build_server", "create_app", "serve"]
 
 
 def __getattr__(name: str):  # noqa: ANN202 (the app's names, imported with fastapi on first use)
-    if name in ("create_app", "serve"):
+    if name in ("build_server", "create_app", "serve"):
         from bertkit.serve import app
 
         return getattr(app, name)

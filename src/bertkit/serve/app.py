@@ -1,34 +1,39 @@
 """The HTTP service: FastAPI over one model folder, with the endpoints its head supports.
 
 /health always; /embed for every folder (the encoder under any head); /fill-mask for masked-LM heads; /classify,
-/ner, /qa for sequence-classification, token-classification and question-answering heads. /classify reads the
-logits as the head's problem type says (softmax, per-label sigmoid, or a regression value); /qa answers a span of
-the context by character offsets, decoded as evaluation decodes it. Each endpoint's work runs through a
-DynamicBatcher, so concurrent requests share forward passes.
+/ner, /qa for sequence-classification, token-classification (fine-tuned or frozen-feature) and question-answering
+heads. /classify reads the logits as the head's problem type says (softmax, per-label sigmoid, or a regression
+value); /qa answers a span of the context by character offsets, decoded as evaluation decodes it. Each endpoint's
+work runs through a DynamicBatcher, so concurrent requests share forward passes; each request's items are
+prepared (tokenized, checked) one by one, so a bad request gets its own 4xx and never fails the ones batched
+with it. A request field the endpoint does not know is a 422 naming it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+import logging
 import sys
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from bertkit.inference.encoder import Encoder
-from bertkit.inference.fill_mask import MASK, fill_mask_batch
+from bertkit.errors import BertkitError, DataError, TokenizerError
+from bertkit.inference.fill_mask import MASK, mask_ids, predict_masks
 from bertkit.inference.pooling import pad_batch
 from bertkit.model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bertkit.model.heads import BertForFrozenTokenClassification
 from bertkit.runtime import release_free_memory
-from bertkit.serve.batching import DynamicBatcher, QueueFull, RequestTimeout
+from bertkit.serve.batching import DynamicBatcher, ItemError, QueueFull, RequestTimeout, prepare_each
 from bertkit.serve.settings import ServeSettings
-from bertkit.errors import DataError
 from bertkit.tasks import open_task_folder
 from bertkit.tasks.base import run_model
 from bertkit.tasks.classification import ClassificationTask, input_columns, read_logits, request_example
@@ -36,6 +41,13 @@ from bertkit.tasks.ner import NerTask, TaggedSentence, word_tags
 from bertkit.tasks.qa import context_offsets, window_spans
 
 MAX_ANSWER_TOKENS = 30  # longest answer span considered, as in the SQuAD reference
+logger = logging.getLogger("bertkit.serve")
+
+
+def declared_size(scope: dict) -> int | None:
+    """The body size an HTTP request's Content-Length declares (None without a usable one)."""
+    declared = dict(scope.get("headers") or []).get(b"content-length")
+    return int(declared) if declared is not None and declared.isdigit() else None
 
 
 class BodyLimit:
@@ -48,9 +60,9 @@ class BodyLimit:
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await self._refuse(send, int(declared))
+        declared = declared_size(scope)
+        if declared is not None and declared > self.limit:
+            return await self._refuse(send, declared)
         seen, refused = 0, False
 
         async def limited() -> dict:
@@ -83,8 +95,44 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+class WholeBodyFirst:
+    """ASGI wrapper (build_server puts it around the app): the app starts once the request's body has all arrived,
+    so a client that stalls in its body and leaves, or is closed for being slow, costs no work of the app. Bodies
+    declared or found larger than `limit` go to the app as they come (its BodyLimit answers 413)."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        declared = declared_size(scope) if scope["type"] == "http" else None
+        if scope["type"] != "http" or (declared is not None and declared > self.limit):
+            return await self.app(scope, receive, send)
+        received: list[dict] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            received.append(message)
+            size += len(message.get("body", b""))
+            if not message.get("more_body", False) or size > self.limit:
+                break
+
+        async def replay() -> dict:
+            return received.pop(0) if received else await receive()
+
+        await self.app(scope, replay, send)
+
+
 # --- request and response bodies -------------------------------------------------------------------------------
-class EmbedRequest(BaseModel):
+class RequestBody(BaseModel):
+    """A request body: a field the endpoint does not know is a 422 naming it (a misspelt option, e.g. "poolng",
+    must not be ignored silently)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class EmbedRequest(RequestBody):
     texts: list[str] = Field(..., description="texts to embed")
     pooling: Literal["mean", "cls"] | None = None
     normalize: bool | None = None
@@ -95,7 +143,7 @@ class EmbedResponse(BaseModel):
     dimension: int
 
 
-class FillMaskRequest(BaseModel):
+class FillMaskRequest(RequestBody):
     texts: list[str] = Field(..., description="texts with at least one [MASK] each")
     top_k: int = Field(5, ge=1, le=100)
 
@@ -110,7 +158,7 @@ class FillMaskResponse(BaseModel):
     results: list[list[list[TokenScore]]] = Field(..., description="per text, per [MASK], the top-k tokens")
 
 
-class ClassifyRequest(BaseModel):
+class ClassifyRequest(RequestBody):
     texts: list[str] | None = Field(None, description="the texts (left out for a model that writes its text from "
                                                       "columns with a template)")
     pairs: list[str] | None = Field(None, description="second segments, one per text")
@@ -131,7 +179,7 @@ class ClassifyResponse(BaseModel):
     results: list[Classification]
 
 
-class NerRequest(BaseModel):
+class NerRequest(RequestBody):
     texts: list[str]
 
 
@@ -145,7 +193,7 @@ class NerResponse(BaseModel):
     results: list[list[TaggedToken]]
 
 
-class QARequest(BaseModel):
+class QARequest(RequestBody):
     question: str
     context: str
 
@@ -184,7 +232,7 @@ class Predictor:
             "embed": True,
             "fill-mask": getattr(getattr(self.model, "cls", None), "predictions", None) is not None,
             "classify": isinstance(self.model, BertForSequenceClassification),
-            "ner": isinstance(self.model, BertForTokenClassification),
+            "ner": isinstance(self.model, (BertForTokenClassification, BertForFrozenTokenClassification)),
             "qa": isinstance(self.model, BertForQuestionAnswering),
         }[endpoint]
 
@@ -200,20 +248,26 @@ class Predictor:
                 out[i] = v
         return out
 
-    def fill_mask(self, items: list[tuple[str, int]]) -> list[list[list[dict[str, Any]]]]:
-        """items: (text, top_k)."""
-        top = max(k for _, k in items)
-        results = fill_mask_batch(self.model, self.tokenizer, [t for t, _ in items], top)
-        return [[[vars(p) for p in mask[:k]] for mask in per_text] for per_text, (_, k) in zip(results, items)]
+    def fill_mask(self, items: list[tuple[str, int]]) -> list[list[list[dict[str, Any]]] | Exception]:
+        """items: (text, top_k); a text with a [MASK] beyond the model's window gets its ConfigError."""
+        def compute(rows: list[tuple[list[int], int]]) -> list[list[list[dict[str, Any]]]]:
+            results = predict_masks(self.model, self.tokenizer, [r for r, _ in rows], max(k for _, k in rows))
+            return [[[vars(p) for p in mask[:k]] for mask in per_text] for per_text, (_, k) in zip(results, rows)]
+
+        return prepare_each(items, lambda item: (mask_ids(self.tokenizer, item[0], self.max_length), item[1]),
+                            compute)
 
     def _forward(self, texts: list[str], pairs: list[str | None], truncation: bool | str = True) -> tuple[Any, list[Any]]:
         encodings = [self.tokenizer.encode(t, pair=p, max_length=self.max_length, truncation=truncation)
                      for t, p in zip(texts, pairs)]
+        return self._run(encodings), encodings
+
+    def _run(self, encodings: list[Any]) -> Any:
+        """The model's output on the encodings, padded into one batch."""
         batch = pad_batch([e.input_ids for e in encodings], [e.token_type_ids for e in encodings],
                           self.tokenizer.pad_token_id)
         with torch.inference_mode():
-            out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        return out, encodings
+            return self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
 
     def classify_items(self, texts: list[str] | None, pairs: list[str] | None,
                        columns: list[dict[str, Any]] | None) -> list[tuple[str, str | None, Any]]:
@@ -268,22 +322,38 @@ class Predictor:
                  for w, (tag, p) in zip(s.words, word_tags(f, out["logits"], self.labels))]
                 for s, f, out in zip(sentences, features, outputs)]
 
-    def qa(self, items: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    def qa_encoding(self, question: str, context: str) -> Any:
+        """The (question, context) pair's encoding, the context cut to fit; ValueError saying which part is at
+        fault when no piece of the context fits (a question too long) or the context has no text at all."""
+        try:
+            enc = self.tokenizer.encode(question, pair=context, max_length=self.max_length, truncation="only_second")
+        except TokenizerError:
+            n = len(self.tokenizer.tokenize(question))
+            raise ValueError(f"the question has {n} word pieces; with the context's it must fit in "
+                             f"{self.max_length} (3 go to [CLS] and [SEP]): send a shorter question") from None
+        if not any(o is not None for o in context_offsets(enc)):
+            raise ValueError("the context has no text left once tokenized (only spaces, control or zero-width "
+                             "characters?): send a context with words in it")
+        return enc
+
+    def qa(self, items: list[tuple[str, str]]) -> list[dict[str, Any] | Exception]:
         """The best span of the context, decoded as `bertkit evaluate` decodes it (tasks.qa.window_spans): a start
         <= end within MAX_ANSWER_TOKENS, the answer cut from the context by the tokens' character offsets."""
-        out, encodings = self._forward([q for q, _ in items], [c for _, c in items], truncation="only_second")
-        results = []
-        for row, (enc, (_, context)) in enumerate(zip(encodings, items)):
-            offsets = context_offsets(enc)
-            n = len(offsets)
-            start, end = out.start_logits[row, :n].float().numpy(), out.end_logits[row, :n].float().numpy()
-            spans = window_spans(start, end, offsets, [o is not None for o in offsets], n_best=n,
-                                 max_answer_length=MAX_ANSWER_TOKENS)
-            if not spans:
-                raise ValueError("the context has no token left after truncation; send a shorter question")
-            score, a, b = max(spans)
-            results.append({"answer": context[a:b], "score": score, "start_char": a, "end_char": b})
-        return results
+        def compute(prepared: list[tuple[Any, str]]) -> list[dict[str, Any]]:
+            encodings = [enc for enc, _ in prepared]
+            out = self._run(encodings)
+            results = []
+            for row, (enc, context) in enumerate(prepared):
+                offsets = context_offsets(enc)
+                n = len(offsets)
+                start, end = out.start_logits[row, :n].float().numpy(), out.end_logits[row, :n].float().numpy()
+                spans = window_spans(start, end, offsets, [o is not None for o in offsets], n_best=n,
+                                     max_answer_length=MAX_ANSWER_TOKENS)
+                score, a, b = max(spans)  # never empty: the encoding holds a piece of the context
+                results.append({"answer": context[a:b], "score": score, "start_char": a, "end_char": b})
+            return results
+
+        return prepare_each(items, lambda item: (self.qa_encoding(*item), item[1]), compute)
 
 
 def item_chars(item: Any) -> int:
@@ -313,6 +383,9 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for b in batchers.values():
             b.start()
+        # One forward pass before the first client: torch's one-time set-up (about 0.3 s) is not a client's wait.
+        await asyncio.get_running_loop().run_in_executor(batchers["embed"].executor, predictor.embed,
+                                                         [("warm-up", None, None)])
         yield
         for b in batchers.values():  # graceful: queued work finishes before the threads stop
             await b.stop()
@@ -323,14 +396,23 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     app.state.batchers = batchers
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
 
-    async def run(endpoint: str, items: list, request: Request) -> list:
-        """The endpoint's items through its batcher, within the limits; 503 when the queue is full or time runs out."""
+    async def run(endpoint: str, items: list, request: Request, field: str | None = "texts") -> list:
+        """The endpoint's items through its batcher, within the limits; 503 when the queue is full or time runs out,
+        400 naming `field[i]` when item i's input is refused (500 for a failure that is not the input's)."""
         try:
             return await batcher(endpoint).submit(items, settings.request_timeout_s, request.is_disconnected)
         except QueueFull as e:
             raise HTTPException(503, f"busy: {e}; retry later", headers={"Retry-After": "1"}) from None
         except RequestTimeout as e:
             raise HTTPException(503, f"{e}; the request was dropped", headers={"Retry-After": "1"}) from None
+        except ItemError as e:
+            where = f"{field}[{e.index}]" if field else "the request"
+            if isinstance(e.cause, (BertkitError, ValueError)):
+                raise HTTPException(400, f"{where}: {e.cause}" if field else str(e.cause)) from None
+            # Not the input's fault: logged with its traceback, answered 500 as an HTTPException so that the
+            # connection stays open (an exception escaping the app makes uvicorn close it).
+            logger.error("/%s failed on %s", endpoint, where, exc_info=e.cause)
+            raise HTTPException(500, f"internal error on {where}: {type(e.cause).__name__}: {e.cause}") from None
 
     def check_texts(texts: list[str]) -> None:
         if not texts:
@@ -351,7 +433,9 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
         return batchers[endpoint]
 
     @app.exception_handler(ValueError)
-    async def value_error(request: Request, exc: ValueError) -> JSONResponse:
+    @app.exception_handler(BertkitError)
+    async def input_error(request: Request, exc: Exception) -> JSONResponse:
+        """A request the library refuses (ValueError, or a BertkitError naming the input): 400 with the reason."""
         return JSONResponse(status_code=400, content={"detail": str(exc)})
 
     @app.get("/health")
@@ -371,9 +455,17 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     async def fill_mask(req: FillMaskRequest, request: Request) -> FillMaskResponse:
         batcher("fill-mask")
         check_texts(req.texts)
-        for i, t in enumerate(req.texts):
-            if MASK not in t:
+        masks = [t.count(MASK) for t in req.texts]
+        for i, n in enumerate(masks):
+            if not n:
                 raise HTTPException(400, f"texts[{i}] has no {MASK}; write {MASK} where a word should be predicted")
+            if n > settings.max_masks_per_text:
+                raise HTTPException(413, f"texts[{i}] has {n} {MASK}s; the limit is {settings.max_masks_per_text} "
+                                         "per text")
+        if sum(masks) * req.top_k > settings.max_fill_mask_predictions:
+            raise HTTPException(413, f"{sum(masks)} {MASK}s x top_k {req.top_k} = {sum(masks) * req.top_k} "
+                                     f"predictions; the limit is {settings.max_fill_mask_predictions} per request "
+                                     "(send fewer masks or a smaller top_k)")
         return FillMaskResponse(results=await run("fill-mask", [(t, req.top_k) for t in req.texts], request))
 
     @app.post("/classify", response_model=ClassifyResponse)
@@ -395,13 +487,31 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     async def qa(req: QARequest, request: Request) -> QAResponse:
         batcher("qa")
         check_texts([req.question, req.context])
-        return QAResponse(**(await run("qa", [(req.question, req.context)], request))[0])
+        return QAResponse(**(await run("qa", [(req.question, req.context)], request, field=None))[0])
 
     return app
 
 
-def serve(folder: str | Path, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None) -> None:
-    """Run the app on uvicorn until interrupted (SIGINT/SIGTERM shut down gracefully)."""
+def build_server(folder: str | Path, host: str = "127.0.0.1", port: int = 8000,
+                 settings: ServeSettings | None = None) -> Any:
+    """A uvicorn server for `folder` with guarded connections (serve.connections: a read deadline, and a cap below
+    the open-file limit, whose soft value is first raised to the hard one); `.run()` serves until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(folder, settings), host=host, port=port, log_level="info", timeout_graceful_shutdown=10)
+    from bertkit.serve.connections import ConnectionGuard, GuardedServer, connection_budget, raise_open_file_limit
+
+    settings = settings or ServeSettings()
+    fd_limit = raise_open_file_limit()
+    app = create_app(folder, settings)
+    cap, burst = connection_budget(fd_limit, settings.max_connections)  # counted with the model's files open
+    guard = ConnectionGuard(cap, settings.read_timeout_s)
+    print(f"bertkit serve: at most {cap} connections (open-file limit {fd_limit}), each given "
+          f"{settings.read_timeout_s:g} s to send its request", file=sys.stderr, flush=True)
+    config = uvicorn.Config(WholeBodyFirst(app, settings.max_body_bytes), host=host, port=port, log_level="info",
+                            timeout_graceful_shutdown=10, http=guard.protocol, backlog=burst)
+    return GuardedServer(config, guard)
+
+
+def serve(folder: str | Path, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None) -> None:
+    """Run the app on uvicorn until interrupted (SIGINT/SIGTERM shut down gracefully)."""
+    build_server(folder, host, port, settings).run()

@@ -4,6 +4,10 @@ run together in a worker thread, so the event loop keeps accepting requests whil
 Work no client waits for is never computed: a request that times out or whose client disconnects cancels its
 items, and the batcher skips cancelled items when it forms a batch. The queue is bounded: a request that would
 overflow it is refused at once (`QueueFull`, answered 503) instead of waiting behind everything else.
+
+Errors belong to items, not batches: a batch function returns an exception in place of the result of an item it
+cannot answer (`prepare_each` does that for the usual prepare-then-compute shape), and if it raises anyway the
+batch is re-run item by item, so one request's bad input never fails the requests batched with it.
 """
 
 from __future__ import annotations
@@ -28,8 +32,37 @@ class RequestTimeout(Exception):
     """A request's items were not done within its time limit (they are cancelled)."""
 
 
+class ItemError(Exception):
+    """Item `index` of a request failed with `cause` (its other items are cancelled)."""
+
+    def __init__(self, index: int, cause: BaseException) -> None:
+        super().__init__(f"item {index}: {cause}")
+        self.index, self.cause = index, cause
+
+
+Prepared = TypeVar("Prepared")
+
+
+def prepare_each(items: Sequence[Item], prepare: Callable[[Item], Prepared],
+                 compute: Callable[[list[Prepared]], Sequence[Result]]) -> list[Result | Exception]:
+    """`compute` over the items `prepare` accepts; an item it refuses gets the exception as its result, so a bad
+    item fails alone instead of failing its batch."""
+    out: list[Result | Exception] = [None] * len(items)  # type: ignore[list-item]
+    good: list[tuple[int, Prepared]] = []
+    for i, item in enumerate(items):
+        try:
+            good.append((i, prepare(item)))
+        except Exception as e:  # noqa: BLE001 (the item's own answer)
+            out[i] = e
+    if good:
+        for (i, _), result in zip(good, compute([p for _, p in good])):
+            out[i] = result
+    return out
+
+
 class DynamicBatcher(Generic[Item, Result]):
-    """Runs `fn(items) -> results` (one result per item, same order) on batches gathered from `submit` calls.
+    """Runs `fn(items) -> results` (one result per item, same order; an exception as the result of an item that
+    failed) on batches gathered from `submit` calls.
 
     A batch holds at most `max_batch_size` items and at most `max_batch_cost` of `cost(item)` (the first item
     always fits), so one batch of long texts cannot hold the model for long.
@@ -64,8 +97,9 @@ class DynamicBatcher(Generic[Item, Result]):
                      is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> list[Result]:
         """Queue items (they may land in different batches) and wait for their results.
 
-        Raises QueueFull when the queue cannot take them all, RequestTimeout after `timeout_s`; on a timeout, a
-        disconnect (`is_disconnected()` turns true) or a cancellation the items still queued are dropped.
+        Raises QueueFull when the queue cannot take them all, RequestTimeout after `timeout_s`, ItemError as soon as
+        one item failed; on any of these, a disconnect (`is_disconnected()` turns true) or a cancellation the items
+        still queued are dropped.
         """
         if self.queue is None:
             raise RuntimeError("batcher not started")
@@ -85,7 +119,11 @@ class DynamicBatcher(Generic[Item, Result]):
                     if left <= 0:
                         raise RequestTimeout(f"not done within {timeout_s:g} s")
                     wait = left if wait is None else min(wait, left)
-                done, _ = await asyncio.wait(futures, timeout=wait)
+                done, _ = await asyncio.wait(futures, timeout=wait, return_when=asyncio.FIRST_EXCEPTION)
+                failed = [i for i, f in enumerate(futures)
+                          if f in done and not f.cancelled() and f.exception() is not None]
+                if failed:
+                    raise ItemError(failed[0], futures[failed[0]].exception())
                 if len(done) == len(futures):
                     return [f.result() for f in futures]
                 if is_disconnected is not None and await is_disconnected():
@@ -141,19 +179,33 @@ class DynamicBatcher(Generic[Item, Result]):
         batch = waiting
         if not batch:
             return
+        loop = asyncio.get_running_loop()
         items = [item for item, _ in batch]
         try:
-            results = await asyncio.get_running_loop().run_in_executor(self.executor, self.fn, items)
-        except Exception as e:  # noqa: BLE001 (every waiting request gets the error)
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(e)
-            return
+            results = list(await loop.run_in_executor(self.executor, self.fn, items))
+        except Exception as e:  # noqa: BLE001 (answered below)
+            if len(batch) == 1:
+                results = [e]
+            else:  # one item broke the batch: run each alone, so that only the items that fail alone fail
+                results = [await self._run_alone(item, future) for item, future in batch]
         self.batches += 1
         self.items += len(items)
         for (_, future), result in zip(batch, results):
-            if not future.done():
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
                 future.set_result(result)
+
+    async def _run_alone(self, item: Item, future: asyncio.Future) -> Result | Exception:
+        """One item's result (or its exception) from a batch of one; nothing for an item no one waits for."""
+        if future.done():
+            return None  # type: ignore[return-value]
+        try:
+            return (await asyncio.get_running_loop().run_in_executor(self.executor, self.fn, [item]))[0]
+        except Exception as e:  # noqa: BLE001 (this item's own answer)
+            return e
 
     async def stop(self) -> None:
         """Finish every queued item, then stop the task and the thread (graceful shutdown)."""

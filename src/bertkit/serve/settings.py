@@ -32,13 +32,31 @@ class ServeSettings:
     """Characters per forward pass at most (the first text always fits): bounds how long one batch holds the
     model, so a request that arrives behind long texts waits for at most one such batch."""
 
+    max_masks_per_text: int = 80
+    """/fill-mask: [MASK]s in one text at most (413 above); 80 is the reference's max_predictions_per_seq for
+    512-token sequences."""
+    max_fill_mask_predictions: int = 20000
+    """/fill-mask: masks x top_k over one request's texts at most (413 above, before computing): bounds the
+    response (about 70 bytes of JSON per prediction) however the masks are spread."""
+    read_timeout_s: float = 10.0
+    """A connection whose request head and body have not all arrived this many seconds after it opened (or after
+    its previous answer) is closed: slow or stalled senders cannot hold connections (slowloris)."""
+    max_connections: int = 0
+    """Open connections at most; when full, a new connection closes the oldest one still sending its request
+    (or waiting idle), never one whose request is being answered. 0: as many as the open-file limit leaves room
+    for (the soft limit is first raised to the hard one)."""
+
     def validate(self) -> None:
         """Raise ConfigError naming the first setting that is out of range."""
         for name in ("max_batch_size", "max_request_texts", "max_text_chars", "max_body_bytes", "max_queue",
-                     "max_batch_chars"):
+                     "max_batch_chars", "max_masks_per_text", "max_fill_mask_predictions"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ServeSettings.{name} = {getattr(self, name)!r}: expected an integer >= 1")
+        if self.max_connections < 0:
+            raise ConfigError(f"ServeSettings.max_connections = {self.max_connections!r}: expected an integer >= 0 "
+                              "(0: from the open-file limit)")
         if self.precision not in ("auto", "fp32", "bf16", "int8"):
             raise ConfigError(f"ServeSettings.precision = {self.precision!r}: expected auto, fp32, bf16 or int8")
-        if not self.request_timeout_s > 0 or self.max_batch_delay_ms < 0:
-            raise ConfigError("ServeSettings: request_timeout_s must be > 0 and max_batch_delay_ms >= 0")
+        if not self.request_timeout_s > 0 or not self.read_timeout_s > 0 or self.max_batch_delay_ms < 0:
+            raise ConfigError("ServeSettings: request_timeout_s and read_timeout_s must be > 0 and "
+                              "max_batch_delay_ms >= 0")
