@@ -162,7 +162,8 @@ class ClassifyRequest(RequestBody):
     texts: list[str] | None = Field(None, description="the texts (left out for a model that writes its text from "
                                                       "columns with a template)")
     pairs: list[str] | None = Field(None, description="second segments, one per text")
-    columns: list[dict[str, str | float | int | None]] | None = Field(
+    # bool listed so that JSON true reaches the task's reader as true (refused in a numeric column), not as 1.0
+    columns: list[dict[str, str | bool | float | int | None]] | None = Field(
         None, description="one object per example, column name -> value, for a model trained with a template or "
                           "numeric/categorical columns: read as the training file's rows were")
 

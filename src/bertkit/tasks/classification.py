@@ -17,12 +17,19 @@ go to the head beside the pooled [CLS] vector: numbers standardised with the tra
 empty field is the mean, with a missing flag set), categories as embeddings of ids from the training data's
 vocabulary (an unseen or empty value is id 0, the unknown bucket). The statistics and vocabularies are fitted on
 the training examples and kept in the settings, so evaluate, predict and serve apply the same ones.
+
+Numbers the model cannot use are refused, not fitted: a magnitude above NUMERIC_MAGNITUDE anywhere, and a value
+more than NUMERIC_SPREADS typical spreads from its column's median (an 'Age' of 1e30 among ages of 20 to 90 would
+squeeze every real age to the same standardised value; at predict time it would drive the logits to +-inf). A new
+value inside those limits but outside the training data's range is clipped to that range (and logged): the head
+never extrapolates beyond what it was trained on, so a prediction is always a finite probability.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import os
 import re
@@ -32,7 +39,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from bertkit.errors import ConfigError, data_error
+from bertkit.errors import CheckpointError, ConfigError, data_error
 from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
@@ -42,6 +49,7 @@ from bertkit.tasks.base import (
     Task,
     TaskOptions,
     check_positive,
+    field_count_error,
     is_jsonl,
     read_jsonl,
     read_table,
@@ -50,6 +58,7 @@ from bertkit.tasks.base import (
 )
 
 Column = str | int
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -165,9 +174,26 @@ class ClassificationOptions(TaskOptions):
     in training (or an empty field) goes to the column's unknown bucket."""
     category_embedding_size: int = 16
     """Width of each categorical column's embedding."""
+    labels: list[str] | None = None
+    """Every label the training file may hold, e.g. '[neg, neutral, pos]': a row with another label is an error
+    naming its line, and a listed class is accepted however rare. Without it a label on at most 3 rows, when the
+    other classes each occur at least ten times as often, is taken for a typo and refused."""
 
 
 UNKNOWN_CATEGORY = 0  # the id of a category training never had (and of an empty field): one bucket per column
+NUMERIC_MAGNITUDE = 1e100
+"""The largest magnitude a numeric column's value may have. No quantity in a table comes near it (the observable
+universe holds about 1e80 atoms), so a larger value is a data error; the bound also keeps every sum of squares of
+the statistics far inside float64."""
+NUMERIC_SPREADS = 1e9
+"""How far from its column's median a value may lie, in the column's typical spread (the median of the values'
+nonzero distances from the median). Nine orders of magnitude: an 'Age' of 1e30 is refused, while a price column
+spanning 1 to 1e12, or one of 0s with a few values of 1e12, stays far inside. Beyond it standardising squeezes every
+other value of the column onto one point, so the column would be silently useless; real values spanning that range
+belong on a log scale."""
+LEGACY_Z_CLIP = 100.0
+"""Folders fitted before the training range was stored: standardised values are clipped to +-this many standard
+deviations (a training value lies within sqrt(n - 1) of the mean, so within 100 for files of up to 10,001 rows)."""
 
 
 def template_columns(template: str) -> list[str]:
@@ -199,39 +225,112 @@ def render_template(template: str, fields: Mapping[str, Any], empty: str = "unkn
     return "".join(out)
 
 
+def _shown(raw: Any) -> str:
+    """A value for an error message: its repr, cut short (a 401-digit number is not worth printing whole)."""
+    text = repr(raw)
+    return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
+
+
 def parse_number(path: str | os.PathLike, line: int | None, column: str, raw: Any) -> float | None:
-    """A numeric column's value: None for an empty field, else a finite number or a DataError naming the file,
-    line and column."""
+    """A numeric column's value: None for an empty field, else a finite number of magnitude at most
+    NUMERIC_MAGNITUDE, or a DataError naming the file, line and column. A string is read as a plain decimal or
+    scientific number: float() would also take '1_000' (Python's digit grouping), which a data file never means."""
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return None
     value = None
-    if not isinstance(raw, bool):  # JSON true is not a number here
+    if isinstance(raw, str):
+        if "_" in raw:
+            raise data_error(path, line, f"column {column!r}: {_shown(raw)} is not a number (write digits without "
+                             "separators, as in 1000 or 1e3)")
         try:
             value = float(raw)
-        except (TypeError, ValueError):
+        except ValueError:
             pass
+    elif isinstance(raw, (int, float)) and not isinstance(raw, bool):  # JSON true is not a number here
+        try:
+            value = float(raw)
+        except OverflowError:  # a JSON integer beyond float64, e.g. 10**400
+            value = math.inf
     if value is None:
-        raise data_error(path, line, f"column {column!r}: {raw!r} is not a number (a numeric column; leave the "
-                         "field empty for a missing value)")
+        raise data_error(path, line, f"column {column!r}: {_shown(raw)} is not a number (a numeric column; leave "
+                         "the field empty for a missing value)")
     if not math.isfinite(value):
-        raise data_error(path, line, f"column {column!r}: {raw!r} is not a finite number")
+        raise data_error(path, line, f"column {column!r}: {_shown(raw)} is not a finite number")
+    if abs(value) > NUMERIC_MAGNITUDE:
+        raise data_error(path, line, f"column {column!r}: {_shown(raw)} is beyond +-{NUMERIC_MAGNITUDE:g}, the "
+                         "largest magnitude a numeric column takes: a data error? (rescale a column whose real "
+                         "values are that large)")
     return value
 
 
 def fit_numeric(values: Sequence[float | None]) -> list[float]:
-    """[mean, std] of a column's non-empty training values (std 1 for a constant column, [0, 1] for an empty one)."""
+    """[mean, std] of a column's non-empty training values (std 1 for a constant column, [0, 1] for an empty one),
+    computed on the values divided by a power of two that brings them into [-2, 2]: the same bits as computing
+    them directly, but no square can overflow, whatever finite values come in (mean and std stay below the
+    largest magnitude, so they are finite too)."""
+    seen = np.array([v for v in values if v is not None], dtype=np.float64)
+    biggest = float(np.abs(seen).max()) if seen.size else 0.0
+    if not biggest:
+        return [0.0, 1.0]
+    scale = math.ldexp(1.0, math.frexp(biggest)[1] - 1)  # biggest / scale in [1, 2)
+    scaled = seen / scale
+    mean, std = float(scaled.mean()) * scale, float(scaled.std()) * scale
+    return [mean, std if std > 0 else 1.0]
+
+
+def fit_numeric_range(values: Sequence[float | None]) -> tuple[list[float], list[float]]:
+    """([min, max], [lo, hi]) of a column's non-empty training values: the range new values are clipped to, and
+    the limits beyond which a value is refused (the median +- NUMERIC_SPREADS typical spreads, see there)."""
     seen = np.array([v for v in values if v is not None], dtype=np.float64)
     if not seen.size:
-        return [0.0, 1.0]
-    std = float(seen.std())
-    return [float(seen.mean()), std if std > 0 else 1.0]
+        return [0.0, 0.0], [-NUMERIC_MAGNITUDE, NUMERIC_MAGNITUDE]
+    median = float(np.median(seen))
+    distances = np.abs(seen - median)
+    distances = distances[distances > 0]
+    spread = float(np.median(distances)) if distances.size else max(abs(median), 1.0)
+    return ([float(seen.min()), float(seen.max())],
+            [max(median - NUMERIC_SPREADS * spread, -NUMERIC_MAGNITUDE),
+             min(median + NUMERIC_SPREADS * spread, NUMERIC_MAGNITUDE)])
 
 
-def numeric_vector(values: Sequence[float | None], stats: Sequence[Sequence[float]]) -> list[float]:
-    """The head's numeric input: each value standardised by its column's [mean, std], then one missing flag per
-    column; an empty field is the training mean (0.0) with its flag 1.0."""
-    z = [0.0 if v is None else (v - mean) / std for v, (mean, std) in zip(values, stats)]
+def check_numeric_limits(path: str | os.PathLike, line: int | None, column: str, value: float | None,
+                         limits: Sequence[float]) -> None:
+    """DataError naming the file, line and column if `value` lies outside its column's [lo, hi] limits."""
+    if value is not None and not limits[0] <= value <= limits[1]:
+        raise data_error(path, line, f"column {column!r}: {value:g} lies outside {limits[0]:g} .. {limits[1]:g}, "
+                         f"the values this column takes (the training values' median +- {NUMERIC_SPREADS:g} times "
+                         "their typical distance from it): almost certainly a data error; fix the value (a column "
+                         "whose real values span such a range is better given as its logarithm)")
+
+
+def numeric_vector(values: Sequence[float | None], stats: Sequence[Sequence[float]],
+                   ranges: Sequence[Sequence[float] | None] | None = None) -> list[float]:
+    """The head's numeric input: each value clipped to its column's training [min, max] (when known; else the
+    standardised value to +-LEGACY_Z_CLIP) and standardised by the column's [mean, std], then one missing flag
+    per column; an empty field is the training mean (0.0) with its flag 1.0. Training values are inside their
+    range, so clipping changes only new values, and the head never reads a number beyond what it was trained on."""
+    z = []
+    for v, (mean, std), bounds in zip(values, stats, ranges or [None] * len(stats)):
+        if v is None:
+            z.append(0.0)
+        elif bounds is not None:
+            z.append((min(max(v, bounds[0]), bounds[1]) - mean) / std)
+        else:
+            z.append(min(max((v - mean) / std, -LEGACY_Z_CLIP), LEGACY_Z_CLIP))
     return z + [1.0 if v is None else 0.0 for v in values]
+
+
+def log_clipped(examples: Sequence[TextExample], columns: Sequence[str], stats: Sequence[Sequence[float]],
+                ranges: Sequence[Sequence[float] | None]) -> None:
+    """Log a warning per numeric column with values that numeric_vector clips: outside the training data's range
+    (or, for older folders, beyond LEGACY_Z_CLIP standard deviations), with the first lines that hold one."""
+    for i, (column, (mean, std), bounds) in enumerate(zip(columns, stats, ranges)):
+        lo, hi = bounds if bounds is not None else (mean - LEGACY_Z_CLIP * std, mean + LEGACY_Z_CLIP * std)
+        out = [(ex.line, v) for ex in examples if ex.numeric and (v := ex.numeric[i]) is not None and not lo <= v <= hi]
+        if out:
+            where = ", ".join(f"{v:g} (line {line})" if line else f"{v:g}" for line, v in out[:3])
+            logger.warning("column %r: %d value(s) outside the training data's range %g .. %g are read as its "
+                           "nearest end: %s%s", column, len(out), lo, hi, where, ", ..." if len(out) > 3 else "")
 
 
 def category_ids(values: Sequence[str | None], vocabularies: Sequence[Sequence[str]]) -> list[int]:
@@ -247,33 +346,69 @@ def input_columns(settings: Settings) -> list[str]:
     return template + list(settings.get("numeric_columns") or []) + list(settings.get("categorical_columns") or [])
 
 
+def field_text(path: str | os.PathLike, line: int | None, column: str, raw: Any) -> str | None:
+    """A template or categorical column's value as text, stripped (None for an empty field); a JSON list or object
+    is a DataError naming the file, line and column (its Python repr is no value of the column)."""
+    if isinstance(raw, (list, dict)):
+        kind = "an object" if isinstance(raw, dict) else "a list"
+        raise data_error(path, line, f"column {column!r}: {_shown(raw)} is {kind}; a column holds one value, a "
+                         "string or a number")
+    return None if raw is None else (str(raw).strip() or None)
+
+
 def row_inputs(path: str | os.PathLike, line: int | None, fields: Mapping[str, Any],
                settings: Settings) -> dict[str, Any]:
     """What a row (a column -> value mapping) gives besides its text and label: "text" when a template writes it,
     "numeric" and "categories" when the model reads those columns. DataError naming the file, line and column for
-    a missing column or a non-number."""
+    a missing column, a non-number, a list or object, or (for a fitted model) a number beyond its column's limits."""
     for name in input_columns(settings):
         require_field(path, line, fields, name)
     out: dict[str, Any] = {}
     if settings.get("template"):
-        out["text"] = render_template(settings["template"], fields, settings.get("empty_field", "unknown"))
+        values = {name: field_text(path, line, name, fields[name]) for name in template_columns(settings["template"])}
+        out["text"] = render_template(settings["template"], values, settings.get("empty_field", "unknown"))
     if settings.get("numeric_columns"):
         out["numeric"] = [parse_number(path, line, c, fields[c]) for c in settings["numeric_columns"]]
+        limits = settings.get("numeric_limits") or {}
+        for column, value in zip(settings["numeric_columns"], out["numeric"]):
+            if column in limits:
+                check_numeric_limits(path, line, column, value, limits[column])
     if settings.get("categorical_columns"):
-        out["categories"] = [None if fields[c] is None else (str(fields[c]).strip() or None)
-                             for c in settings["categorical_columns"]]
+        out["categories"] = [field_text(path, line, c, fields[c]) for c in settings["categorical_columns"]]
     return out
+
+
+def reads_pairs(settings: Settings) -> bool:
+    """Whether the model was trained on pairs of texts (recorded at fitting; folders from before that: a template
+    model without a pair column did not, other models may have)."""
+    if "pairs" in settings:
+        return bool(settings["pairs"])
+    return not settings.get("template") or bool(settings.get("text_pair_column"))
 
 
 def request_example(text: str | None, pair: str | None, columns: Mapping[str, Any] | None, settings: Settings,
                     where: str = "request") -> TextExample:
     """One example from a request (the server's /classify) made as `read` makes one from a file's row: the text,
-    or the template written from `columns`, and the numeric and categorical columns; DataError naming `where`."""
-    extra = row_inputs(where, None, columns or {}, settings)
+    or the template written from `columns`, and the numeric and categorical columns; DataError naming `where` for
+    a column the model does not read, a pair sent to a model trained on single texts (or none sent to one trained
+    on pairs), and whatever a file's row would be refused for."""
+    columns = columns or {}
+    known = input_columns(settings)
+    for name in columns:
+        if name not in known:
+            near = next((k for k in known if k.casefold() == str(name).casefold()), None)
+            raise data_error(where, None, f"unknown column {name!r}{f' (did you mean {near!r}?)' if near else ''}; "
+                             f"this model reads {', '.join(map(repr, known))}")
+    if pair is not None and not reads_pairs(settings):
+        raise data_error(where, None, "a pair (second text) was sent, but this model was trained on single texts; "
+                         "send no pairs")
+    if pair is None and settings.get("pairs"):
+        raise data_error(where, None, "this model was trained on pairs of texts; send pairs, one per example")
+    extra = row_inputs(where, None, columns, settings)
     text = extra.pop("text", text)
     if text is None:
         raise data_error(where, None, "no text given, and the model has no template to write it from columns")
-    return TextExample(0, text, pair, None, dict(columns or {}), **extra)
+    return TextExample(0, text, pair, None, dict(columns), **extra)
 
 
 def _fitted(settings: Settings, key: str, columns: Sequence[str]) -> list:
@@ -325,6 +460,14 @@ class ClassificationTask(Task):
             check_positive("category_embedding_size", options.category_embedding_size)
             s["categorical_columns"] = list(options.categorical_columns)
             s["category_embedding_size"] = options.category_embedding_size
+        if options.labels is not None:
+            labels = [_label_str(label) for label in options.labels]
+            if s.get("problem") == "regression" or len(labels) < 2 or "" in labels or len(set(labels)) != len(labels):
+                raise ConfigError(f"classification options: labels {options.labels} must list two or more distinct, "
+                                  "non-empty labels of a single- or multi-label problem")
+            s["labels"] = labels
+        if options.label_column is not None:
+            check_label_not_input(str(options.label_column), s)
         return s
 
     def head_config(self, settings: Settings) -> dict[str, Any]:
@@ -339,13 +482,18 @@ class ClassificationTask(Task):
 
     # --- reading -----------------------------------------------------------------------------------------------
     def read(self, path: str | os.PathLike, settings: Settings, labelled: bool = True) -> list[TextExample]:
-        if is_jsonl(path):
-            return self._read_jsonl(path, settings, labelled)
+        examples = (self._read_jsonl if is_jsonl(path) else self._read_table)(path, settings, labelled)
+        if "numeric_stats" not in settings:  # the training file: its own limits (a fitted model's: row by row)
+            check_training_numbers(path, examples, settings)
+        return examples
+
+    def _read_table(self, path: str | os.PathLike, settings: Settings, labelled: bool) -> list[TextExample]:
         rows = read_table(path)
         if not rows:
             return []
         layout = detect_layout(path, rows[0][1], settings)
         header = rows[0][1] if layout.header else None
+        header_line = rows[0][0]
         if header is not None:
             rows = rows[1:]
         settings.setdefault("problem", layout.problem)
@@ -359,12 +507,19 @@ class ClassificationTask(Task):
             raise data_error(path, None, "no label column; pass --label-column")
         for name in input_columns(settings):  # the template's, numeric and categorical columns, on the header line
             _index(path, header, name, True)
+        if header is not None:
+            named = [c for c in (layout.text, layout.pair, layout.label) if isinstance(c, str)]
+            check_unique_header(path, header_line, header, named + input_columns(settings))
+        if label_i is not None:  # compared by header name (by index in a file without a header)
+            names = [header[i] if header is not None and i < len(header) else str(i) for i in (label_i, text_i, pair_i)
+                     if i is not None]
+            check_label_not_input(names[0], settings, *names[1:])
+        allowed = settings.get("labels") or layout.labels
         need = max((i for i in (text_i, pair_i, label_i) if i is not None), default=0)
         examples = []
         for line, row in rows:
             if header is not None and len(row) != len(header):
-                raise data_error(path, line, f"{len(row)} tab-separated fields, the header has {len(header)} "
-                                 f"(a tab inside a text?)")
+                raise field_count_error(path, line, len(row), len(header))
             if len(row) <= need:
                 raise data_error(path, line, f"{len(row)} fields, column {need} (0-based) needed")
             label = row[label_i].strip() if label_i is not None else None
@@ -376,10 +531,10 @@ class ClassificationTask(Task):
                 **extra))
             if labelled and examples[-1].label is None:
                 raise data_error(path, line, f"empty label in column {layout.label!r}")
-            if layout.labels is not None and examples[-1].label not in (None, *layout.labels):
-                raise data_error(path, line, f"label {examples[-1].label!r} is not a {glue_name(layout)} label "
-                                 f"(expected one of {', '.join(layout.labels)})")
-        if labelled:
+            if allowed is not None:
+                check_label_set(path, line, examples[-1].label, allowed,
+                                None if settings.get("labels") else glue_name(layout))
+        if labelled and allowed is None:  # a fixed label set admits its rare classes
             check_stray_labels(path, examples, settings)
         return examples
 
@@ -392,7 +547,9 @@ class ClassificationTask(Task):
         text = settings.get("text_column") or next((k for k in JSONL_TEXT if k in first), "text")
         pair = settings.get("text_pair_column") or (JSONL_PAIR.get(text) if JSONL_PAIR.get(text) in first else None)
         label = settings.get("label_column") or "label"
+        check_label_not_input(label, settings, *([] if template else [text]), *([pair] if pair else []))
         settings.setdefault("problem", "single_label")
+        allowed = settings.get("labels")
         examples = []
         for line, obj in rows:
             raw = obj.get(label)
@@ -403,7 +560,9 @@ class ClassificationTask(Task):
                 line, extra.pop("text") if template else str(require_field(path, line, obj, text)),
                 str(require_field(path, line, obj, pair)) if pair else None,
                 self._parse_label(path, line, raw, settings) if raw is not None else None, obj, **extra))
-        if labelled:
+            if allowed is not None:
+                check_label_set(path, line, examples[-1].label, allowed)
+        if labelled and allowed is None:
             check_stray_labels(path, examples, settings)
         return examples
 
@@ -422,7 +581,9 @@ class ClassificationTask(Task):
         if problem == "multi_label":
             parts = raw if isinstance(raw, list) else str(raw).split(settings.get("label_separator", ","))
             return sorted({_label_str(p).strip() for p in parts if _label_str(p).strip()})
-        if isinstance(raw, (list, dict)):
+        if isinstance(raw, dict):
+            raise data_error(path, line, f"label {_shown(raw)} is an object; a label is a string or a number")
+        if isinstance(raw, list):
             raise data_error(path, line, f"label {raw!r} is a list; pass --multi-label for several labels")
         return _label_str(raw)
 
@@ -434,6 +595,10 @@ class ClassificationTask(Task):
             settings.setdefault("main_metric", "pearson")
             return settings
         seen = {lab for ex in examples for lab in (ex.label if isinstance(ex.label, list) else [ex.label])}
+        unseen = [label for label in settings.get("labels") or [] if label not in seen]
+        if unseen:
+            raise ConfigError(f"classification options: labels {unseen} never occur in the training examples; a "
+                              "class needs examples to be learned (list only the labels the training file holds)")
         settings["label_names"] = sorted(seen, key=_label_sort_key)
         if settings.get("problem") == "multi_label":
             settings.setdefault("main_metric", "micro_f1")
@@ -441,12 +606,17 @@ class ClassificationTask(Task):
         return settings
 
     def fit_inputs(self, examples: Sequence[TextExample], settings: Settings) -> Settings:
-        """The numeric columns' [mean, std] and the categorical columns' vocabularies, from the training examples."""
+        """The numeric columns' [mean, std], [min, max] and [lo, hi] limits, the categorical columns' vocabularies
+        and whether the examples are pairs, from the training examples."""
         numeric = settings.get("numeric_columns") or []
         categorical = settings.get("categorical_columns") or []
+        settings["pairs"] = any(ex.pair is not None for ex in examples)  # what a request must send (reads_pairs)
         if numeric:
-            settings["numeric_stats"] = {c: fit_numeric([ex.numeric[i] for ex in examples])  # type: ignore[index]
-                                         for i, c in enumerate(numeric)}
+            columns = {c: [ex.numeric[i] for ex in examples] for i, c in enumerate(numeric)}  # type: ignore[index]
+            settings["numeric_stats"] = {c: fit_numeric(values) for c, values in columns.items()}
+            ranges = {c: fit_numeric_range(values) for c, values in columns.items()}
+            settings["numeric_range"] = {c: r[0] for c, r in ranges.items()}
+            settings["numeric_limits"] = {c: r[1] for c, r in ranges.items()}
         if categorical:
             settings["category_vocab"] = {c: sorted({ex.categories[i] for ex in examples  # type: ignore[index]
                                                      if ex.categories[i] is not None})  # type: ignore[index]
@@ -479,14 +649,21 @@ class ClassificationTask(Task):
         names = settings.get("label_names") or []
         index = {name: i for i, name in enumerate(names)}
         problem = settings.get("problem", "single_label")
-        stats = _fitted(settings, "numeric_stats", settings.get("numeric_columns") or [])
+        numeric = settings.get("numeric_columns") or []
+        stats = _fitted(settings, "numeric_stats", numeric)
+        if not all(math.isfinite(x) for pair in stats for x in pair):
+            raise ConfigError(f"task settings: numeric_stats {dict(zip(numeric, stats))} are not all finite (fitted "
+                              "by an older bertkit on a column with huge values); fine-tune the model again")
+        ranges = [(settings.get("numeric_range") or {}).get(c) for c in numeric]
+        if not training:
+            log_clipped(examples, numeric, stats, ranges)
         vocabularies = _fitted(settings, "category_vocab", settings.get("categorical_columns") or [])
         out = []
         for ex in examples:
             enc = tokenizer.encode(ex.text, ex.pair, max_length=settings["max_length"], truncation="longest_first")
             feature: Feature = {"input_ids": list(enc.input_ids), "token_type_ids": list(enc.token_type_ids)}
             if stats:
-                feature["numeric_features"] = numeric_vector(ex.numeric or [], stats)
+                feature["numeric_features"] = numeric_vector(ex.numeric or [], stats, ranges)
             if vocabularies:
                 feature["categorical_ids"] = category_ids(ex.categories or [], vocabularies)
             if ex.label is not None:
@@ -580,7 +757,11 @@ class ClassificationTask(Task):
                 f.write("\t".join(re.sub(r"\r\n|[\t\r\n]", " ", cell) for cell in row) + "\n")
 
 
-STRAY_COMMON = 10  # a label seen once among labels each seen at least this often is taken for a typo
+# Stray labels (check_stray_labels): below the first tenfold drop in label counts under at least two classes of
+# 10 or more rows, a label on at most 3 rows (or of another kind: a word among numbers) is taken for a typo.
+STRAY_COMMON = 10
+STRAY_RATIO = 10
+STRAY_MAX_ROWS = 3
 
 
 def read_logits(logits: np.ndarray, problem_type: str | None, names: Sequence[str]) -> dict[str, Any]:
@@ -589,9 +770,12 @@ def read_logits(logits: np.ndarray, problem_type: str | None, names: Sequence[st
     problem_type is BertConfig's: "regression" -> {"value"}; "multi_label_classification" -> a sigmoid per label,
     {"labels": those above 0.5, "label"/"probability": the most probable, "probabilities"}; otherwise a softmax
     over the labels -> {"label", "probability", "probabilities"}. None means regression for one output, else
-    single-label.
+    single-label. Non-finite logits are a CheckpointError: a NaN probability is never an answer.
     """
     logits = np.asarray(logits, dtype=np.float64).reshape(-1)
+    if not np.isfinite(logits).all():  # the inputs are bounded (numeric_vector), so only the weights can do this
+        raise CheckpointError(f"the model's logits are not finite ({logits.tolist()}): its weights hold NaN or inf "
+                              "(a fine-tuning run whose loss diverged?); fine-tune it again")
     if problem_type is None:
         problem_type = "regression" if logits.size == 1 else "single_label_classification"
     if problem_type == "regression":
@@ -607,21 +791,91 @@ def read_logits(logits: np.ndarray, problem_type: str | None, names: Sequence[st
 
 
 def check_stray_labels(path: str | os.PathLike, examples: Sequence[TextExample], settings: Settings) -> None:
-    """A single-label file where one label occurs exactly once and every other label at least STRAY_COMMON
-    times: that row would silently add a class (a 3-class model from a 0/1 file), so it is an error naming it."""
+    """A single-label file whose labels fall into frequent classes and a few stray ones: a DataError naming the
+    first stray row, since each stray label would silently add a class (a 3- or 4-class model from a 0/1 file).
+
+    Counts sorted from most to least frequent, the first tenfold drop (STRAY_RATIO) below at least two classes of
+    STRAY_COMMON rows or more separates the frequent classes; a label below it is a stray when it occurs on at most
+    STRAY_MAX_ROWS rows, or when it is a number among words or a word among numbers. A genuine rare class (a
+    5-way sentiment file with a class on 3 rows) is accepted by listing the label set (`labels`); a rare class on
+    more rows, or in a file whose classes are all small, passes as it is."""
     if settings.get("problem", "single_label") != "single_label":
         return
-    counts: dict[Any, int] = {}
+    lines: dict[Any, list[int]] = {}
     for ex in examples:
-        counts[ex.label] = counts.get(ex.label, 0) + 1
-    once = [label for label, n in counts.items() if n == 1]
-    common = [label for label, n in counts.items() if n >= STRAY_COMMON]
-    if len(once) == 1 and len(common) == len(counts) - 1 >= 2:
-        line = next(ex.line for ex in examples if ex.label == once[0])
-        raise data_error(path, line, f"label {once[0]!r} occurs only on this row, while "
-                         f"{', '.join(repr(c) for c in sorted(common, key=_label_sort_key))} occur at least "
-                         f"{STRAY_COMMON} times each; it would make a class of its own. Fix the row, or give the "
-                         "class more examples")
+        lines.setdefault(ex.label, []).append(ex.line)
+    ordered = sorted(lines, key=lambda label: -len(lines[label]))
+    for j in range(2, len(ordered)):
+        above = len(lines[ordered[j - 1]])
+        if above >= STRAY_COMMON and len(lines[ordered[j]]) * STRAY_RATIO <= above:
+            frequent, rare = ordered[:j], ordered[j:]
+            break
+    else:
+        return
+    kinds = {_is_number(label) for label in frequent}
+    strays = [label for label in rare if len(lines[label]) <= STRAY_MAX_ROWS
+              or (len(kinds) == 1 and _is_number(label) not in kinds)]
+    if not strays:
+        return
+    strays.sort(key=lambda label: lines[label][0])
+    first, rows = strays[0], lines[strays[0]]
+    where = ("only on this row" if len(rows) == 1 else
+             f"only on {len(rows)} rows (lines {', '.join(map(str, rows[:5]))}{', ...' if len(rows) > 5 else ''})")
+    kind = ""
+    if len(kinds) == 1 and _is_number(first) not in kinds:
+        kind = " and is a number among words" if _is_number(first) else " and is not a number, unlike the others"
+    also = "; also " + ", ".join(f"{label!r} on line {lines[label][0]}" for label in strays[1:]) if strays[1:] else ""
+    names = sorted(frequent + strays, key=_label_sort_key)
+    raise data_error(path, rows[0], f"label {first!r} occurs {where}{kind}, while "
+                     f"{', '.join(repr(c) for c in sorted(frequent, key=_label_sort_key))} occur at least "
+                     f"{len(lines[frequent[-1]])} times each: a typo? It would make a class of its own "
+                     f"({len(lines)} classes){also}. Fix the {'row' if len(rows) == 1 and not also else 'rows'}, or, "
+                     f"if it is a real class, pass the complete label set: --labels '[{', '.join(map(str, names))}]'")
+
+
+def check_label_set(path: str | os.PathLike, line: int, label: Any, allowed: Sequence[str],
+                    benchmark: str | None = None) -> None:
+    """DataError naming the line if a label (or one of a multi-label example's) is not in the allowed set: a
+    benchmark's (GLUE) or the one given by the `labels` option."""
+    for one in label if isinstance(label, list) else [label]:
+        if one is not None and one not in allowed:
+            source = f"a {benchmark} label" if benchmark else "one of the labels given by --labels"
+            raise data_error(path, line, f"label {one!r} is not {source} (expected one of {', '.join(allowed)})")
+
+
+def check_label_not_input(label: str, settings: Settings, *texts: str) -> None:
+    """ConfigError if the label column is also read as an input (the template, a numeric or categorical column,
+    the text): the model would be shown the answer, and predicting new rows, which have none, would demand it."""
+    roles = {"the template": template_columns(settings["template"]) if settings.get("template") else [],
+             "numeric_columns": settings.get("numeric_columns") or [],
+             "categorical_columns": settings.get("categorical_columns") or [], "the text columns": texts}
+    for role, columns in roles.items():
+        if label in columns:
+            raise ConfigError(f"classification options: the label column {label!r} is also an input ({role}): the "
+                              "model would be shown the answer, and predicting rows without a label would demand "
+                              f"it; leave it out of {role}")
+
+
+def check_unique_header(path: str | os.PathLike, line: int, header: Sequence[str], read: Sequence[str]) -> None:
+    """DataError naming the file and column if a column the model reads appears twice in the header (which one
+    holds its values would be a guess)."""
+    for name in read:
+        positions = [i for i, h in enumerate(header) if h == name]
+        if len(positions) > 1:
+            raise data_error(path, line, f"column {name!r} appears {len(positions)} times in the header (fields "
+                             f"{', '.join(str(i + 1) for i in positions)}); rename or remove all but one")
+
+
+def check_training_numbers(path: str | os.PathLike, examples: Sequence[TextExample], settings: Settings) -> None:
+    """DataError naming the first row of the training file whose numeric value lies beyond its column's limits,
+    fitted on the file itself (fit_numeric_range): the value that would make the column useless."""
+    numeric = settings.get("numeric_columns") or []
+    if not numeric:
+        return
+    limits = [fit_numeric_range([ex.numeric[i] for ex in examples])[1] for i in range(len(numeric))]  # type: ignore[index]
+    for ex in examples:
+        for column, value, bounds in zip(numeric, ex.numeric or [], limits):
+            check_numeric_limits(path, ex.line, column, value, bounds)
 
 
 def _label_str(raw: Any) -> str:
@@ -631,6 +885,14 @@ def _label_str(raw: Any) -> str:
     if isinstance(raw, float) and raw.is_integer():
         return str(int(raw))
     return str(raw).strip()
+
+
+def _is_number(label: str) -> bool:
+    """Whether a label reads as a finite number ("1", "-0.5"), for telling a word among numbers."""
+    try:
+        return math.isfinite(float(label))
+    except ValueError:
+        return False
 
 
 def _label_sort_key(name: str) -> tuple:
