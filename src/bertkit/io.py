@@ -1,4 +1,5 @@
-"""Atomic file writes: every output goes to a temporary file in the same folder, then is renamed into place."""
+"""Atomic file writes: every output goes to a temporary file in the same folder, then is renamed into place
+(a FIFO or a device is written in place, a link's target is replaced); output-folder checks and locks."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import socket
+import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -52,29 +56,115 @@ def check_output_dir(path: str | os.PathLike, overwrite: bool = False, option: s
     return path
 
 
+# errno values that mean "this process may not write here": permission bits, an ACL, a read-only file system.
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def output_target(path: str | os.PathLike) -> tuple[Path, bool]:
+    """Where an output named `path` is really written, and whether it is written in place.
+
+    A regular file (or a new name) is replaced atomically. Through a symbolic link, the file the link points to is
+    replaced and the link stays as it is. A FIFO or a character device (/dev/null, a terminal, /dev/stdout when it
+    is a pipe) would be destroyed by a rename and has no half-written state to protect, so it is written in place.
+    A folder, a block device or a socket is refused with an OutputError."""
+    path = Path(path)
+    try:
+        st = os.stat(path)  # follows links
+    except FileNotFoundError:
+        if path.is_symlink():  # a link to a file that does not exist yet: create that file, keep the link
+            return Path(os.path.realpath(path)), False
+        return path, False
+    except OSError:  # a component that is a file, a link loop, no permission to look: make_dir or the write
+        return path, False  # reports it with its reason
+    if stat.S_ISREG(st.st_mode):
+        return (Path(os.path.realpath(path)) if path.is_symlink() else path), False
+    if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode):
+        return path, True
+    kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a block device" if stat.S_ISBLK(st.st_mode) else \
+        "a socket" if stat.S_ISSOCK(st.st_mode) else "a special file"
+    raise OutputError(f"{path}: is {kind}; expected a file name (a regular file, a FIFO or a character device)")
+
+
+def _not_writable(path: Path, where: Path, error: OSError) -> OutputError:
+    """The OutputError for a write refused by permissions or a read-only file system."""
+    return OutputError(f"{path}: cannot write into {where} ({error.strerror or error}); choose another output "
+                       "location or make it writable")
+
+
+def _temp_sibling(path: Path, shown: Path) -> tuple[int, str]:
+    """A new temporary file beside `path`, open and flock()ed (so `remove_stale_temp_files` knows its writer is
+    alive); `shown` is the name the user gave, for the error message."""
+    make_dir(path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        if e.errno in _NOT_WRITABLE:
+            raise _not_writable(shown, path.parent, e) from None
+        raise
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.chmod(tmp, _default_mode())
+    return fd, tmp
+
+
+def _write_failed(error: BaseException, shown: Path, folder: Path) -> OutputError | None:
+    """The OutputError a failed write stands for (a full disk, no permission), or None for any other failure.
+    Called while the temporary file still exists, so a disk it filled still looks full."""
+    if not isinstance(error, Exception):
+        return None
+    if disk_full(error, folder):
+        return OutputError(f"{shown}: no space left on the device while writing it; the previous version (if any) "
+                           "is untouched")
+    if isinstance(error, OSError) and error.errno in _NOT_WRITABLE:
+        return _not_writable(shown, folder, error)
+    return None
+
+
+@contextlib.contextmanager
+def _open_in_place(path: Path, mode: str, encoding: str | None) -> Iterator[IO]:
+    """Open a FIFO or a character device for writing as it is (see `output_target`)."""
+    try:
+        f = open(path, mode, encoding=None if "b" in mode else encoding)
+    except OSError as e:
+        if e.errno in _NOT_WRITABLE:
+            raise _not_writable(path, path, e) from None
+        raise
+    try:
+        with f:
+            yield f
+    except Exception as e:
+        failed = _write_failed(e, path, path.parent)
+        if failed is not None:
+            raise failed from e
+        raise
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Open a temporary sibling of `path` for writing; rename it over `path` only if the block succeeds.
 
-    A crash or a full disk in the middle leaves the old file (or none), never a half-written one.
+    A crash or a full disk in the middle leaves the old file (or none), never a half-written one. A symbolic link
+    stays and its target is replaced; a FIFO or a character device is written in place (`output_target`).
     """
     path = Path(path)
-    make_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    target, in_place = output_target(path)
+    if in_place:
+        with _open_in_place(target, mode, encoding) as f:
+            yield f
+        return
+    fd, tmp = _temp_sibling(target, path)
     binary = "b" in mode
-    os.chmod(tmp, _default_mode())
     try:
         with os.fdopen(fd, mode, encoding=None if binary else encoding) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, target)  # before the file (and its lock) is closed
     except BaseException as e:
+        failed = _write_failed(e, path, target.parent)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        if isinstance(e, Exception) and disk_full(e, path.parent):
-            raise OutputError(f"{path}: no space left on the device while writing it; the previous version (if "
-                              "any) is untouched") from e
+        if failed is not None:
+            raise failed from e
         raise
 
 
@@ -91,31 +181,101 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path for a writer that wants a file name (safetensors, torch.save, numpy); rename on success."""
+    """Yield a temporary path for a writer that wants a file name (safetensors, torch.save, numpy); rename on success.
+
+    Links, FIFOs and character devices as in `atomic_open`: for the last two the writer fills a temporary file
+    elsewhere, whose bytes are then copied into the target."""
     path = Path(path)
-    make_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    os.chmod(tmp, _default_mode())
+    target, in_place = output_target(path)
+    if in_place:
+        with tempfile.TemporaryDirectory(prefix="bertkit-") as folder:
+            tmp = Path(folder) / path.name
+            try:
+                yield tmp
+            except Exception as e:
+                failed = _write_failed(e, path, Path(folder))
+                if failed is not None:
+                    raise failed from e
+                raise
+            with open(tmp, "rb") as source, _open_in_place(target, "wb", None) as f:
+                shutil.copyfileobj(source, f)
+        return
+    fd, tmp = _temp_sibling(target, path)
     try:
         yield Path(tmp)
         os.chmod(tmp, _default_mode())  # writers such as safetensors recreate the file with mode 0600
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException as e:
+        failed = _write_failed(e, path, target.parent)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        if isinstance(e, Exception) and disk_full(e, path.parent):
-            raise OutputError(f"{path}: no space left on the device while writing it; the previous version (if "
-                              "any) is untouched") from e
+        if failed is not None:
+            raise failed from e
         raise
+    finally:
+        os.close(fd)
+
+
+def check_output_file(path: str | os.PathLike) -> None:
+    """Raise OutputError now if an output file could not be written later: called before a long computation, so
+    a read-only folder is reported before the work, not after it. Creates nothing (a test file is removed)."""
+    path = Path(path)
+    target, in_place = output_target(path)
+    if in_place:
+        if not os.access(target, os.W_OK):
+            raise OutputError(f"{path}: cannot write into it (permission denied)")
+        return
+    folder = target.parent
+    while not folder.exists() and not folder.is_symlink() and folder != folder.parent:
+        folder = folder.parent  # make_dir will create the rest: it needs to write into the nearest existing one
+    if not folder.is_dir():
+        make_dir(target.parent)  # raises the OutputError for a file or a dangling link in the way
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".bertkit-check.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise _not_writable(path, folder, e) from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def remove_stale_temp_files(folder: str | os.PathLike, pattern: str = ".*.tmp", min_age_s: float = 60.0) -> list[Path]:
+    """Delete the temporary files of writers that died (kill -9, a power cut) in `folder`; returns them.
+
+    A live writer holds an flock() on its temporary file (`atomic_open`, `atomic_path`), so a file that can be
+    locked has no writer; the age limit covers the instant between a writer creating its file and locking it.
+    Only for folders whose writers keep the temporary file they were given (numpy's memmap, torch.save): a writer
+    that replaces it (safetensors) leaves a new, unlocked file behind the same name while it works."""
+    removed = []
+    now = time.time()
+    for candidate in Path(folder).glob(pattern):
+        try:
+            if now - candidate.lstat().st_mtime < min_age_s or not candidate.is_file():
+                continue
+            fd = os.open(candidate, os.O_RDONLY)
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # its writer is alive
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                candidate.unlink()  # while locked, so no writer can have taken it meanwhile
+            removed.append(candidate)
+        finally:
+            os.close(fd)
+    return removed
 
 
 def disk_full(error: BaseException, folder: Path) -> bool:
-    """Whether a failed write ran out of space: ENOSPC, or the messages torch, numpy and safetensors give for it."""
+    """Whether a failed write ran out of space: ENOSPC, or the messages torch, numpy and safetensors give for it.
+
+    numpy's OSError ('1152000 requested and 786400 written') carries no errno; the free space is the last resort,
+    so call this before the partly written temporary file is deleted."""
     if isinstance(error, OSError) and error.errno == errno.ENOSPC:
         return True
     text = str(error)
-    if "No space left" in text or "os error 28" in text:
+    if "No space left" in text or "os error 28" in text or re.search(r"\d+ requested and \d+ written", text):
         return True
     try:
         return shutil.disk_usage(folder).free < 1 << 20
@@ -132,7 +292,13 @@ def folder_lock(folder: str | os.PathLike) -> Iterator[Path]:
     naming the holder instead of interleaving its files with the first's. The lock dies with its process."""
     folder = make_dir(folder)
     path = folder / LOCK_FILE
-    f = open(path, "a+", encoding="utf-8")
+    try:
+        f = open(path, "a+", encoding="utf-8")
+    except OSError as e:
+        if e.errno in _NOT_WRITABLE:
+            raise OutputError(f"{folder}: cannot write into this output folder ({e.strerror}); choose another "
+                              "output folder or make it writable") from None
+        raise
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

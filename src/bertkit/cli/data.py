@@ -15,6 +15,7 @@ from bertkit.data.config import (
 )
 from bertkit.dataclass_io import field_docs
 from bertkit.io import check_output_dir
+from bertkit.pretrained import resolve_model_dir
 
 _DEFAULTS = PretrainingDataConfig()
 _CHOICES = {"instances": INSTANCE_FORMATS, "layout": LAYOUTS, "on_bad_utf8": BAD_UTF8_POLICIES}
@@ -79,7 +80,7 @@ def prepare_pretraining_command(args: argparse.Namespace) -> int:
     _check_output(Path(args.output), args.overwrite)
     from bertkit.tokenizer import BertTokenizer
 
-    tokenizer = BertTokenizer.from_pretrained(args.tokenizer)
+    tokenizer = BertTokenizer.from_pretrained(resolve_model_dir(args.tokenizer))  # or a shipped model's name
     start = time.perf_counter()
     with progress_bar(None, "prepare-pretraining", "shard") as bar:
 

@@ -66,11 +66,12 @@ def extract_features_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit extract-features`."""
     from bertkit.cli.inference import read_lines
     from bertkit.inference.features import extract_features, parse_layers
-    from bertkit.io import atomic_open
+    from bertkit.io import atomic_open, check_output_file
 
     if args.max_length < 3:
         raise ConfigError(f"--max-length must be at least 3, got {args.max_length}")
     lines = read_lines(args.input)
+    check_output_file(args.output)  # before the model runs, not after
     model, tokenizer = _load(args.model)
     layers = parse_layers(args.layers, model.config.num_hidden_layers)
     n = 0
@@ -85,14 +86,17 @@ def extract_features_command(args: argparse.Namespace) -> int:
 def attention_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit attention`."""
     from bertkit.inference.attention import attention_maps, render_png, write_html
+    from bertkit.io import check_output_file
 
     if not args.text.strip():
         raise ConfigError("the text is empty; give a sentence to draw")
+    html_path = Path(args.output).with_suffix(".html")
+    for path in (args.output, html_path):
+        check_output_file(path)
     model, tokenizer = _load(args.model)
     tokens, maps = attention_maps(model, tokenizer, args.text, args.pair, args.max_length)
     title = f"{Path(args.model).name}: {args.text}" + (f" ||| {args.pair}" if args.pair else "")
     render_png(tokens, maps, args.output, title)
-    html_path = Path(args.output).with_suffix(".html")
     write_html(args.output, html_path, tokens, title)
     print(f"wrote {args.output} and {html_path}", file=sys.stderr)
     return 0

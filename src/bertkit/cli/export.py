@@ -20,9 +20,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def export_onnx_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit export-onnx`."""
     from bertkit.inference.onnx_export import export_onnx
+    from bertkit.io import check_output_file
     from bertkit.model.checkpoint import load_model
     from bertkit.tasks import task_model_class
 
+    check_output_file(args.output)
     model = load_model(args.model, task_model_class(args.model))
     names = export_onnx(model, args.output, args.opset)
     print(f"wrote {args.output} ({type(model).__name__}; outputs: {', '.join(names)})", file=sys.stderr)

@@ -15,8 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "embed",
         help="embed one text per line into a .npy matrix",
         description="Embed every line of INPUT (UTF-8, one text per line) with a model folder and write a "
-        "(lines, hidden) float32 matrix, rows in input order. An empty line is an error naming file:line "
-        "(an empty text has no meaning to embed, and silently skipping it would shift every later row). "
+        "(lines, hidden) float32 matrix, row i for line i. An empty line is embedded as the empty text, as "
+        "bertkit.load(DIR).encode(['']) does, so the rows stay aligned with the lines; a warning names such lines. "
         "Defaults for pooling, normalisation and length come from the folder's sentence-transformers files "
         "when it has them, else mean pooling, no normalisation, the model's position limit.",
     )
@@ -35,7 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def read_lines(path: str) -> list[str]:
-    """The texts of an input file, one per line; an empty line raises DataError naming file:line."""
+    """The texts of an input file, one per line, in order. An empty (or blank) line is kept as the empty text, with
+    a warning naming its line: dropping it would shift every later row, and refusing it would make the CLI
+    disagree with the API, which embeds "" like any text."""
     if path == "-":
         text, name = sys.stdin.read(), "<stdin>"
     else:
@@ -43,14 +45,18 @@ def read_lines(path: str) -> list[str]:
             text, name = Path(path).read_text(encoding="utf-8"), path
         except FileNotFoundError:
             raise data_error(path, None, "no such file") from None
+        except IsADirectoryError:
+            raise data_error(path, None, "is a folder; expected a text file") from None
         except UnicodeDecodeError as e:
             raise data_error(path, None, f"not UTF-8 text ({e})") from None
     lines = text.splitlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            raise data_error(name, number, "empty line; every line must hold one text to embed")
     if not lines:
         raise data_error(name, None, "no text to embed")
+    blank = [number for number, line in enumerate(lines, start=1) if not line.strip()]
+    if blank:
+        shown = ", ".join(map(str, blank[:10])) + (f" and {len(blank) - 10} more" if len(blank) > 10 else "")
+        print(f"warning: {name}: {len(blank)} empty line(s) ({shown}), each kept as the empty text (one output "
+              "per line)", file=sys.stderr)
     return lines
 
 
@@ -59,17 +65,23 @@ def embed_command(args: argparse.Namespace) -> int:
     import numpy as np
 
     from bertkit.api import load
-    from bertkit.io import atomic_open
-
+    from bertkit.errors import CheckpointError
     from bertkit.inference.encoder import choose_precision
+    from bertkit.io import atomic_open, check_output_file
     from bertkit.model.heads import base_model
 
     texts = read_lines(args.input)
+    check_output_file(args.output)  # a read-only folder is reported now, not after the whole computation
     bundle = load(args.model)
     precision, reason = choose_precision(args.precision, next(base_model(bundle.model).parameters()).device)
     print(f"precision: {precision} ({reason})", file=sys.stderr)
     vectors = bundle.encode(texts, pooling=args.pooling, normalize=args.normalize, batch_size=args.batch_size,
                             max_length=args.max_length, precision=precision)
+    bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
+    if bad.size:  # a broken model (weights or config) must not leave a matrix of NaN behind with exit code 0
+        raise CheckpointError(f"{args.model}: the model computed non-finite values (NaN or infinity) for "
+                              f"{bad.size} of {len(texts)} lines (first: {args.input}:{bad[0] + 1}); its weights or "
+                              "config.json are broken; nothing was written")
     with atomic_open(args.output, "wb") as f:
         np.save(f, vectors)
     print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} embeddings to {args.output}", file=sys.stderr)

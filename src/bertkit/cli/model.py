@@ -10,6 +10,7 @@ from typing import Any
 
 from bertkit.errors import CheckpointError
 from bertkit.io import make_dir, read_json_object
+from bertkit.pretrained import resolve_model_dir
 
 # Tokenizer files copied as they are when bertkit's tokenizer cannot rewrite them, and sentence-transformers'
 # settings (sequence limit, pooling) that `embed` reads.
@@ -24,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("info", help="show a model folder's config, size, vocabulary and head",
                               description="Print a bertkit or Hugging Face BERT folder's config, parameter count, "
                               "vocabulary size, head class, task and labels.")
-    p.add_argument("folder", metavar="DIR", help="model folder (config.json + weights)")
+    p.add_argument("folder", metavar="DIR", help="model folder (config.json + weights) or a shipped model's name")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=info_command)
 
@@ -81,7 +82,7 @@ _LABELLED = ("BertForSequenceClassification", "BertForTokenClassification")
 
 def info_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit info`."""
-    d = describe_folder(Path(args.folder))
+    d = describe_folder(resolve_model_dir(args.folder))  # a folder, or a shipped model's name
     if args.json:
         print(json.dumps(d, indent=2))
         return 0
@@ -149,7 +150,7 @@ def convert_command(args: argparse.Namespace) -> int:
     from bertkit.model.checkpoint import VOCAB_NAME, load_model, save_pretrained
     from bertkit.tasks import task_model_class
 
-    src = Path(args.from_hf or args.to_hf)
+    src = resolve_model_dir(args.from_hf or args.to_hf)
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CheckpointError(f"{out}: already exists and is not empty; choose a new output folder")

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import IO
 
 from bertkit.errors import CheckpointError, DataError, data_error
-from bertkit.io import atomic_open, check_output_dir
+from bertkit.io import atomic_open, check_output_dir, check_output_file
+from bertkit.pretrained import SHIPPED, resolve_model_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,7 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "spans in the line). With --pairs each line is 'text<TAB>pair'.",
     )
     p.add_argument("input", metavar="INPUT", help="text file, one text per line ('-' for standard input)")
-    p.add_argument("--model", required=True, help="tokenizer or model folder (vocab.txt, tokenizer_config.json)")
+    p.add_argument("--model", required=True, help="tokenizer or model folder (vocab.txt, tokenizer_config.json), "
+                   "or a shipped model's name")
     p.add_argument("--pairs", action="store_true", help="each line holds two texts separated by a tab")
     p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens (default: no limit)")
     p.add_argument("-o", "--output", default=None, help="output JSONL file (default: standard output)")
@@ -63,10 +65,14 @@ def tokenize_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit tokenize`."""
     from bertkit.tokenizer import BertTokenizer
 
-    if not Path(args.model).exists():
-        raise CheckpointError(f"{args.model}: no such tokenizer folder")
-    tok = BertTokenizer.from_pretrained(args.model)
+    folder = resolve_model_dir(args.model)  # a folder, or a shipped model's name
+    if not folder.exists():
+        raise CheckpointError(f"{args.model}: no such tokenizer folder (nor a shipped model's name: "
+                              f"{', '.join(SHIPPED)})")
+    tok = BertTokenizer.from_pretrained(folder)
     lines = _read_lines(args.input)
+    if args.output:
+        check_output_file(args.output)
     texts, pairs = lines, None
     if args.pairs:
         texts, pairs = [], []

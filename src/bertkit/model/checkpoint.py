@@ -17,6 +17,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -105,19 +106,30 @@ def find_weights(folder: Path) -> Path:
     )
 
 
+def shard_paths(index_path: Path) -> list[Path]:
+    """The shard files a sharded safetensors index names, each checked to lie in the index's folder."""
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+        shards = sorted(set(index["weight_map"].values()))
+    except (OSError, ValueError, KeyError, AttributeError, TypeError) as e:
+        raise CheckpointError(f"{index_path}: not a safetensors shard index ({e})") from None
+    paths = []
+    for shard in shards:
+        shard_path = (index_path.parent / shard).resolve()
+        if shard_path.parent != index_path.parent.resolve():  # '../elsewhere.safetensors' or an absolute path
+            raise CheckpointError(f"{index_path}: weight_map names {shard!r}, which is not a file of this folder")
+        paths.append(shard_path)
+    return paths
+
+
 def read_state_dict(path: Path) -> dict[str, Tensor]:
-    """All tensors of a weights file, on the CPU; a file that is not what its name says raises CheckpointError."""
+    """All tensors of a weights file, on the CPU; a file that is not what its name says raises CheckpointError.
+
+    A pytorch_model.bin in torch's zip format is memory-mapped: its tensors are read when they are copied into a
+    model, not all at once here."""
     if path.name.endswith(".index.json"):
-        try:
-            index = json.loads(path.read_text(encoding="utf-8"))
-            shards = sorted(set(index["weight_map"].values()))
-        except (OSError, ValueError, KeyError, AttributeError, TypeError) as e:
-            raise CheckpointError(f"{path}: not a safetensors shard index ({e})") from None
         state: dict[str, Tensor] = {}
-        for shard in shards:
-            shard_path = (path.parent / shard).resolve()
-            if shard_path.parent != path.parent.resolve():  # '../elsewhere.safetensors' or an absolute path
-                raise CheckpointError(f"{path}: weight_map names {shard!r}, which is not a file of this folder")
+        for shard_path in shard_paths(path):
             state.update(read_state_dict(shard_path))
         return state
     if not path.is_file():
@@ -129,16 +141,91 @@ def read_state_dict(path: Path) -> dict[str, Tensor]:
         try:
             return load_file(str(path), device="cpu")
         except (SafetensorError, OSError, ValueError) as e:
-            raise CheckpointError(
-                f"{path}: not a readable safetensors file (truncated or another format?): {e}"
-            ) from None
+            raise _unreadable_safetensors(path, e) from None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as e:
+            if "mmap" not in str(e):
+                raise
+            state = torch.load(path, map_location="cpu", weights_only=True)  # the legacy (pre-zip) format
     except Exception as e:  # torch raises pickle, zip and runtime errors alike for a bad file
         raise CheckpointError(f"{path}: not a readable PyTorch weights file (truncated or unsafe pickle?): {e}") from None
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
         raise CheckpointError(f"{path}: expected a dict of tensor names to tensors, found {type(state).__name__}")
     return state
+
+
+def _unreadable_safetensors(path: Path, reason: object) -> CheckpointError:
+    return CheckpointError(f"{path}: not a readable safetensors file (truncated or another format?): {reason}")
+
+
+SAFETENSORS_HEADER_LIMIT = 100_000_000  # the largest JSON header the safetensors library reads
+
+
+def safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor names and shapes of a safetensors file (or of every shard an index names), from the headers alone.
+
+    A safetensors file starts with the header's length (8 bytes, little-endian) and the header, JSON mapping each
+    tensor name to its dtype, shape and byte range; reading it costs a few kB however large the weights are."""
+    if path.name.endswith(".index.json"):
+        return {name: shape for shard in shard_paths(path) for name, shape in safetensors_shapes(shard).items()}
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            length = int.from_bytes(f.read(8), "little") if size >= 8 else -1
+            if not 0 < length <= min(size - 8, SAFETENSORS_HEADER_LIMIT):
+                raise ValueError(f"header length {length} for a file of {size} bytes")
+            header = json.loads(f.read(length))
+        shapes = {name: tuple(entry["shape"]) for name, entry in header.items() if name != "__metadata__"}
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for s in shapes.values() for n in s):
+            raise ValueError("a tensor shape that is not a list of sizes")
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such weights file") from None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        raise _unreadable_safetensors(path, e) from None
+    return shapes
+
+
+_LAYER_INDEX = re.compile(r"encoder\.layer\.(\d+)\.")
+
+
+def check_config_sizes(config: BertConfig, shapes: dict[str, tuple[int, ...]], weights: Path,
+                       where: Callable[[str], str]) -> None:
+    """Raise CheckpointError if a size in the config disagrees with the weights, before a model is built.
+
+    Building first would allocate what the config says (4.8 GB for a vocab_size of 3,000,000, 150 GB for an
+    intermediate_size of 1e8) before the tensor-by-tensor shape check could refuse it. `where(field)` names
+    where the field's value came from (config.json, or an override)."""
+    file_names = {_current_name(k[len(BASE_PREFIX):] if k.startswith(BASE_PREFIX) else k): k for k in shapes}
+    width = "embedding_size" if config.embedding_size is not None else "hidden_size"
+    pins = {  # tensor -> the config field that sets each of its dimensions
+        "embeddings.word_embeddings.weight": ("vocab_size", width),
+        "embeddings.position_embeddings.weight": ("max_position_embeddings", width),
+        "embeddings.token_type_embeddings.weight": ("type_vocab_size", width),
+        "encoder.layer.0.attention.self.query.weight": ("hidden_size", "hidden_size"),
+        "encoder.layer.0.intermediate.dense.weight": ("intermediate_size", "hidden_size"),
+    }
+    for tensor, fields in pins.items():
+        if tensor not in file_names:
+            continue  # a file without it: nothing to compare (load_state_into reports it missing)
+        key = file_names[tensor]
+        shape = tuple(shapes[key])
+        expected = tuple(config.embedding_width if f == width else getattr(config, f) for f in fields)
+        if shape != expected:
+            axis = next((i for i, (a, b) in enumerate(zip(shape, expected)) if a != b), 0)
+            name = fields[axis]
+            raise CheckpointError(f"{where(name)}: {name} is {expected[axis]}, which does not match {weights}: "
+                                  f"{key!r}: shape {shape} in the file, {expected} expected; the config and the "
+                                  "weights do not belong together")
+    layers = sorted({int(m.group(1)) for k in file_names if (m := _LAYER_INDEX.match(k))})
+    needed = 1 if config.share_layers else config.num_hidden_layers
+    if len(layers) < needed:
+        held = f"{len(layers)} encoder layers (encoder.layer.{layers[0]} .. encoder.layer.{layers[-1]})" \
+            if layers else "no encoder layer"
+        raise CheckpointError(f"{where('num_hidden_layers')}: num_hidden_layers is {config.num_hidden_layers}"
+                              f"{' (one shared layer)' if config.share_layers else ''}, but {weights} holds {held}; "
+                              "the config and the weights do not belong together")
 
 
 def read_vocab_size(path: Path) -> int:
@@ -283,6 +370,13 @@ def load_state_into(model: BertPreTrainedModel, state: dict[str, Tensor], source
                 logger.warning("%s: %s differs from %s; bertkit ties them and keeps the latter",
                                source, key, source_key)
 
+    # A float parameter read from integer or bool data (a header relabelled I32, say) would be converted value by
+    # value into nonsense that still loads; refuse it instead.
+    not_float = [f"{key!r} is stored as {state[key].dtype}" for key, name in mapping.items()
+                 if model_state[name].is_floating_point() and not state[key].is_floating_point()]
+    if not_float:
+        raise CheckpointError(f"{source}: {'; '.join(not_float[:5])}{'; ...' if len(not_float) > 5 else ''}: "
+                              "expected a floating-point type (F32, F16, BF16) for these float parameters")
     mismatches = [
         f"{key!r}: shape {tuple(state[key].shape)} in the file, {tuple(model_state[name].shape)} expected"
         for key, name in mapping.items()
@@ -317,6 +411,7 @@ def load_pretrained(
     With strict=True any tensor missing from the file or left unused raises CheckpointError.
     """
     folder = resolve_model_dir(folder)
+    origin = str(folder / CONFIG_NAME) if config is None else "the config given to from_pretrained"
     if config is None:
         config, _ = read_config(folder)
         check_vocab(folder, config)
@@ -324,7 +419,18 @@ def load_pretrained(
         raise CheckpointError(f"{folder}: no such model folder")
     config = _with_overrides(config, config_overrides)
     weights = find_weights(folder)
-    state = read_state_dict(weights)
+
+    def where(name: str) -> str:
+        return f"the {name} override" if name in config_overrides else origin
+
+    # Sizes first, from the safetensors header (or the memory-mapped .bin): before any tensor data is read, and
+    # before cls(config) allocates what the config says.
+    if weights.suffix == ".bin":
+        state = read_state_dict(weights)
+        check_config_sizes(config, {k: tuple(v.shape) for k, v in state.items()}, weights, where)
+    else:
+        check_config_sizes(config, safetensors_shapes(weights), weights, where)
+        state = read_state_dict(weights)
     model = cls(config)
     report = load_state_into(model, state, weights, strict=strict)
     if report.missing or report.unexpected:

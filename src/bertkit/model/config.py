@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bertkit.errors import ConfigError
 from bertkit.io import atomic_write_json, read_json_object
+
+logger = logging.getLogger(__name__)
 
 # Sizes from the paper (BERT-base, BERT-large) and from Turc et al. 2019, "Well-Read Students Learn Better"
 # (the 24 compact models google-research/bert released: tiny, mini, small, medium).
@@ -26,6 +30,7 @@ PRESETS: dict[str, dict[str, int]] = {
 BERTKIT_MODEL_TYPE = "bertkit"
 LAYER_NORM_POSITIONS = ("post", "pre")
 POOLINGS = ("cls", "mean")  # what BertPooler reads
+PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")  # as transformers'
 
 # Activation names as Hugging Face configs spell them, mapped to bertkit's two GELUs.
 _ACT_ALIASES = {
@@ -35,6 +40,16 @@ _ACT_ALIASES = {
     "gelu_pytorch_tanh": "gelu_tanh",
     "relu": "relu",
 }
+
+
+def _is_int(value: Any) -> bool:
+    """An integer that is not a bool (JSON true would otherwise count as 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    """A finite int or float that is not a bool: NaN and infinity make no sense in any config field."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass
@@ -112,11 +127,11 @@ class BertConfig:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ConfigError naming the field if a value is out of range."""
+        """Raise ConfigError naming the field if a value is out of range or of the wrong type."""
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                     "max_position_embeddings", "type_vocab_size"):
+                     "max_position_embeddings", "type_vocab_size", "num_labels"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
+            if not _is_int(value) or value <= 0:
                 raise ConfigError(f"BertConfig.{name} must be a positive integer, got {value!r}")
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError(
@@ -125,27 +140,53 @@ class BertConfig:
             )
         if self.hidden_act not in ("gelu", "gelu_tanh", "relu"):
             raise ConfigError(f"BertConfig.hidden_act must be one of gelu, gelu_tanh, relu; got {self.hidden_act!r}")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
             value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise ConfigError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
+            if name == "classifier_dropout" and value is None:
+                continue
+            if not _is_number(value) or not 0.0 <= value < 1.0:
+                raise ConfigError(f"BertConfig.{name} must be a probability in [0, 1), got {value!r}")
+        # A LayerNorm divides by sqrt(var + eps): a negative eps makes that NaN for every vector of variance below
+        # |eps|, and 0 divides a constant vector by zero. Published BERTs use 1e-12 to 1e-5.
+        if not _is_number(self.layer_norm_eps) or not 0.0 < self.layer_norm_eps < 1.0:
+            raise ConfigError(f"BertConfig.layer_norm_eps must be a small positive number (BERT uses 1e-12), "
+                              f"got {self.layer_norm_eps!r}")
+        if not _is_number(self.initializer_range) or not 0.0 < self.initializer_range < 1.0:
+            raise ConfigError(f"BertConfig.initializer_range must be a positive standard deviation below 1 (BERT "
+                              f"uses 0.02), got {self.initializer_range!r}")
+        if not _is_int(self.pad_token_id) or not 0 <= self.pad_token_id < self.vocab_size:
+            raise ConfigError(f"BertConfig.pad_token_id must be a token id in 0..{self.vocab_size - 1} "
+                              f"(vocab_size {self.vocab_size}), got {self.pad_token_id!r}")
+        for name in ("alibi", "share_layers"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"BertConfig.{name} must be true or false, got {getattr(self, name)!r}")
         if self.layer_norm_position not in LAYER_NORM_POSITIONS:
             raise ConfigError(f"BertConfig.layer_norm_position must be 'post' or 'pre', got {self.layer_norm_position!r}")
-        if self.embedding_size is not None and (not isinstance(self.embedding_size, int) or self.embedding_size < 1):
+        if self.embedding_size is not None and (not _is_int(self.embedding_size) or self.embedding_size < 1):
             raise ConfigError(f"BertConfig.embedding_size must be a positive integer or null, got {self.embedding_size!r}")
         if self.pooling not in POOLINGS:
             raise ConfigError(f"BertConfig.pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
+        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
+            raise ConfigError(f"BertConfig.problem_type must be one of {', '.join(PROBLEM_TYPES)} or null, "
+                              f"got {self.problem_type!r}")
         if self.tabular_inputs is not None:
             t = self.tabular_inputs
-            if not (set(t) <= {"numeric", "categories", "embedding_size"} and isinstance(t.get("numeric", 0), int)
-                    and all(isinstance(n, int) and n > 0 for n in t.get("categories", []))
-                    and isinstance(t.get("embedding_size", 1), int) and t.get("embedding_size", 1) > 0):
+            if not (isinstance(t, dict) and set(t) <= {"numeric", "categories", "embedding_size"}
+                    and _is_int(t.get("numeric", 0)) and t.get("numeric", 0) >= 0
+                    and isinstance(t.get("categories", []), list)
+                    and all(_is_int(n) and n > 0 for n in t.get("categories", []))
+                    and _is_int(t.get("embedding_size", 1)) and t.get("embedding_size", 1) > 0):
                 raise ConfigError("BertConfig.tabular_inputs must be {numeric: int, categories: [positive ints], "
                                   f"embedding_size: positive int}}, got {t!r}")
-        if self.label_names is not None and len(self.label_names) != self.num_labels:
-            raise ConfigError(
-                f"BertConfig.label_names has {len(self.label_names)} names but num_labels is {self.num_labels}"
-            )
+        if self.label_names is not None:
+            if not isinstance(self.label_names, list) or not all(isinstance(n, str) for n in self.label_names):
+                raise ConfigError(f"BertConfig.label_names must be a list of strings, got {self.label_names!r}")
+            if len(self.label_names) != self.num_labels:
+                raise ConfigError(
+                    f"BertConfig.label_names has {len(self.label_names)} names but num_labels is {self.num_labels}"
+                )
+        if not isinstance(self.task_settings, dict):
+            raise ConfigError(f"BertConfig.task_settings must be a mapping, got {self.task_settings!r}")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "BertConfig":
@@ -189,16 +230,18 @@ class BertConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "config") -> "BertConfig":
-        """Build a config from a dict (bertkit's or a Hugging Face config.json); unknown keys are ignored."""
+        """Build a config from a dict (bertkit's or a Hugging Face config.json).
+
+        Keys that would make the model compute something bertkit does not implement (rotary or relative positions,
+        a decoder) are refused; other unknown keys are ignored, as Hugging Face configs carry many harmless ones,
+        with one warning when the folder is bertkit's own (bertkit wrote every key it reads, so an extra one was
+        added by hand or by a newer bertkit)."""
+        check_config_keys(d, source)
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in known}
-        if d.get("position_embedding_type", "absolute") != "absolute":
-            raise ConfigError(f"{source}: position_embedding_type {d['position_embedding_type']!r} is not supported "
-                              "(bertkit implements BERT's absolute learned positions)")
         if "label_names" not in d and "id2label" in d:
-            id2label = {int(k): v for k, v in d["id2label"].items()}
-            kwargs["label_names"] = [id2label[i] for i in range(len(id2label))]
-            kwargs.setdefault("num_labels", len(id2label))
+            kwargs["label_names"] = _id2label_names(d["id2label"], source)
+            kwargs.setdefault("num_labels", len(kwargs["label_names"]))
         try:
             return cls(**kwargs)
         except TypeError as e:
@@ -222,3 +265,54 @@ class BertConfig:
         if d.get("model_type", "bert") not in ("bert", BERTKIT_MODEL_TYPE):
             raise ConfigError(f"{path}: model_type is {d['model_type']!r}, expected 'bert' (or '{BERTKIT_MODEL_TYPE}')")
         return cls.from_dict(d, source=str(path))
+
+
+# --- config.json keys bertkit does not read -----------------------------------------------------------------------
+
+# Keys with the value a BERT has; any other value changes what the model computes in a way bertkit does not
+# implement, so loading it as a plain BERT would give silently wrong outputs.
+_BERT_VALUES: dict[str, tuple[Any, str]] = {
+    # relative_key / relative_key_query: Shaw et al. 2018, Huang et al. 2020
+    "position_embedding_type": ("absolute", "BERT's absolute learned positions"),
+    "is_decoder": (False, "a bidirectional encoder (true means causal self-attention)"),
+    "add_cross_attention": (False, "an encoder without the cross-attention layers of an encoder-decoder"),
+}
+# Rotary position embeddings (RoFormer, NomicBERT, JinaBERT, ModernBERT): a key naming them with a set value.
+_ROTARY_MARKERS = ("rotary", "rope_", "use_rope")
+# Keys bertkit writes into config.json besides the dataclass fields (to_dict, checkpoint.hf_config_dict).
+WRITTEN_KEYS = frozenset({"model_type", "position_embedding_type", "id2label", "label2id", "architectures",
+                          "tie_word_embeddings"})
+_warned: set[tuple[str, tuple[str, ...]]] = set()  # (config.json, its unknown keys) already warned about
+
+
+def check_config_keys(d: dict[str, Any], source: str) -> None:
+    """Refuse keys that change the architecture beyond BERT's; warn once about unknown keys in a bertkit folder."""
+    for key, (bert_value, meaning) in _BERT_VALUES.items():
+        if key in d and d[key] not in (bert_value, None):
+            raise ConfigError(f"{source}: {key} {d[key]!r} is not supported: bertkit implements {key} "
+                              f"{bert_value!r} only ({meaning}), so this model would compute something else")
+    rotary = sorted(k for k in d if any(m in k.lower() for m in _ROTARY_MARKERS) and d[k] not in (None, False, 0, ""))
+    if rotary:
+        raise ConfigError(f"{source}: {', '.join(f'{k} = {d[k]!r}' for k in rotary)} asks for rotary position "
+                          "embeddings, which bertkit does not implement (it has BERT's absolute learned positions "
+                          "and ALiBi)")
+    if d.get("pruned_heads"):
+        raise ConfigError(f"{source}: pruned_heads {d['pruned_heads']!r}: attention heads pruned from some layers "
+                          "are not supported (bertkit's layers all have num_attention_heads heads)")
+    known = {f.name for f in dataclasses.fields(BertConfig)} | WRITTEN_KEYS
+    native = d.get("model_type") == BERTKIT_MODEL_TYPE or "layer_norm_position" in d  # written by bertkit
+    unknown = tuple(sorted(set(d) - known))
+    if native and unknown and (source, unknown) not in _warned:
+        _warned.add((source, unknown))
+        logger.warning("%s: ignoring key(s) bertkit does not know: %s (bertkit wrote this file without them: added "
+                       "by hand, or by a newer bertkit whose option this version does not have?)", source,
+                       ", ".join(unknown))
+
+
+def _id2label_names(id2label: Any, source: str) -> list[str]:
+    """Label names in id order from a Hugging Face id2label mapping ({"0": "neg", "1": "pos"})."""
+    try:
+        by_id = {int(k): v for k, v in id2label.items()}
+        return [by_id[i] for i in range(len(by_id))]
+    except (AttributeError, TypeError, ValueError, KeyError):
+        raise ConfigError(f"{source}: id2label must map the ids 0..n-1 to label names, got {id2label!r}") from None
