@@ -11,14 +11,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "inference"))
 from inference_helpers import DATA, REPO, minilm_folder, tiny_folder  # noqa: E402
 
-uvicorn = pytest.importorskip("uvicorn")
+# The `serve` and `test` extras: without them these tests skip, naming what is missing (never a collection error).
+httpx = pytest.importorskip("httpx", reason="the server tests need httpx (pip install 'bertkit[test]')")
+uvicorn = pytest.importorskip("uvicorn", reason="the server tests need uvicorn (pip install 'bertkit[serve]')")
+pytest.importorskip("fastapi", reason="the server tests need fastapi (pip install 'bertkit[serve]')")
 from bertkit.serve import ServeSettings, create_app  # noqa: E402
 
 
