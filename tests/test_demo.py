@@ -1,6 +1,7 @@
 """The README's main command end to end: `bertkit demo --quick` on the bundled data."""
 
 import json
+import math
 
 import pytest
 
@@ -20,15 +21,24 @@ def test_quick_demo_writes_every_artefact(tmp_path, capsys):
     assert report["vocabulary"]["size"] == 3000
     assert report["vocabulary"]["unk_share_heldout"] < 0.01
     assert report["pretraining"]["steps"] == report["config"]["pretrain_steps"]
-    heldout = report["pretraining"]["heldout"]
-    assert 0.0 <= heldout["mlm_accuracy"] <= 1.0 and heldout["perplexity"] > 1.0
+    heldout = report["pretraining"]["heldout"]  # the run's last evaluation on the held-out text, as logged
+    evals = [r for r in map(json.loads, (out / "pretrain" / "metrics.jsonl").read_text().splitlines())
+             if r["split"] == "eval"]
+    assert {"mlm_loss", "mlm_accuracy", "perplexity"} <= set(heldout)
+    assert heldout == {k: evals[-1][k] for k in heldout}
+    assert heldout["perplexity"] == pytest.approx(math.exp(heldout["mlm_loss"]), rel=1e-9) and heldout["mlm_loss"] > 0
     assert report["nsp"]["pairs"] == 200
     assert len(report["fill_mask"]) == 5
     for probe in report["fill_mask"]:  # fill-mask from (b) and from the shipped model (c)
         assert set(probe["answers"]) == {DEMO_PRETRAINED, SHIPPED} and all(len(t) == 5 for t in probe["answers"].values())
     assert set(report["finetuning"]) == {RANDOM_INIT, DEMO_PRETRAINED, SHIPPED}  # --quick leaves (d) out
-    for r in report["finetuning"].values():
-        assert 0.0 <= r["dev_accuracy"] <= 1.0
+    starts = json.loads((out / "sentiment" / "comparison.json").read_text())["starts"]
+    assert [s["name"] for s in starts] == [RANDOM_INIT, DEMO_PRETRAINED, SHIPPED]
+    for start in starts:  # one seed, one LR: the reported accuracy is that run's, over the dev sentences it names
+        r = report["finetuning"][start["name"]]
+        assert r["dev_accuracy"] == round(start["mean"], 4) and r["dev_examples"] == start["dev_examples"] > 0
+        correct = start["mean"] * start["dev_examples"]
+        assert abs(correct - round(correct)) < 1e-6, start
 
     assert (out / "tokenizer" / "vocab.txt").is_file()
     assert (out / "pretrain" / "final" / "model.safetensors").is_file()
@@ -58,8 +68,6 @@ def test_reading_is_computed_from_the_figures():
 def test_reading_calls_differences_within_sampling_noise_level() -> None:
     """One seed on 872 sentences: +3.5 at 76% is inside the 95% interval of the difference (about 3.9 points),
     +6.0 is outside; the margin is the binomial one."""
-    import math
-
     from bertkit.demo import noise_margin
 
     assert noise_margin(0.76, 0.76, 872) == pytest.approx(100 * 1.96 * math.sqrt(2 * 0.76 * 0.24 / 872))
