@@ -1,6 +1,7 @@
 """The README's main command end to end: `bertkit demo --quick` on the bundled data."""
 
 import json
+import math
 
 import pytest
 
@@ -20,13 +21,24 @@ def test_quick_demo_writes_every_artefact(tmp_path, capsys):
     assert report["vocabulary"]["size"] == 3000
     assert report["vocabulary"]["unk_share_heldout"] < 0.01
     assert report["pretraining"]["steps"] == report["config"]["pretrain_steps"]
-    heldout = report["pretraining"]["heldout"]
-    assert 0.0 <= heldout["mlm_accuracy"] <= 1.0 and heldout["perplexity"] > 1.0
+    heldout = report["pretraining"]["heldout"]  # the run's last evaluation on the held-out text, as logged
+    evals = [r for r in map(json.loads, (out / "pretrain" / "metrics.jsonl").read_text().splitlines())
+             if r["split"] == "eval"]
+    assert {"mlm_loss", "mlm_accuracy", "perplexity"} <= set(heldout)
+    assert heldout == {k: evals[-1][k] for k in heldout}
+    assert heldout["perplexity"] == pytest.approx(math.exp(heldout["mlm_loss"]), rel=1e-9) and heldout["mlm_loss"] > 0
     assert report["nsp"]["pairs"] == 200
     assert len(report["fill_mask"]) == 5
     for probe in report["fill_mask"]:  # fill-mask from (b) and from the shipped model (c)
         assert set(probe["answers"]) == {DEMO_PRETRAINED, SHIPPED} and all(len(t) == 5 for t in probe["answers"].values())
     assert set(report["finetuning"]) == {RANDOM_INIT, DEMO_PRETRAINED, SHIPPED}  # --quick leaves (d) out
+    starts = json.loads((out / "sentiment" / "comparison.json").read_text())["starts"]
+    assert [s["name"] for s in starts] == [RANDOM_INIT, DEMO_PRETRAINED, SHIPPED]
+    for start in starts:  # one seed, one LR: the reported accuracy is that run's, over the dev sentences it names
+        r = report["finetuning"][start["name"]]
+        assert r["dev_accuracy"] == round(start["mean"], 4) and r["dev_examples"] == start["dev_examples"] > 0
+        correct = start["mean"] * start["dev_examples"]
+        assert abs(correct - round(correct)) < 1e-6, start
     for name, r in report["finetuning"].items():
         assert 0.0 <= r["dev_accuracy"] <= 1.0
         if name != RANDOM_INIT:  # the verdict's paired test: same 872 sentences, scores equal to the runs'

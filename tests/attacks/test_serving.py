@@ -8,12 +8,15 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
+# The server and its client are the `serve` and `test` extras: without them these tests skip, naming what is missing
+# (never a collection error).
+httpx = pytest.importorskip("httpx", reason="the HTTP attack tests need httpx (pip install 'bertkit[test]')")
+pytest.importorskip("uvicorn", reason="the HTTP attack tests need uvicorn (pip install 'bertkit[serve]')")
+pytest.importorskip("fastapi", reason="the HTTP attack tests need fastapi (pip install 'bertkit[serve]')")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "inference"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serve"))
-pytest.importorskip("uvicorn")
 from inference_helpers import minilm_folder  # noqa: E402
 from test_serve import Server  # noqa: E402
 

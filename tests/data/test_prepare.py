@@ -12,7 +12,7 @@ import torch
 
 from bertkit.data import PretrainingCollator, PretrainingDataConfig, PretrainingDataset, prepare_pretraining
 from bertkit.data.pretraining import VocabInfo
-from bertkit.errors import DataError, OutputError, TokenizerError
+from bertkit.errors import ConfigError, DataError, OutputError, TokenizerError
 
 
 def _corpus(data_dir: Path) -> list[Path]:
@@ -92,7 +92,7 @@ def test_collator_pads_and_labels(static_dataset: PretrainingDataset) -> None:
         assert (batch["labels"][b, n:] == -100).all()
         assert torch.equal(batch["labels"][b, :n], x["masked_lm_labels"])
     assert batch["next_sentence_label"].dtype == torch.long
-    with pytest.raises(Exception, match="static masks"):
+    with pytest.raises(ConfigError, match="dynamic_masking=True but the dataset holds static masks"):
         PretrainingCollator(static_dataset.vocab_info(), dynamic_masking=True)(items)
 
 

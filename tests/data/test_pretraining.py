@@ -204,7 +204,7 @@ def test_config_round_trips_and_validates(tmp_path: Path) -> None:
 # ---- RoBERTa's FULL-SENTENCES packing (instances="full_sentences") -----------------------------------------------
 
 
-def _toy_documents(rng: random.Random, n_docs: int = 40) -> list[list[list[int]]]:
+def _packing_documents(rng: random.Random, n_docs: int = 40) -> list[list[list[int]]]:
     """Documents of sentences of word ids (6..12), lengths 1..30 tokens, 1..8 sentences each."""
     return [[[rng.randint(6, 12) for _ in range(rng.randint(1, 30))] for _ in range(rng.randint(1, 8))]
             for _ in range(n_docs)]
@@ -213,7 +213,7 @@ def _toy_documents(rng: random.Random, n_docs: int = 40) -> list[list[list[int]]
 @pytest.mark.parametrize("max_length", [16, 32, 128])
 def test_full_sentence_packing_keeps_every_token_exactly_once(max_length: int) -> None:
     rng = random.Random(0)
-    documents = [[s[: max_length - 3] for s in d] for d in _toy_documents(rng)]  # as tokenize_documents cuts
+    documents = [[s[: max_length - 3] for s in d] for d in _packing_documents(rng)]  # as tokenize_documents cuts
     config = PretrainingDataConfig(instances="full_sentences", max_length=max_length, dupe_factor=1,
                                    dynamic_masking=True)
     instances = create_instances(documents, config, VOCAB, random.Random(1))
@@ -268,7 +268,7 @@ def _split(ids: list[int], sep: int) -> list[list[int]]:
 def test_full_sentence_static_masks_realise_the_configured_rate_and_split(rate: float, mask_share: float,
                                                                           random_share: float) -> None:
     rng = random.Random(0)
-    documents = _toy_documents(rng, 200)
+    documents = _packing_documents(rng, 200)
     config = PretrainingDataConfig(instances="full_sentences", max_length=64, dupe_factor=2, masked_lm_prob=rate,
                                    max_predictions_per_seq=64, mask_token_prob=mask_share,
                                    random_token_prob=random_share)

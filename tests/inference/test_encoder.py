@@ -67,11 +67,15 @@ def test_bf16_stays_close_to_fp32(minilm) -> None:
 def test_long_texts_are_truncated_with_a_warning(minilm) -> None:
     _, model, tok = minilm
     enc = Encoder(model, tok, max_length=16)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with pytest.warns(UserWarning, match="1 of 2 texts were longer than 16 tokens"):
         out = enc.encode(["word " * 100, "short"])
-    assert out.shape == (2, 384)
-    assert any("1 of 2 texts were longer than 16 tokens" in str(w.message) for w in caught)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 14 words fill the 16 tokens exactly: no warning
+        kept = enc.encode(["word " * 14, "short"])  # what the cut keeps: [CLS], 14 words, [SEP]
+    assert out.shape == (2, 384) and (out - kept).abs().max() <= 1e-6
+    # ... which is not what the whole text gives (0.42 apart), nor 13 words (0.02 apart)
+    assert (Encoder(model, tok, max_length=128).encode(["word " * 100])[0] - kept[0]).abs().max() > 0.1
+    assert (enc.encode(["word " * 13])[0] - kept[0]).abs().max() > 1e-3
 
 
 def test_bad_options_are_clear_errors(minilm) -> None:

@@ -49,9 +49,12 @@ def test_fill_mask_errors(mlm_dir: Path, tmp_path: Path) -> None:
 
 
 def test_fill_mask_cli(mlm_dir: Path, capsys) -> None:  # noqa: ANN001
-    assert main(["fill-mask", "--model", str(mlm_dir), "Paris is the [MASK] of France.", "--top-k", "3"]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("[MASK] #1:") and len(out.strip().splitlines()) == 4
+    text = "Paris is the [MASK] of France."
+    assert main(["fill-mask", "--model", str(mlm_dir), text, "--top-k", "3"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    (top,) = fill_mask(BertForMaskedLM.from_pretrained(mlm_dir), tokenizer_for(mlm_dir), text, top_k=3)
+    assert out[0] == "[MASK] #1:" and [line.split() for line in out[1:]] == [
+        [p.token, f"{p.probability:.4f}"] for p in top]  # the library's top 3, in order
     assert main(["fill-mask", "--model", str(mlm_dir), "no mask here"]) == 1
     assert "no [MASK]" in capsys.readouterr().err
     assert main(["fill-mask", "--model", minilm_folder(), "a [MASK]"]) == 1
@@ -87,8 +90,11 @@ def test_extract_features_empty_line_names_file_and_line(mlm_dir: Path, tmp_path
                  "-o", str(tmp_path / "o.jsonl")]) == 0
     assert f"{src}: 1 empty line(s) (2)" in capsys.readouterr().err
     assert len((tmp_path / "o.jsonl").read_text().splitlines()) == 3
-    assert main(["extract-features", "--model", str(mlm_dir), "--layers=-9", str(tmp_path / "x"),
-                 "-o", "y"]) == 1
+    src.write_text("ok\nthird\n", encoding="utf-8")  # a good file: the layer index is what is wrong
+    assert main(["extract-features", "--model", str(mlm_dir), "--layers=-9", str(src),
+                 "-o", str(tmp_path / "bad.jsonl")]) == 1
+    assert "layer index -9 out of range for a 2-layer model (use -2..1)" in capsys.readouterr().err
+    assert not (tmp_path / "bad.jsonl").exists()
 
 
 @pytest.mark.parametrize("class_name", list(MODEL_CLASSES))

@@ -89,21 +89,23 @@ def sst2(split: str, limit: int | None = None) -> tuple[list[str], list[int]]:
     return [r["sentence"] for r in rows], [int(r["label"]) for r in rows]
 
 
-def accuracy(model: BertForSequenceClassification, tok, texts: list[str], labels: list[int]) -> float:
-    correct = 0
+def classifier_logits(model: BertForSequenceClassification, tok, texts: list[str]) -> torch.Tensor:
+    """The classifier's logits for every text (batches of 64, at most 128 tokens)."""
+    out = []
     with torch.inference_mode():
         for start in range(0, len(texts), 64):
             ids = [tok.encode(t, max_length=128, truncation=True).input_ids for t in texts[start:start + 64]]
             batch = pad_batch(ids, [[0] * len(x) for x in ids], tok.pad_token_id)
-            logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
-            correct += int((logits.argmax(-1) == torch.tensor(labels[start:start + 64])).sum())
-    return 100 * correct / len(texts)
+            out.append(model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits)
+    return torch.cat(out)
 
 
 @pytest.mark.slow
 def test_int8_sst2_accuracy_within_half_a_point_of_fp32() -> None:
     """Fine-tune MiniLM on 3,000 SST-2 training sentences for one epoch, then score all 872 dev sentences in float32
-    and in int8 calibrated on other training sentences (never dev)."""
+    and in int8 calibrated on other training sentences (never dev). The int8 run must really be int8: the plan's
+    products are Int8Linear modules and the logits move, by little (a silent float32 fallback would pass the
+    accuracy check alone)."""
     folder = minilm_folder()
     tok = tokenizer_for(folder)
     torch.manual_seed(0)  # the new head's initialisation and dropout draw from torch's global generator
@@ -123,9 +125,21 @@ def test_int8_sst2_accuracy_within_half_a_point_of_fp32() -> None:
         optimizer.zero_grad()
     model.eval()
     dev_texts, dev_labels = sst2("dev")
-    fp32 = accuracy(model, tok, dev_texts, dev_labels)
-    model.bert = Encoder(model, tok, precision="int8", max_length=128, calibration=calibration).bert  # a copy
-    int8 = accuracy(model, tok, dev_texts, dev_labels)
-    print(f"SST-2 dev accuracy: fp32 {fp32:.2f}, int8 {int8:.2f}")
+    fp32_logits = classifier_logits(model, tok, dev_texts)
+    encoder = Encoder(model, tok, precision="int8", max_length=128, calibration=calibration)
+    model.bert = encoder.bert  # a copy, its products in int8 but those the plan keeps in float32
+    plan = encoder.int8_plan
+    in_int8 = [name for name, m in model.bert.named_modules() if isinstance(m, Int8Linear)]
+    assert plan is not None and len(in_int8) == len(plan.input_ranges) - len(plan.float_units) > 0
+    int8_logits = classifier_logits(model, tok, dev_texts)
+    gold = torch.tensor(dev_labels)
+    fp32, int8 = (100 * float((x.argmax(-1) == gold).float().mean()) for x in (fp32_logits, int8_logits))
+    diff = (int8_logits - fp32_logits).abs()
+    agree = float((int8_logits.argmax(-1) == fp32_logits.argmax(-1)).float().mean())
+    print(f"SST-2 dev accuracy: fp32 {fp32:.2f}, int8 {int8:.2f} ({len(in_int8)} of {len(plan.input_ranges)} "
+          f"products in int8); logits |int8 - fp32| max {float(diff.max()):.4f}, mean {float(diff.mean()):.4f} "
+          f"(mean |fp32 logit| {float(fp32_logits.abs().mean()):.3f}); same label {100 * agree:.2f}%")
     assert len(dev_texts) == 872 and fp32 > 80
     assert abs(fp32 - int8) <= 0.5
+    assert float(diff.max()) > 1e-3  # int8 ran: float32 twice gives the same logits
+    assert float(diff.mean()) < 0.1 * float(fp32_logits.abs().mean()) and agree >= 0.98  # ... and stayed close

@@ -46,7 +46,9 @@ def test_round_trip_every_class(name: str, tmp_path: Path) -> None:
     loaded = cls.from_pretrained(tmp_path / "m")
     assert loaded.load_report.complete, str(loaded.load_report)
     assert not loaded.training
-    for a, b in zip(outputs(model, inputs()), outputs(loaded, inputs())):
+    before, after = outputs(model, inputs()), outputs(loaded, inputs())
+    assert len(before) == len(after) > 0
+    for a, b in zip(before, after):
         assert torch.equal(a, b)
     assert type(load_model(tmp_path / "m")) is cls
 
@@ -111,7 +113,9 @@ def test_old_names_prefixless_heads_position_ids_and_bin(tmp_path: Path) -> None
     loaded = BertForPreTraining.from_pretrained(tmp_path / "old", strict=True)
     assert "embeddings.position_ids" in loaded.load_report.ignored
     assert "embeddings.LayerNorm.gamma" in loaded.load_report.renamed
-    for a, b in zip(outputs(model, inputs()), outputs(loaded, inputs())):
+    before, after = outputs(model, inputs()), outputs(loaded, inputs())
+    assert len(before) == len(after) == 2  # prediction and next-sentence logits
+    for a, b in zip(before, after):
         assert torch.equal(a, b)
 
 

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 import torch
-import transformers
 
 from bertkit.inference.embed import embed_texts
 from bertkit.model import MODEL_CLASSES, BertConfig, BertForPreTraining, BertModel
+
+transformers = pytest.importorskip("transformers", reason="the parity tests need it (pip install 'bertkit[test]')")
 
 TOL = 1e-5
 FIGURES: dict[str, float] = {}  # measured figures, printed at the end of the module (pytest -s) for the report

@@ -38,6 +38,10 @@ def _args(teacher: Path, data_dir: Path, out: Path, *extra: str) -> list[str]:
 
 
 def test_task_distillation_writes_a_fine_tuned_folder(tmp_path: Path, data_dir: Path, teacher: Path, capsys) -> None:
+    """The student in best/ is the teacher's layer 0 with its embeddings, pooler and head, trained a little; the
+    metrics recorded for it are the Trainer's best evaluation, and evaluate on the folder gives them again."""
+    from safetensors.torch import load_file
+
     out = tmp_path / "student"
     assert main(_args(teacher, data_dir, out)) == 0
     assert "teacher layers [0] of 2 (task distillation)" in capsys.readouterr().out
@@ -45,7 +49,14 @@ def test_task_distillation_writes_a_fine_tuned_folder(tmp_path: Path, data_dir: 
     assert summary["distillation"] == {"mode": "task", "teacher": str(teacher), "teacher_depth": 2,
                                        "teacher_layers": [0], "temperature": 2.0, "alpha_ce": 1.0,
                                        "alpha_hard": 1.0, "alpha_cos": 1.0}
-    assert summary["train_examples"] == 64 and summary["best_metrics"]["accuracy"] >= 0
+    assert summary["train_examples"] == 64 and summary["dev_examples"] == 16
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if r["split"] == "eval"]
+    assert [r["step"] for r in evals] == [8, 16]  # the Trainer's evaluation, each epoch
+    best = summary["best_metrics"]
+    (at_best,) = [r for r in evals if r["step"] == best["step"]]
+    assert best == {k: v for k, v in at_best.items() if k not in ("split", "epoch")}
+    assert best["accuracy"] == max(r["accuracy"] for r in evals)
     from bertkit.dataclass_io import read_config_file
     from bertkit.tasks.distill import DistillConfig
 
@@ -53,11 +64,21 @@ def test_task_distillation_writes_a_fine_tuned_folder(tmp_path: Path, data_dir: 
     student = load_model(out / "best")
     assert student.config.num_hidden_layers == 1 and student.config.task == "classification"
     assert student.config.label_names == ["0", "1"] and student.config.task_settings["max_length"] == 32  # teacher's
+    # Weights: the teacher's tensors but layer 1's, each moved by training (16 steps at lr 3e-5 move a weight by
+    # about 1e-4, never 5e-3), and layer 0's matrices, not layer 1's (those differ from layer 0's by ~0.1).
+    s, t = load_file(out / "best" / "model.safetensors"), load_file(teacher / "model.safetensors")
+    assert set(s) == {k for k in t if ".layer.1." not in k}
+    moved = {k: float((s[k] - t[k]).abs().max()) for k in s}
+    assert max(moved.values()) < 5e-3, moved
+    matrices = [k for k in s if s[k].dim() == 2 and ".layer.0." in k]
+    assert len(matrices) == 6 and all(moved[k] > 1e-6 for k in [*matrices, "classifier.weight"]), moved
+    assert all(float((s[k] - t[k.replace(".layer.0.", ".layer.1.")]).abs().max()) > 0.01 for k in matrices)
     assert main(["evaluate", "--model", str(out / "best"), "--input", str(data_dir / "sst2/dev.tsv"),
                  "--max-examples", "16", "--output", str(tmp_path / "m.json")]) == 0
-    assert "accuracy" in json.loads((tmp_path / "m.json").read_text())
-    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records if r["split"] == "eval"] == [8, 16]  # the Trainer's evaluation, each epoch
+    evaluated = json.loads((tmp_path / "m.json").read_text())  # the same 16 dev sentences (seed 42)
+    assert evaluated["examples"] == 16
+    assert {k: evaluated[k] for k in ("accuracy", "matthews", "f1")} == pytest.approx(
+        {k: best[k] for k in ("accuracy", "matthews", "f1")}, abs=1e-9)
 
 
 def test_a_stopped_distillation_resumes_to_the_same_student(tmp_path: Path, data_dir: Path, teacher: Path,

@@ -56,8 +56,10 @@ def test_cli_round_trip_tiny(tmp_path, data_dir, tiny_dir, task, train, dev, ext
         assert model.config.label_names[0] == "O" and "B-PER" in model.config.label_names
     assert main(["evaluate", "--model", str(best), "--input", str(data_dir / dev), "--max-examples", "12",
                  "--output", str(tmp_path / "m.json")]) == 0
-    metrics = json.loads((tmp_path / "m.json").read_text())
-    assert summary["main_metric"] in metrics
+    metrics = json.loads((tmp_path / "m.json").read_text())  # the same 12 dev examples (seed 42) as training's
+    recorded = {k: v for k, v in summary["best_metrics"].items() if k != "step"}
+    assert summary["main_metric"] in recorded and metrics["examples"] == 12
+    assert {k: metrics[k] for k in recorded} == pytest.approx(recorded, abs=1e-9)  # best/ is the model they came from
     # predictions in the task's format
     small = tmp_path / "small"
     if task == "classification":
@@ -86,11 +88,15 @@ def test_cli_multiple_choice_tiny(tmp_path, tiny_dir) -> None:
     train, dev = mc_file(tmp_path / "train.jsonl", 16), mc_file(tmp_path / "dev.jsonl", 8)
     summary = finetune(tiny_dir, tmp_path / "run", "--task", "multiple-choice", "--train", str(train),
                        "--dev", str(dev), "--max-length", "24")
-    assert "accuracy" in summary["best_metrics"]
     assert main(["predict", "--model", str(tmp_path / "run" / "best"), "--input", str(dev),
                  "--output", str(tmp_path / "p.jsonl")]) == 0
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
-    assert len(rows) == 8 and all(0 <= r["label"] < 4 for r in rows)
+    choices = [f"the sky is {x}" for x in ("red", "green", "blue", "black")]
+    assert [r["id"] for r in rows] == [f"q{i}" for i in range(8)]
+    assert all(r["choice"] == choices[r["label"]] for r in rows)
+    # best/'s predictions on the whole dev file score what training recorded for it
+    correct = sum(r["label"] == i % 4 for i, r in enumerate(rows))
+    assert summary["dev_examples"] == 8 and summary["best_metrics"]["accuracy"] == pytest.approx(correct / 8)
 
 
 # Short MiniLM fine-tunings on real subsets run in CI (under a minute each on a quiet machine); the `slow` versions

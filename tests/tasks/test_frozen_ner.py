@@ -70,7 +70,10 @@ def test_encoder_runs_once_per_sentence_and_the_cache_is_reused(tmp_path, data_d
     evals = [json.loads(line) for line in (tmp_path / "a/metrics.jsonl").read_text().splitlines()]
     assert sum(r["split"] == "eval" for r in evals) == 2  # two epochs, each evaluated on the cached dev features
     assert sum(encoded) == summary["train_examples"] + 8  # every sentence once (training, dev), not in epoch 2
-    assert summary["best_metrics"] is not None
+    best = summary["best_metrics"]  # the best epoch's evaluation as the Trainer logged it
+    (at_best,) = [r for r in evals if r["split"] == "eval" and r["step"] == best["step"]]
+    assert best == {k: v for k, v in at_best.items() if k not in ("split", "epoch")}
+    assert best["f1"] == max(r["f1"] for r in evals if r["split"] == "eval")
     encoded.clear()
     run_frozen(tiny_dir, data_dir, tmp_path / "b", cache, small_train, frozen_features="weighted_sum", tagger="linear")
     assert encoded == []  # another feature choice and tagger on the same data: all read from the cache

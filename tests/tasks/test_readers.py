@@ -95,14 +95,17 @@ def test_ner_features_label_first_piece_only(tokenizer) -> None:
     labelled = [(i, names[lab]) for i, lab in enumerate(f["labels"]) if lab != -100]
     assert [lab for _, lab in labelled] == ["B-PER", "O", "B-LOC"]
     assert [i for i, _ in labelled] == f["word_starts"]
-    assert len(f["input_ids"]) > 5  # "johanson" splits into several pieces; only the first is labelled
-    # Truncation: words that do not fit are predicted O.
+    # "johanson" splits into two pieces; only the first is labelled
+    assert tokenizer.convert_ids_to_tokens(f["input_ids"]) == ["[CLS]", "johan", "##son", "visited", "zurich", "[SEP]"]
+    assert f["word_starts"] == [1, 3, 4]
+    # Truncation: words that do not fit are predicted O, whatever the logits of the pieces that did fit say.
     settings["max_length"] = 4
     (f,) = task.features([s], tokenizer, settings, training=False)
-    assert f["word_starts"][-1] is None
+    assert f["word_starts"] == [1, None, None]  # [CLS] johan ##son [SEP]
     import numpy as np
-    preds = task.decode([s], [f], [{"logits": np.zeros((len(f["input_ids"]), len(names)))}], settings)
-    assert len(preds[0]) == 3 and preds[0][-1] == "O"
+    logits = np.zeros((len(f["input_ids"]), len(names)))
+    logits[:, names.index("B-PER")] = 1.0  # every piece says B-PER
+    assert task.decode([s], [f], [{"logits": logits}], settings) == [["B-PER", "O", "O"]]
 
 
 def test_one_reading_of_classifier_logits() -> None:

@@ -156,25 +156,45 @@ def test_the_transforms_round_trip_through_the_model_folder(tabular_run: Path) -
     assert model.config.tabular_inputs == {"numeric": 4, "categories": [4], "embedding_size": 16}
 
 
-def test_predict_applies_the_saved_statistics_not_the_files(tabular_run: Path) -> None:
+def test_predict_applies_the_saved_statistics_not_the_files(tabular_run: Path, monkeypatch) -> None:
+    """predict's logits are the model's on the row standardised with the training statistics saved in the folder,
+    and measurably not those a refit on the file would give (the label alone is the same either way most runs)."""
     from bertkit.tasks.runner import _load_finetuned
 
     best = tabular_run / "run" / "best"
     _, saved, model, tokenizer = _load_finetuned(str(best))
-    # One row, ages far from training's: refitting on this file would standardise Age to 0 and Rating to 0.
+    # One row, age far from training's and a department training never saw: refitting on this file would
+    # standardise Age and Rating to 0 and give 'Swim' a category id of its own (1).
     rows = [["90", "Swim", "New", "Odd one", "1", ""]]
     path = write_csv(tabular_run / "new.csv", rows)
+    computed: list[np.ndarray] = []
+    decode = ClassificationTask.decode
+
+    def keep_logits(self, examples, features, outputs, settings):  # noqa: ANN001, ANN202
+        computed.extend(out["logits"] for out in outputs)  # predict's logits, on their way to decode()
+        return decode(self, examples, features, outputs, settings)
+
+    monkeypatch.setattr(ClassificationTask, "decode", keep_logits)
     assert main(["predict", "--model", str(best), "--input", str(path), "--output", str(tabular_run / "p.tsv")]) == 0
+    monkeypatch.undo()
     predicted = (tabular_run / "p.tsv").read_text().splitlines()[1].split("\t")[-1]
     mean, std = saved["numeric_stats"]["Age"]
     r_mean, r_std = saved["numeric_stats"]["Rating"]
+    assert abs((90 - mean) / std) > 1.0  # far from the file's own mean (which would give 0)
     x = tokenizer.encode("New. Odd one", max_length=32)
-    with torch.no_grad():
-        logits = model(torch.tensor([x.input_ids]), torch.tensor([[1] * len(x.input_ids)]),
-                       numeric_features=torch.tensor([[(90 - mean) / std, (1 - r_mean) / r_std, 0.0, 0.0]]),
-                       categorical_ids=torch.tensor([[UNKNOWN_CATEGORY]])).logits[0]
-    assert predicted == model.config.label_names[int(logits.argmax())]
-    assert abs((90 - mean) / std) > 1.0  # the saved statistics, not this file's (which would give 0)
+
+    def logits(numeric: list[float], category: int) -> torch.Tensor:
+        with torch.no_grad():
+            return model(torch.tensor([x.input_ids]), torch.tensor([[1] * len(x.input_ids)]),
+                         numeric_features=torch.tensor([numeric]),
+                         categorical_ids=torch.tensor([[category]])).logits[0]
+
+    with_saved = logits([(90 - mean) / std, (1 - r_mean) / r_std, 0.0, 0.0], UNKNOWN_CATEGORY)
+    with_files = logits([0.0, 0.0, 0.0, 0.0], 1)  # what fitting on new.csv would give
+    (got,) = computed
+    torch.testing.assert_close(torch.from_numpy(np.asarray(got, dtype=np.float32)), with_saved, rtol=0, atol=1e-5)
+    assert (with_saved.softmax(-1) - with_files.softmax(-1)).abs().max() > 1e-3  # the check tells the two apart
+    assert predicted == model.config.label_names[int(with_saved.argmax())]
     # A CSV prediction file keeps multi-line texts as quoted fields; a TSV one writes them on one line.
     assert main(["predict", "--model", str(best), "--input", str(tabular_run / "dev.csv"),
                  "--output", str(tabular_run / "p.csv")]) == 0

@@ -40,7 +40,10 @@ def test_tokenize_lines(tmp_path: Path, vocab_dir: str) -> None:
     assert len(rows) == 3
     assert rows[0]["input_ids"] == tok.encode("Hello, world!").input_ids
     assert rows[0]["offsets"][1] == [0, 5] and rows[1]["input_ids"] == [tok.cls_token_id, tok.sep_token_id]
-    assert set(rows[2]) == {"input_ids", "token_type_ids", "offsets"}
+    third = tok.encode("Café 中文")  # [CLS] cafe 中 文 [SEP]: offsets into the line as written
+    assert rows[2] == {"input_ids": third.input_ids, "token_type_ids": [0] * 5,
+                       "offsets": [[0, 0], [0, 4], [5, 6], [6, 7], [0, 0]]}
+    assert tok.convert_ids_to_tokens(third.input_ids) == ["[CLS]", "cafe", "中", "文", "[SEP]"]
 
 
 def test_tokenize_pairs(tmp_path: Path, vocab_dir: str, capsys: pytest.CaptureFixture) -> None:
