@@ -180,7 +180,7 @@ def test_predict_applies_the_saved_statistics_not_the_files(tabular_run: Path, m
     predicted = (tabular_run / "p.tsv").read_text().splitlines()[1].split("\t")[-1]
     mean, std = saved["numeric_stats"]["Age"]
     r_mean, r_std = saved["numeric_stats"]["Rating"]
-    assert abs((90 - mean) / std) > 1.0  # far from the file's own mean (which would give 0)
+    assert abs((saved['numeric_range']['Age'][1] - mean) / std) > 1.0  # far from the file's own mean (0)
     x = tokenizer.encode("New. Odd one", max_length=32)
 
     def logits(numeric: list[float], category: int) -> torch.Tensor:
@@ -189,7 +189,11 @@ def test_predict_applies_the_saved_statistics_not_the_files(tabular_run: Path, m
                          numeric_features=torch.tensor([numeric]),
                          categorical_ids=torch.tensor([[category]])).logits[0]
 
-    with_saved = logits([(90 - mean) / std, (1 - r_mean) / r_std, 0.0, 0.0], UNKNOWN_CATEGORY)
+    # Values outside the training range are read as its nearest end (issue 24, N3): Age 90 as the oldest age seen.
+    (age_low, age_high), (r_low, r_high) = saved["numeric_range"]["Age"], saved["numeric_range"]["Rating"]
+    age, rating = min(max(90.0, age_low), age_high), min(max(1.0, r_low), r_high)
+    assert age < 90
+    with_saved = logits([(age - mean) / std, (rating - r_mean) / r_std, 0.0, 0.0], UNKNOWN_CATEGORY)
     with_files = logits([0.0, 0.0, 0.0, 0.0], 1)  # what fitting on new.csv would give
     (got,) = computed
     torch.testing.assert_close(torch.from_numpy(np.asarray(got, dtype=np.float32)), with_saved, rtol=0, atol=1e-5)

@@ -218,7 +218,9 @@ def _text() -> Any:
     """Random strings: random code points plus the characters that matter most (accents, CJK, punctuation, spaces,
     controls, specials), or runs of special tokens and word pieces."""
     chosen = "aeiouAEIOU éÉüÜñßİıΣσς中文한글ไทย\u0301\u0308\u200b\u00a0\u3000\t\n\r\x00\x85\ufffd.,!?'-[]"
-    alphabet = st.one_of(st.characters(), st.sampled_from(list(chosen)))
+    # No lone surrogates (category Cs): they cannot be encoded as UTF-8, so the Rust reference refuses them with a
+    # TypeError before tokenizing (hypothesis >= 6.170 draws them by default; older releases never did).
+    alphabet = st.one_of(st.characters(exclude_categories=("Cs",)), st.sampled_from(list(chosen)))
     return st.one_of(st.text(alphabet, max_size=40),
                      st.lists(st.sampled_from(["[CLS]", "[SEP]", "[MASK]", "word", "Émile", "x", " ", "##"]),
                               max_size=8).map("".join))
