@@ -5,10 +5,10 @@ silent wrong result."""
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +18,9 @@ from bertkit.cli import main
 from bertkit.errors import CheckpointError, ConfigError, DataError
 from bertkit.tasks.classification import ClassificationTask, fit_numeric, read_logits, request_example
 
-HEADER = ["Age", "Department Name", "Title", "Review Text", "Rating", "Recommended IND"]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tasks"))
+from test_tabular import HEADER, settings, write_csv  # noqa: E402  (the tabular tests' file helpers)
+
 ROWS = [
     ["33", "Tops", "Nice", "Absolutely wonderful, silky", "4", "1"],
     ["60", "Dresses", "Flaws", "I had such high hopes.\nIt did not fit.", "2", "0"],
@@ -30,16 +32,6 @@ ROWS = [
 TEMPLATE = "{Title}. {Review Text}"
 NUMERIC = ["--numeric-columns", "[Age, Rating]", "--categorical-columns", "Department Name"]
 COLUMNS = {"Age": 41, "Department Name": "Tops", "Title": "Nice", "Review Text": "Soft and warm", "Rating": 4}
-
-
-def write_csv(path: Path, rows: list[list[str]], header: list[str] = HEADER) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        csv.writer(f).writerows([header, *rows])
-    return path
-
-
-def settings(**options: object) -> dict:
-    return ClassificationTask().settings({"label_column": "Recommended IND", **options})
 
 
 def read(path: Path, s: dict, labelled: bool = True) -> list:
