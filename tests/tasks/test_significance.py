@@ -155,3 +155,29 @@ def test_classification_paired_test_picks_the_test_by_metric() -> None:
     assert mcc.test == "paired bootstrap" and mcc.score_b == pytest.approx(1.0)
     assert mcc.score_a == pytest.approx(metrics.matthews_corrcoef(half, right))
     assert isinstance(mcc, PairedTest) and mcc.outcome == "win"
+
+
+def test_qa_paired_test_bootstraps_question_f1_and_squad_scores_are_its_mean() -> None:
+    from bertkit.tasks.qa import QAExample
+
+    examples = [QAExample(id=f"q{i}", question="who?", context="Jane Austen wrote it.",
+                          answers=[("Jane Austen", 0)]) for i in range(80)]
+    a = ["Austen"] * 40 + ["wrote it"] * 40  # F1 2/3 on half, 0 on the rest
+    b = ["Jane Austen"] * 70 + ["wrote it"] * 10
+    task = get_task("qa")
+    test = task.paired_test(examples, a, b, {})
+    refs = {ex.id: ["Jane Austen"] for ex in examples}
+    assert 100 * test.score_a == pytest.approx(metrics.squad_scores(dict(zip(refs, a)), refs)["f1"])
+    assert 100 * test.score_b == pytest.approx(metrics.squad_scores(dict(zip(refs, b)), refs)["f1"])
+    assert test.test == "paired bootstrap" and test.outcome == "win"
+    assert task.paired_test(examples, a, a, {}).outcome == "tie"
+
+
+def test_multiple_choice_paired_test_is_mcnemar() -> None:
+    from bertkit.tasks.multiple_choice import ChoiceExample
+
+    examples = [ChoiceExample(i, str(i), "ctx", "", ["a", "b"], i % 2) for i in range(100)]
+    right = [ex.label for ex in examples]
+    wrong_half = [ex.label if i < 50 else 1 - ex.label for i, ex in enumerate(examples)]
+    test = get_task("multiple-choice").paired_test(examples, wrong_half, right, {})
+    assert (test.only_a, test.only_b, test.outcome) == (0, 50, "win")

@@ -210,18 +210,16 @@ def squad_f1(prediction: str, reference: str, version_2: bool = False) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def squad_scores(
+def squad_question_scores(
     predictions: dict[str, str], references: dict[str, list[str]], version_2: bool = False
-) -> dict[str, float]:
-    """Corpus EM and F1 in percent: for each question the max over its reference answers, then the mean.
+) -> dict[str, tuple[float, float]]:
+    """(EM, F1) of each question, as fractions: for each the max over its reference answers.
 
     A question missing from `predictions` scores 0, as in the official script. In v2.0 an unanswerable question has
-    the single reference "" (and also gets HasAns/NoAns breakdowns), and, as evaluate-v2.0.py does, gold answers
-    that normalise to "" are dropped (a question left with none has the reference "").
+    the single reference "", and, as evaluate-v2.0.py does, gold answers that normalise to "" are dropped (a question
+    left with none has the reference "").
     """
-    em_total = f1_total = 0.0
-    has_ans: list[tuple[float, float]] = []
-    no_ans: list[tuple[float, float]] = []
+    out = {}
     for qid, answers in references.items():
         golds = answers
         if version_2:  # the official evaluate-v2.0.py drops gold answers that normalise to "" (e.g. ".")
@@ -229,17 +227,24 @@ def squad_scores(
         golds = golds or [""]
         if qid in predictions:
             pred = predictions[qid]
-            em = max(squad_exact_match(pred, g) for g in golds)
-            f1 = max(squad_f1(pred, g, version_2) for g in golds)
+            out[qid] = (max(squad_exact_match(pred, g) for g in golds), max(squad_f1(pred, g, version_2) for g in golds))
         else:
-            em = f1 = 0.0
-        em_total += em
-        f1_total += f1
-        (has_ans if answers else no_ans).append((em, f1))
+            out[qid] = (0.0, 0.0)
+    return out
+
+
+def squad_scores(
+    predictions: dict[str, str], references: dict[str, list[str]], version_2: bool = False
+) -> dict[str, float]:
+    """Corpus EM and F1 in percent: the mean over the questions of `squad_question_scores` (v2.0 also gets
+    HasAns/NoAns breakdowns)."""
+    per_question = squad_question_scores(predictions, references, version_2)
     n = len(references)
-    out = {"exact_match": 100.0 * em_total / n if n else 0.0, "f1": 100.0 * f1_total / n if n else 0.0}
+    out = {"exact_match": 100.0 * sum(em for em, _ in per_question.values()) / n if n else 0.0,
+           "f1": 100.0 * sum(f1 for _, f1 in per_question.values()) / n if n else 0.0}
     if version_2:
-        for name, part in (("HasAns", has_ans), ("NoAns", no_ans)):
+        for name, has in (("HasAns", True), ("NoAns", False)):
+            part = [per_question[q] for q, answers in references.items() if bool(answers) == has]
             if part:
                 out[f"{name}_exact_match"] = 100.0 * sum(e for e, _ in part) / len(part)
                 out[f"{name}_f1"] = 100.0 * sum(f for _, f in part) / len(part)

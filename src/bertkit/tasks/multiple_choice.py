@@ -22,6 +22,7 @@ import numpy as np
 from bertkit.errors import data_error
 from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
+import bertkit.tasks.significance as significance
 from bertkit.tasks.base import Feature, Settings, Task, read_jsonl
 
 
@@ -103,6 +104,13 @@ class MultipleChoiceTask(Task):
     def score(self, examples: Sequence[ChoiceExample], predictions: Sequence[int],
               settings: Settings) -> dict[str, float]:
         return {"accuracy": metrics.accuracy(predictions, [ex.label for ex in examples])}
+
+    def paired_test(self, examples: Sequence[ChoiceExample], predictions_a: Sequence[int],
+                    predictions_b: Sequence[int], settings: Settings, seed: int = 0) -> significance.PairedTest:
+        """Accuracy of B against A: McNemar's exact test."""
+        refs = [ex.label for ex in examples]
+        return significance.mcnemar([p == r for p, r in zip(predictions_a, refs)],
+                                    [p == r for p, r in zip(predictions_b, refs)])
 
     def write_predictions(self, path: str | os.PathLike, examples: Sequence[ChoiceExample],
                           predictions: Sequence[int], settings: Settings) -> None:

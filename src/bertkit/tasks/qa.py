@@ -30,6 +30,7 @@ import numpy as np
 from bertkit.errors import ConfigError, data_error
 from bertkit.io import atomic_write_json
 import bertkit.tasks.metrics as metrics
+import bertkit.tasks.significance as significance
 from bertkit.tasks.base import Feature, Settings, Task, TaskOptions, check_positive, read_text
 
 # Reference settings of run_squad.py (google-research/bert) and transformers' run_qa.py.
@@ -280,6 +281,20 @@ class QATask(Task):
         refs = {ex.id: [] if ex.is_impossible else [text for text, _ in ex.answers] for ex in examples}
         preds = {ex.id: p for ex, p in zip(examples, predictions)}
         return metrics.squad_scores(preds, refs, version_2=settings.get("version_2", False))
+
+    def paired_test(self, examples: Sequence[QAExample], predictions_a: Sequence[str], predictions_b: Sequence[str],
+                    settings: Settings, seed: int = 0) -> significance.PairedTest:
+        """F1 of B against A: the paired bootstrap over questions, each question's F1 the max over its answers."""
+        refs = {ex.id: [] if ex.is_impossible else [text for text, _ in ex.answers] for ex in examples}
+
+        def per_question(predictions: Sequence[str]) -> np.ndarray:
+            scores = metrics.squad_question_scores({ex.id: p for ex, p in zip(examples, predictions)}, refs,
+                                                   settings.get("version_2", False))
+            return np.array([[scores[ex.id][1]] for ex in examples], dtype=np.float64).reshape(-1, 1)
+
+        n = len(examples)
+        return significance.paired_bootstrap(per_question(predictions_a), per_question(predictions_b),
+                                             lambda sums: sums[..., 0] / n, "f1", seed=seed)
 
     def write_predictions(self, path: str | os.PathLike, examples: Sequence[QAExample], predictions: Sequence[str],
                           settings: Settings) -> None:
