@@ -47,7 +47,7 @@ def cpu_summary() -> str:
 
 def train_teacher(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from bertkit.tasks import get_task
-    from bertkit.tasks.runner import FinetuneConfig, finetune, finetune_training
+    from bertkit.jobs.finetune import FinetuneConfig, finetune, finetune_training
 
     training = finetune_training(get_task("classification"), dict(
         output_dir=str(out), epochs=1.0, batch_size=32, lr=1e-4, progress_bar=False))
@@ -57,7 +57,7 @@ def train_teacher(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
 
 def train_student(args: argparse.Namespace, teacher: Path, out: Path, distil: bool) -> dict[str, Any]:
-    from bertkit.tasks.distill import DistillConfig, distill
+    from bertkit.jobs.distill import DistillConfig, distill
 
     config = DistillConfig.from_dict(dict(
         teacher=str(teacher), train=str(args.data / "train.tsv"), dev=str(args.data / "dev.tsv"), student_layers=3,
@@ -85,7 +85,7 @@ def main() -> int:
     print(cpu_summary(), flush=True)
 
     from bertkit.inference.encoder import Encoder
-    from bertkit.tasks.runner import _load_finetuned, evaluate
+    from bertkit.jobs.finetune import _load_finetuned, evaluate
 
     teacher_dir, student_dir, baseline_dir = (args.out / n for n in ("teacher", "student", "baseline"))
     run_stage("teacher", teacher_dir, lambda: train_teacher(args, teacher_dir))

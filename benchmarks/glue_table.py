@@ -5,7 +5,7 @@
     python3 benchmarks/glue_table.py --dry-run --out /tmp/glue-dry      # tiny model, a few examples per task
 
 Every start gets the same budget per task (below), the same LR sweep and the same seeds; each is scored at the LR
-whose mean over the seeds is best (bertkit.tasks.payoff.compare_starts, which also reads finished runs back, so an
+whose mean over the seeds is best (bertkit.jobs.payoff.compare_starts, which also reads finished runs back, so an
 interrupted table resumes). Metrics are GLUE's: Matthews correlation (CoLA), accuracy (SST-2, QNLI, RTE), F1 and
 accuracy (MRPC, averaged as GLUE averages them); the mean is over the tasks. Writes OUT/glue.md and OUT/glue.json.
 
@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from bertkit.io import atomic_write_json, atomic_write_text
-from bertkit.tasks.payoff import FinetuneBudget, StartResult, compare_starts, paired_tests, random_init_twin
+from bertkit.jobs.payoff import FinetuneBudget, StartResult, compare_starts, paired_tests, random_init_twin
 
 DATA = Path(os.environ.get("DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 TRAIN_EXAMPLES = 4000

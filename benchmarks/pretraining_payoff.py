@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from bertkit.tasks.payoff import (
+from bertkit.jobs.payoff import (
     FinetuneBudget,
     compare_starts,
     markdown_table,

@@ -8,7 +8,7 @@ import pytest
 
 from bertkit.errors import CheckpointError, DataError
 from bertkit.tasks import get_task
-from bertkit.tasks.runner import FinetuneConfig, evaluate, finetune
+from bertkit.jobs.finetune import FinetuneConfig, evaluate, finetune
 
 
 def finetune_config(task: str, model: Path, train: Path, dev: Path, output: Path, **options: str) -> FinetuneConfig:

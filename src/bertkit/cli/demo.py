@@ -1,11 +1,11 @@
-"""`bertkit demo`: the README's main command (see bertkit.demo); every DemoConfig field is an option."""
+"""`bertkit demo`: the README's main command (see bertkit.jobs.demo); every DemoConfig field is an option."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 
-from bertkit.demo import DemoConfig, run_demo
+from bertkit.jobs.demo import DemoConfig, run_demo
 
 
 def register(sub: argparse._SubParsersAction) -> None:

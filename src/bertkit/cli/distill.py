@@ -13,7 +13,7 @@ from bertkit.cli.config_options import (
     dataclass_fields,
     printed_config,
 )
-from bertkit.tasks.distill import DistillConfig
+from bertkit.jobs.distill import DistillConfig
 from bertkit.training.config import TrainingConfig
 
 
@@ -23,8 +23,8 @@ def resolve_distill_config(args: argparse.Namespace) -> DistillConfig:
 
 
 def _distill(args: argparse.Namespace) -> int:
-    from bertkit.tasks.distill import distill
-    from bertkit.tasks.runner import format_metrics
+    from bertkit.jobs.distill import distill
+    from bertkit.jobs.finetune import format_metrics
 
     config = resolve_distill_config(args)
     if printed_config(args, config):

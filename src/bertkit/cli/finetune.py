@@ -1,5 +1,5 @@
 """Verbs `finetune`, `evaluate`, `predict`. `finetune`'s options are generated from FinetuneConfig, TrainingConfig
-and every task's options dataclass; `evaluate` and `predict` mirror bertkit.tasks.runner's functions."""
+and every task's options dataclass; `evaluate` and `predict` mirror bertkit.jobs.finetune's functions."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from bertkit.cli.config_options import (
 from bertkit.dataclass_io import field_docs
 from bertkit.errors import ConfigError
 from bertkit.tasks import TASKS, get_task
-from bertkit.tasks.runner import FinetuneConfig
+from bertkit.jobs.finetune import FinetuneConfig
 from bertkit.training.config import TrainingConfig
 
 
@@ -86,7 +86,7 @@ def resolve_finetune_config(args: argparse.Namespace) -> FinetuneConfig:
 
 
 def _finetune(args: argparse.Namespace) -> int:
-    from bertkit.tasks.runner import finetune, format_metrics
+    from bertkit.jobs.finetune import finetune, format_metrics
 
     config = resolve_finetune_config(args)
     if printed_config(args, config):
@@ -110,7 +110,7 @@ def _add_evaluate(sub: Any) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from bertkit.tasks.runner import dumps, evaluate
+    from bertkit.jobs.finetune import dumps, evaluate
 
     metrics = evaluate(args.model, args.input, args.output, args.batch_size, args.max_examples)
     print(dumps(metrics))
@@ -130,7 +130,7 @@ def _add_predict(sub: Any) -> None:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from bertkit.tasks.runner import predict
+    from bertkit.jobs.finetune import predict
 
     n = predict(args.model, args.input, args.output, args.batch_size)
     print(f"{n} predictions -> {args.output}", file=sys.stderr)

@@ -12,7 +12,7 @@ import json
 
 from bertkit.cli.config_options import add_config_options, config_dict, dataclass_fields, printed_config
 from bertkit.training.config import TrainingConfig
-from bertkit.training.pretrain import PretrainConfig
+from bertkit.jobs.pretrain import PretrainConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,7 +42,7 @@ def pretrain_command(args: argparse.Namespace) -> int:
     config = resolve_config(args)
     if printed_config(args, config):
         return 0
-    from bertkit.training.pretrain import run_pretraining
+    from bertkit.jobs.pretrain import run_pretraining
 
     result = run_pretraining(config, resume=args.resume)
     if result.interrupted:

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from bertkit.model import BertForPreTraining
-from bertkit.tasks import payoff
-from bertkit.tasks.payoff import FinetuneBudget, StartResult, compare_starts, markdown_table, random_init_twin, verdict
+from bertkit.jobs import payoff
+from bertkit.jobs.payoff import FinetuneBudget, StartResult, compare_starts, markdown_table, random_init_twin, verdict
 
 
 def test_random_init_twin_keeps_architecture_and_vocabulary(tmp_path: Path, tiny_dir: Path) -> None:
@@ -39,9 +39,9 @@ def test_best_lr_is_chosen_by_the_mean_over_seeds(tmp_path: Path, monkeypatch: p
         (Path(t.output_dir) / "results.json").write_text(json.dumps(summary))
         return summary
 
-    import bertkit.tasks.runner as runner
+    import bertkit.jobs.finetune as finetune_job
 
-    monkeypatch.setattr(runner, "finetune", fake_finetune)
+    monkeypatch.setattr(finetune_job, "finetune", fake_finetune)
     budget = FinetuneBudget(task="classification", train="t", dev="d", lrs=[1.0, 2.0], seeds=[1, 2])
     results = compare_starts({"a": "a", "b": "b"}, budget, tmp_path)
     assert len(calls) == 8

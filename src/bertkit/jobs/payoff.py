@@ -97,7 +97,7 @@ def _run_dir(out: Path, name: str, lr: float, seed: int) -> Path:
 
 def dev_predictions(run: str | Path, dev: str) -> list:
     """The predictions of a finished run's best model on every dev example, computed once and kept in the run."""
-    from bertkit.tasks.runner import RESULTS_NAME, predictions_on
+    from bertkit.jobs.finetune import RESULTS_NAME, predictions_on
 
     run = Path(run)
     cached = run / PREDICTIONS_NAME
@@ -114,7 +114,7 @@ def dev_predictions(run: str | Path, dev: str) -> list:
 def paired_tests(baseline: StartResult, other: StartResult, budget: FinetuneBudget) -> list[PairedTest]:
     """`other` against `baseline` on the dev examples, one paired test per seed (each start at its best LR, runs
     paired by seed), by the task's main metric."""
-    from bertkit.tasks.runner import RESULTS_NAME, finetuned_task
+    from bertkit.jobs.finetune import RESULTS_NAME, finetuned_task
 
     tests = []
     for seed, (run_a, run_b) in zip(budget.seeds, zip(baseline.best_runs, other.best_runs)):
@@ -137,7 +137,7 @@ def compare_starts(
 
     `on_run(start, lr, seed, score)` is called after each run (finished or read back).
     """
-    from bertkit.tasks.runner import RESULTS_NAME, FinetuneConfig, finetune
+    from bertkit.jobs.finetune import RESULTS_NAME, FinetuneConfig, finetune
 
     out = Path(output_dir)
     results = []

@@ -24,7 +24,7 @@ from bertkit.io import atomic_write_json
 from bertkit.pretrained import resolve_model_dir
 from bertkit.tasks import get_task
 from bertkit.tasks.base import check_positive
-from bertkit.tasks.runner import (
+from bertkit.jobs.finetune import (
     RESULTS_NAME,
     FinetuneConfig,
     finetune,
@@ -119,7 +119,7 @@ class DistillConfig:
     def default_training(self, overrides: dict[str, Any], where: str = "DistillConfig") -> TrainingConfig:
         """The mode's trainer defaults (fine-tuning's or pre-training's) with `overrides` applied."""
         from bertkit.dataclass_io import config_from_dict
-        from bertkit.training.pretrain import PretrainConfig
+        from bertkit.jobs.pretrain import PretrainConfig
 
         if self.mode == TASK:
             return finetune_training(get_task(read_folder_config(self.teacher).task), overrides, where)
@@ -218,7 +218,7 @@ def distill(config: DistillConfig, resume: bool = False) -> dict[str, Any]:
                                  max_eval_examples=config.max_eval_examples, training=config.training)
             summary = finetune(job, resume, wrap_model=wrap, fingerprint=fingerprint, on_start=record)
         else:
-            from bertkit.training.pretrain import PretrainConfig, run_pretraining
+            from bertkit.jobs.pretrain import PretrainConfig, run_pretraining
 
             job = PretrainConfig(model=config.teacher, train_data=config.train, eval_data=config.dev or None,
                                  eval_batch_size=config.eval_batch_size, next_sentence_prediction=False,

@@ -169,7 +169,7 @@ def pretrain(cfg: DemoConfig, tokenizer: Any, out: Path, report: DemoReport) -> 
     """Make MLM + NSP instances from the corpus and pre-train a small BERT; returns its final/ folder."""
     from bertkit.data import PretrainingDataConfig, prepare_pretraining
     from bertkit.training import TrainingConfig
-    from bertkit.training.pretrain import PretrainConfig, run_pretraining
+    from bertkit.jobs.pretrain import PretrainConfig, run_pretraining
 
     data_cfg = PretrainingDataConfig(max_length=cfg.max_length, dupe_factor=cfg.dupe_factor, seed=cfg.seed,
                                      max_predictions_per_seq=max(1, round(cfg.max_length * 0.15)))
@@ -271,7 +271,7 @@ def finetune_sentiment(cfg: DemoConfig, pretrained_dir: Path, shipped: Path | No
                        out: Path, report: DemoReport) -> None:
     """Fine-tune on the SST-2 sample from (a) random weights, (b) this demo's model, (c) the shipped model and
     (d) a fully pre-trained one, with one budget; report dev accuracy, a plot and the computed verdict."""
-    from bertkit.tasks.payoff import FinetuneBudget, compare_starts, paired_tests, plot_comparison, random_init_twin
+    from bertkit.jobs.payoff import FinetuneBudget, compare_starts, paired_tests, plot_comparison, random_init_twin
 
     # (a): the architecture and vocabulary of the longer-pretrained model it is compared with, untrained weights.
     twin_of = shipped if shipped is not None else pretrained_dir
