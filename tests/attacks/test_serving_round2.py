@@ -312,8 +312,8 @@ def test_c3_qa_context_without_text_says_so(context: str, tmp_path: Path) -> Non
 
 def test_c7_frozen_ner_folder_is_served_as_predict_answers(tmp_path: Path) -> None:
     """C7: a feature-based (--frozen) NER folder gets /ner (was 404), tagging each word as `bertkit predict` does."""
-    from bertkit.model.heads import BertForFrozenTokenClassification
     from bertkit.jobs.finetune import predict
+    from bertkit.model.heads import BertForFrozenTokenClassification
 
     labels = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
     settings = {"max_length": 64, "label_names": labels, "frozen": True, "frozen_features": "weighted_sum",

@@ -111,9 +111,9 @@ def test_vocab_size_mismatch_is_a_clear_error(prepared, tmp_path: Path, monkeypa
 def test_bert_pretraining_resume_is_bitwise(prepared, tmp_path: Path) -> None:
     """BertForPreTraining with dropout and dynamic masking: interrupted at step 2 and resumed == straight 4."""
     from bertkit.data import PretrainingDataset
+    from bertkit.jobs.pretrain import PretrainConfig, make_evaluate, pretraining_collator
     from bertkit.model import BertConfig, BertForPreTraining
     from bertkit.training import Trainer, TrainingConfig
-    from bertkit.jobs.pretrain import PretrainConfig, make_evaluate, pretraining_collator
 
     ds, ev = PretrainingDataset(prepared["train"]), PretrainingDataset(prepared["eval"])
 
@@ -208,9 +208,9 @@ def test_mlm_only_loss_is_the_masked_cross_entropy() -> None:
 def test_continued_pretraining_starts_from_a_shipped_model_by_name(tmp_path: Path) -> None:
     """PretrainConfig.model may name a shipped model (ladder row D continues bertkit-mini): its weights, not a
     fresh init; an unknown name is a ConfigError saying what it may be."""
+    from bertkit.jobs.pretrain import PretrainConfig, build_model
     from bertkit.model import BertForPreTraining
     from bertkit.pretrained import shipped_dir
-    from bertkit.jobs.pretrain import PretrainConfig, build_model
 
     config = PretrainConfig(model="bertkit-mini", train_data=str(tmp_path))
     model = build_model(config, 8192, tmp_path / "vocab.txt", 128)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from bertkit.errors import CheckpointError, DataError
-from bertkit.tasks import get_task
 from bertkit.jobs.finetune import FinetuneConfig, evaluate, finetune
+from bertkit.tasks import get_task
 
 
 def finetune_config(task: str, model: Path, train: Path, dev: Path, output: Path, **options: str) -> FinetuneConfig:

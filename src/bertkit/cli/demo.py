@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from bertkit.jobs.demo import DemoConfig, run_demo
+from bertkit.jobs.demo import DemoConfig, run
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,5 +23,5 @@ def _demo(args: argparse.Namespace) -> int:
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(DemoConfig)
                  if getattr(args, f.name) is not None}
     cfg = DemoConfig.quick(**overrides) if args.quick else DemoConfig(**overrides)
-    run_demo(cfg)
+    run(cfg)
     return 0

@@ -23,13 +23,13 @@ def resolve_distill_config(args: argparse.Namespace) -> DistillConfig:
 
 
 def _distill(args: argparse.Namespace) -> int:
-    from bertkit.jobs.distill import distill
+    from bertkit.jobs import distill
     from bertkit.jobs.finetune import format_metrics
 
     config = resolve_distill_config(args)
     if printed_config(args, config):
         return 0
-    summary = distill(config, resume=args.resume)
+    summary = distill.run(config, resume=args.resume)
     d = summary["distillation"]
     print(f"student: teacher layers {d['teacher_layers']} of {d['teacher_depth']} ({d['mode']} distillation)")
     print(f"best: {format_metrics(summary.get('best_metrics') or summary.get('final_metrics') or {})}")

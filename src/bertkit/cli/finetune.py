@@ -19,8 +19,8 @@ from bertkit.cli.config_options import (
 )
 from bertkit.dataclass_io import field_docs
 from bertkit.errors import ConfigError
-from bertkit.tasks import TASKS, get_task
 from bertkit.jobs.finetune import FinetuneConfig
+from bertkit.tasks import TASKS, get_task
 from bertkit.training.config import TrainingConfig
 
 
@@ -86,12 +86,13 @@ def resolve_finetune_config(args: argparse.Namespace) -> FinetuneConfig:
 
 
 def _finetune(args: argparse.Namespace) -> int:
-    from bertkit.jobs.finetune import finetune, format_metrics
+    from bertkit.jobs import finetune
+    from bertkit.jobs.finetune import format_metrics
 
     config = resolve_finetune_config(args)
     if printed_config(args, config):
         return 0
-    summary = finetune(config, resume=args.resume)
+    summary = finetune.run(config, resume=args.resume)
     print(f"best ({summary['main_metric']}): {format_metrics(summary['best_metrics'] or {})}")
     print(f"model: {summary['best_dir']}  ({summary['train_examples']} training examples, "
           f"{summary['seconds']:.0f} s)")

@@ -11,8 +11,8 @@ import argparse
 import json
 
 from bertkit.cli.config_options import add_config_options, config_dict, dataclass_fields, printed_config
-from bertkit.training.config import TrainingConfig
 from bertkit.jobs.pretrain import PretrainConfig
+from bertkit.training.config import TrainingConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,9 +42,9 @@ def pretrain_command(args: argparse.Namespace) -> int:
     config = resolve_config(args)
     if printed_config(args, config):
         return 0
-    from bertkit.jobs.pretrain import run_pretraining
+    from bertkit.jobs import pretrain
 
-    result = run_pretraining(config, resume=args.resume)
+    result = pretrain.run(config, resume=args.resume)
     if result.interrupted:
         return 128 + int(result.signal or 0)
     if result.final_dir is not None:  # rank 0

@@ -1,10 +1,11 @@
 """Fine-tune, evaluate and predict: the functions behind `bertkit finetune | evaluate | predict`.
 
-`finetune(FinetuneConfig)` runs one fine-tuning; the CLI's options are generated from that config. Training is the one Trainer's
-(AdamW with decoupled weight decay, linear warm-up and decay, gradient clipping at 1.0, bf16 autocast where
-supported, evaluation every epoch or every N steps, `best/` kept by the task's main metric, metrics.jsonl,
-resume); this module only wires a task's data, head and metric into it. The fine-tuned folder (`OUTPUT/best`)
-loads with `from_pretrained` and carries the tokenizer, the label names, the task and its settings.
+`run(FinetuneConfig)` (also named `finetune`) runs one fine-tuning; the CLI's options are generated from that config.
+Training is the one Trainer's (AdamW with decoupled weight decay, linear warm-up and decay, gradient clipping at
+1.0, bf16 autocast where supported, evaluation every epoch or every N steps, `best/` kept by the task's main
+metric, metrics.jsonl, resume); this module only wires a task's data, head and metric into it. The fine-tuned
+folder (`OUTPUT/best`) loads with `from_pretrained` and carries the tokenizer, the label names, the task and its
+settings.
 """
 
 from __future__ import annotations
@@ -168,10 +169,10 @@ def finetune_fingerprint(config: FinetuneConfig, task: Task, model: str) -> dict
             "max_train_examples": config.max_train_examples, "max_eval_examples": config.max_eval_examples}
 
 
-def finetune(config: FinetuneConfig, resume: bool = False,
-             wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
-             fingerprint: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-             on_start: Callable[[], None] | None = None) -> dict[str, Any]:
+def run(config: FinetuneConfig, resume: bool = False,
+        wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+        fingerprint: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        on_start: Callable[[], None] | None = None) -> dict[str, Any]:
     """Fine-tune config.model on config.train, evaluating on config.dev; the best model -> OUTPUT/best.
 
     Returns the run's summary (also written to OUTPUT/results.json). `resume` continues OUTPUT's latest checkpoint.
@@ -250,6 +251,9 @@ def finetune(config: FinetuneConfig, resume: bool = False,
         return summary
 
 
+finetune = run  # the name the benchmarks, the tests and the README's example call it by
+
+
 def finetuned_task(model: str) -> tuple[Task, Settings, Any]:
     """Task, settings and BertConfig of a fine-tuned folder (its config.json only; no weights are read)."""
     config = read_folder_config(model)
@@ -326,4 +330,4 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False, default=str)
 
 
-__all__ = ["ConfigError", "evaluate", "finetune", "predict"]
+__all__ = ["FinetuneConfig", "evaluate", "finetune", "predict", "run"]
