@@ -1,45 +1,24 @@
 """Verbs `finetune`, `evaluate`, `predict`. `finetune`'s options are generated from FinetuneConfig, TrainingConfig
-and every task's options dataclass; `evaluate` and `predict` mirror bertkit.jobs.finetune's functions."""
+and every task's options dataclass (bertkit.cli.config_options), the task options as a group of their own;
+`evaluate` and `predict` mirror the functions of bertkit.jobs.finetune."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from typing import Any
 
 from bertkit.cli.config_options import (
     add_config_options,
     add_run_options,
+    check_task_options,
     config_dict,
-    dataclass_fields,
-    option_names,
+    config_fields,
     printed_config,
-    string_list,
+    task_option_fields,
 )
-from bertkit.dataclass_io import field_docs
-from bertkit.errors import ConfigError
 from bertkit.jobs.finetune import FinetuneConfig
-from bertkit.tasks import TASKS, get_task
 from bertkit.training.config import TrainingConfig
-
-
-TASK_PREFIX = "task-option:"  # argparse dest prefix of the generated task-option flags
-
-
-def _task_option_fields() -> dict[str, tuple[dataclasses.Field, str, list[str]]]:
-    """Every task option: name -> (field, help, the tasks that have it). The common ones (TaskOptions) first."""
-    out: dict[str, tuple[dataclasses.Field, str, list[str]]] = {}
-    for name, task_cls in TASKS.items():
-        docs = field_docs(task_cls.options_class)
-        for cls in reversed(task_cls.options_class.__mro__):  # base fields first, with the base's docs
-            if dataclasses.is_dataclass(cls):
-                docs = {**field_docs(cls), **docs}
-        for f in dataclasses.fields(task_cls.options_class):
-            if f.name not in out:
-                out[f.name] = (f, docs.get(f.name, ""), [])
-            out[f.name][2].append(name)
-    return out
 
 
 def _add_finetune(sub: Any) -> None:
@@ -51,20 +30,10 @@ def _add_finetune(sub: Any) -> None:
     add_run_options(p, "FinetuneConfig")
     group = p.add_argument_group("the run (YAML values; fine-tuning defaults: 3 epochs, batch 32, warm-up 0.1, "
                                  "the task's LR)")
-    add_config_options(group, dataclass_fields(FinetuneConfig, {"training": TrainingConfig}, skip=("options",)),
+    add_config_options(group, config_fields(FinetuneConfig, {"training": TrainingConfig}, skip=("options",)),
                        aliases={"training.output_dir": ("output",)})
-    for name, (f, doc, tasks) in _task_option_fields().items():
-        owners = "" if len(tasks) == len(TASKS) else f" [{', '.join(tasks)}]"
-        help_text = (doc + owners).replace("%", "%%") or None
-        flags = option_names(name, False)
-        if f.type in (bool, "bool"):
-            group.add_argument(*flags, dest=TASK_PREFIX + name, action="store_true", default=argparse.SUPPRESS,
-                               help=help_text)
-        else:
-            kind = {"int": int, "int | None": int, "float": float, "float | None": float,
-                    "list[str] | None": string_list}.get(str(f.type), str)
-            group.add_argument(*flags, dest=TASK_PREFIX + name, type=kind, default=argparse.SUPPRESS,
-                               metavar="VALUE", help=help_text)
+    tasks = p.add_argument_group("task options (the --task's; [names] marks an option only those tasks have)")
+    add_config_options(tasks, task_option_fields(), switches=True)
     p.set_defaults(func=_finetune)
 
 
@@ -72,16 +41,7 @@ def resolve_finetune_config(args: argparse.Namespace) -> FinetuneConfig:
     """The config file (or nothing) with the command-line options applied; a task option the chosen task does not
     have is a ConfigError naming the flag and the tasks that do have it."""
     d = config_dict(args)
-    given = {k[len(TASK_PREFIX):]: v for k, v in vars(args).items() if k.startswith(TASK_PREFIX)}
-    if given:
-        fields = _task_option_fields()
-        task = d.get("task")
-        name = get_task(task).name if task else None
-        for option in given:
-            if name is not None and name not in fields[option][2]:
-                raise ConfigError(f"--{option.replace('_', '-')} is an option of {', '.join(fields[option][2])}, "
-                                  f"not of --task {name}")
-        d["options"] = {**(d.get("options") or {}), **given}
+    check_task_options(args, d.get("task"))
     return FinetuneConfig.from_dict(d, args.config or "bertkit finetune")
 
 

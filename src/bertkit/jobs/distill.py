@@ -109,6 +109,8 @@ class DistillConfig:
 
         teacher = read_folder_config(resolve_model_dir(self.teacher))
         check_teacher(teacher, self.layers(teacher.num_hidden_layers), f"DistillConfig.teacher {self.teacher}")
+        if self.mode == TASK:  # an option the teacher's task does not have fails here, before any run starts
+            get_task(teacher.task).options(self.options, "DistillConfig.options")
         if self.training is None:
             self.training = self.default_training({})
 
