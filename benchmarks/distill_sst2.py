@@ -86,7 +86,8 @@ def main() -> int:
     print(cpu_summary(), flush=True)
 
     from bertkit.inference.encoder import Encoder
-    from bertkit.jobs.finetune import _load_finetuned, evaluate
+    from bertkit.jobs import evaluate
+    from bertkit.jobs.finetune import _load_finetuned
 
     teacher_dir, student_dir, baseline_dir = (args.out / n for n in ("teacher", "student", "baseline"))
     run_stage("teacher", teacher_dir, lambda: train_teacher(args, teacher_dir))
@@ -99,7 +100,7 @@ def main() -> int:
     if not args.skip_baseline:
         rows.append(("student, no teacher", baseline_dir))
     dev = str(args.data / "dev.tsv")
-    accuracy = {name: evaluate(str(d / "best"), dev)["accuracy"] for name, d in rows}
+    accuracy = {name: evaluate.run(evaluate.EvaluateConfig(str(d / "best"), dev))["accuracy"] for name, d in rows}
 
     # Speed: the teacher and the distilled student, alternately, on the dev sentences.
     timed = rows[:2]

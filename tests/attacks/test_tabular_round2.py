@@ -100,13 +100,15 @@ def test_n3_huge_values_at_predict_time_are_refused_or_clipped_never_nan(run: Pa
     """N3: Age 1e300 at predict time gave logits [-inf, +inf], a NaN softmax and label "0" for every row; 1e30
     gave probability 1.0 without a word. Values no column takes are refused naming file:line:column; values
     beyond the training range (ages 25..60) are read as its nearest end, with a warning."""
-    from bertkit.jobs.finetune import _load_finetuned, predict
+    from bertkit.jobs import predict
+    from bertkit.jobs.finetune import _load_finetuned
 
     for age, message in (("1e300", r"'1e300' is beyond \+-1e\+100"), ("1e30", r"1e\+30 lies outside")):
         rows = [list(r) for r in ROWS]
         rows[2][0] = age
         with pytest.raises(DataError, match=rf"p\.csv:5: column 'Age': {message}"):
-            predict(str(run), str(write_csv(tmp_path / "p.csv", rows)), str(tmp_path / "pred.csv"))
+            predict.run(predict.PredictConfig(str(run), str(write_csv(tmp_path / "p.csv", rows)),
+                                              str(tmp_path / "pred.csv")))
     config = json.loads((run / "config.json").read_text(), parse_constant=lambda c: pytest.fail(c))
     assert config["task_settings"]["numeric_range"]["Age"] == [25.0, 60.0]
 

@@ -19,7 +19,9 @@ from bertkit.cli.config_options import PREFIX, given_options
 from bertkit.data.config import PretrainingDataConfig
 from bertkit.jobs.demo import DemoConfig
 from bertkit.jobs.distill import DistillConfig
+from bertkit.jobs.evaluate import EvaluateConfig
 from bertkit.jobs.finetune import FinetuneConfig
+from bertkit.jobs.predict import PredictConfig
 from bertkit.jobs.pretrain import PhaseConfig, PretrainConfig
 from bertkit.serve.settings import ServeSettings
 from bertkit.tasks import TASKS
@@ -31,12 +33,16 @@ VERBS: dict[str, tuple[type, dict[str, type], tuple[str, ...]]] = {
     "prepare-pretraining": (PretrainingDataConfig, {}, ()),
     "pretrain": (PretrainConfig, {"training": TrainingConfig}, ()),
     "finetune": (FinetuneConfig, {"training": TrainingConfig}, ("options",)),
+    "evaluate": (EvaluateConfig, {}, ()),
+    "predict": (PredictConfig, {}, ()),
     "distill": (DistillConfig, {"training": TrainingConfig}, ()),
     "serve": (ServeSettings, {}, ()),
     "demo": (DemoConfig, {}, ()),
 }
 REQUIRED = {  # what argparse itself requires of a verb, besides the option under test
     "prepare-pretraining": ["in.txt", "-o", "out", "--tokenizer", "tok"],
+    "evaluate": ["--model", "m", "--input", "i"],
+    "predict": ["--model", "m", "--input", "i", "--output", "o"],
     "serve": ["--model", "m"],
 }
 TASK_VERBS = ("finetune", "distill")  # the verbs with a task options group
@@ -162,6 +168,8 @@ KEPT = [
     (["serve", "--max-batch-size", "8"], "max_batch_size", 8),
     (["serve", "--precision", "int8"], "precision", "int8"),
     (["demo", "--output-dir", "here"], "output_dir", "here"),
+    (["evaluate", "--max-examples", "5"], "max_examples", 5),
+    (["predict", "--batch-size", "8"], "batch_size", 8),
 ]
 
 
@@ -201,6 +209,8 @@ def test_the_verbs_build_their_configs_from_the_options(tiny_dir: Path) -> None:
     assert serve == ServeSettings(max_batch_size=8)
     demo = config_from_options(DemoConfig, parse("demo", "--seed", "3"), "demo", dataclasses.asdict(DemoConfig.quick()))
     assert demo == DemoConfig.quick(seed=3)
+    ev = config_from_options(EvaluateConfig, parse("evaluate", "--max-examples", "5"), "evaluate")
+    assert ev == EvaluateConfig("m", "i", max_examples=5)
 
 
 def test_a_task_option_of_another_task_names_the_tasks_that_have_it(tiny_dir: Path) -> None:
@@ -211,3 +221,9 @@ def test_a_task_option_of_another_task_names_the_tasks_that_have_it(tiny_dir: Pa
                                             "--dev", "d", "--output", "o", "--frozen"])
     with pytest.raises(ConfigError, match=r"--frozen is an option of ner, not of --task classification"):
         resolve_finetune_config(args)
+
+
+def test_a_verb_without_config_file_still_requires_its_inputs(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as e:
+        _verbs()["predict"].parse_args(["--model", "m"])
+    assert e.value.code == 2 and "--input, --output" in capsys.readouterr().err

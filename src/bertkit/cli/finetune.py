@@ -1,6 +1,6 @@
-"""Verbs `finetune`, `evaluate`, `predict`. `finetune`'s options are generated from FinetuneConfig, TrainingConfig
-and every task's options dataclass (bertkit.cli.config_options), the task options as a group of their own;
-`evaluate` and `predict` mirror the functions of bertkit.jobs.finetune."""
+"""Verbs `finetune`, `evaluate`, `predict`, their options generated (bertkit.cli.config_options): `finetune`'s from
+FinetuneConfig, TrainingConfig and every task's options dataclass (a group of their own), `evaluate`'s from
+EvaluateConfig, `predict`'s from PredictConfig."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from bertkit.cli.config_options import (
     check_task_options,
     config_dict,
     config_fields,
+    config_from_options,
     printed_config,
     task_option_fields,
 )
@@ -60,41 +61,40 @@ def _finetune(args: argparse.Namespace) -> int:
 
 
 def _add_evaluate(sub: Any) -> None:
+    from bertkit.jobs.evaluate import EvaluateConfig
+
     p = sub.add_parser("evaluate", help="score a fine-tuned model on a labelled file",
                        description="Evaluate a fine-tuned model folder on INPUT with its task's metrics.")
-    p.add_argument("--model", required=True, help="fine-tuned model folder (e.g. OUTPUT/best)")
-    p.add_argument("--input", required=True, help="labelled file in the task's format")
-    p.add_argument("--output", default=None, help="write the metrics here as JSON (always printed)")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-examples", type=int, default=None)
+    add_config_options(p, config_fields(EvaluateConfig), required=("model", "input"))
     p.set_defaults(func=_evaluate)
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from bertkit.jobs.finetune import dumps, evaluate
+    from bertkit.jobs import evaluate
+    from bertkit.jobs.finetune import dumps
 
-    metrics = evaluate(args.model, args.input, args.output, args.batch_size, args.max_examples)
+    metrics = evaluate.run(config_from_options(evaluate.EvaluateConfig, args, "bertkit evaluate"))
     print(dumps(metrics))
     return 0
 
 
 def _add_predict(sub: Any) -> None:
+    from bertkit.jobs.predict import PredictConfig
+
     p = sub.add_parser("predict", help="write a fine-tuned model's predictions for a file",
                        description="Predict with a fine-tuned model: classification -> the input TSV plus a "
                        "prediction column; ner -> token<TAB>tag lines; qa -> {id: answer} JSON; multiple-choice "
                        "-> JSON lines.")
-    p.add_argument("--model", required=True, help="fine-tuned model folder")
-    p.add_argument("--input", required=True, help="file in the task's format (labels not needed)")
-    p.add_argument("--output", required=True, help="predictions file (written atomically)")
-    p.add_argument("--batch-size", type=int, default=64)
+    add_config_options(p, config_fields(PredictConfig), required=("model", "input", "output"))
     p.set_defaults(func=_predict)
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from bertkit.jobs.finetune import predict
+    from bertkit.jobs import predict
 
-    n = predict(args.model, args.input, args.output, args.batch_size)
-    print(f"{n} predictions -> {args.output}", file=sys.stderr)
+    config = config_from_options(predict.PredictConfig, args, "bertkit predict")
+    n = predict.run(config)
+    print(f"{n} predictions -> {config.output}", file=sys.stderr)
     return 0
 
 
