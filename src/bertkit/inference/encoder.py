@@ -2,6 +2,7 @@
 
 What makes it fast on CPU (measured in benchmarks/bench_embed.py; the float32 matrix products are the wall):
 - Length-sorted batches under a token budget: little padding, and large (tokens, hidden) matrices for the GEMMs.
+  Each batch holds lengths of one width (rounded up to 16), so a text's embedding does not depend on its batch.
 - BertModel's own packed execution (bertkit.model.kernels.Packing): every linear layer, LayerNorm and GELU runs on the
   (tokens, hidden) matrix of real tokens only; only the attention product sees padding, a few percent with sorted
   batches. There is one encoder implementation: this module runs the model, it does not re-implement it.
@@ -63,17 +64,36 @@ def choose_precision(precision: str, device: torch.device) -> tuple[str, str]:
     return "fp32", "auto: this CPU has no bf16 matrix units, where bf16 runs slower than fp32"
 
 
-def plan_batches(lengths: Sequence[int], batch_size: int, max_tokens_per_batch: int | None) -> list[list[int]]:
-    """Indices sorted by length (longest first), cut into batches of at most `batch_size` sequences and at most
-    `max_tokens_per_batch` padded tokens (longest length x count), so every batch is nearly padding-free."""
+# A batch is padded to its longest length rounded up to a multiple of this, and holds only sequences whose lengths
+# round to the same width. Attention's arithmetic for a sequence depends on the width it is padded to (torch's CPU
+# kernel blocks and sums by it; measured bitwise equal alone and in any batch at one width, with or without an
+# all-true mask; BertModel's Packing finds nothing to regroup in such a batch), so this way it depends on the
+# sequence alone, not on its batch-mates. Issue 24, N11: int8 rounds every matrix product's input to a grid, which
+# turned last-bit differences of the width into embeddings 6e-3 apart between batch sizes.
+WIDTH_STEP = 16
+
+
+def padded_width(length: int, max_width: int | None = None) -> int:
+    """The width a sequence of `length` tokens attends at: rounded up to a multiple of WIDTH_STEP, at most
+    `max_width` (the model's max_position_embeddings, where that is no multiple) and never below `length`."""
+    width = -(-length // WIDTH_STEP) * WIDTH_STEP
+    return max(length, min(width, max_width)) if max_width is not None else width
+
+
+def plan_batches(lengths: Sequence[int], batch_size: int, max_tokens_per_batch: int | None,
+                 max_width: int | None = None) -> list[list[int]]:
+    """Indices sorted by length (longest first), cut into batches of one `padded_width`, of at most `batch_size`
+    sequences and at most `max_tokens_per_batch` padded tokens (width x count), so every batch is nearly
+    padding-free and every sequence attends at a width of its own (see WIDTH_STEP)."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches: list[list[int]] = []
     current: list[int] = []
     for i in order:
-        longest = lengths[current[0]] if current else lengths[i]
+        width = padded_width(lengths[current[0]] if current else lengths[i], max_width)
         too_many = len(current) >= batch_size
-        too_long = max_tokens_per_batch is not None and longest * (len(current) + 1) > max_tokens_per_batch
-        if current and (too_many or too_long):
+        too_long = max_tokens_per_batch is not None and width * (len(current) + 1) > max_tokens_per_batch
+        other_width = padded_width(lengths[i], max_width) != width
+        if current and (too_many or too_long or other_width):
             batches.append(current)
             current = []
         current.append(i)
@@ -94,6 +114,7 @@ class Encoder:
     in the encoder's linear layers, the most error-prone kept in float32; CPU only), or "auto": bf16 where the
     hardware has bf16 matrix units, else fp32 (`choose_precision`; what `bertkit embed`, `bertkit.load(...).encode`
     and `bertkit serve` use by default). `precision` and `precision_reason` say what was chosen.
+    Embeddings do not depend on the batch size or the other texts of a batch, in int8 bit for bit (issue 24).
     calibration (int8 only): the texts to calibrate on (never the texts you evaluate on; default: shipped Austen
     paragraphs, `default_calibration_texts`), or an `Int8Plan` computed before; `int8_plan` holds the one used.
     On CPU it also makes glibc malloc keep freed memory, process-wide (`keeps_freed_memory`; bertkit.runtime).
@@ -216,13 +237,15 @@ class Encoder:
         if not ids:
             return out
         pad_id = self.tokenizer.pad_token_id
+        max_width = self.config.max_position_embeddings
         was_training = model.training
         model.eval()
         try:
             with torch.inference_mode():
-                for idx in plan_batches([len(x) for x in ids], batch_size, max_tokens_per_batch):
+                for idx in plan_batches([len(x) for x in ids], batch_size, max_tokens_per_batch, max_width):
                     rows = [ids[i] for i in idx]
-                    batch = pad_batch(rows, [[0] * len(x) for x in rows], pad_id)
+                    width = padded_width(len(rows[0]), max_width)  # the longest comes first
+                    batch = pad_batch(rows, [[0] * len(x) for x in rows], pad_id, width)
                     batch = {k: v.to(self.device) for k, v in batch.items()}
                     hidden = forward(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
                     vectors = pool_hidden(hidden.last_hidden_state.float(), batch["attention_mask"], pooling)
@@ -244,4 +267,4 @@ class Encoder:
         return self.encode(texts, **kwargs)
 
 
-__all__ = ["POOLINGS", "PRECISIONS", "Encoder", "plan_batches"]
+__all__ = ["POOLINGS", "PRECISIONS", "Encoder", "padded_width", "plan_batches"]

@@ -43,6 +43,7 @@ WEIGHT_LEVELS = 63
 # products but hurts the GELU-fed ones of early layers (measured), so calibration picks 0.5 or None (no smoothing)
 # per unit, whichever gives the smaller output error.
 SMOOTHING_CHOICES: tuple[float | None, ...] = (0.5, None)
+MIN_FLOAT_ROWS = 32  # FloatLinear's least row count: 12 measured on AVX2, with a margin for other CPUs' kernels
 DEFAULT_MIN_COSINE = 0.997  # on the calibration text; a margin over the 0.995 goal on unseen text
 DEFAULT_CALIBRATION_PARAGRAPHS = 32
 CALIBRATION_SOURCE = Path(__file__).resolve().parents[1] / "demo_data" / "austen_persuasion.txt.gz"
@@ -101,6 +102,27 @@ class Int8Linear(nn.Module):
         return y.view(*x.shape[:-1], self.out_features)
 
 
+class FloatLinear(nn.Module):
+    """y = x W^T + b in float32, run on at least MIN_FLOAT_ROWS rows (zero rows added, then dropped).
+
+    A unit the plan keeps in float32 feeds int8 units downstream, which round their input to a grid, so its rows
+    must come out bit for bit the same however many rows share the product (issue 24, N11). MKL's float32 GEMM
+    takes other kernels for a few rows: on the 2-core AVX2 machine, rows differ in the last bit for 1-3, 5-7 and
+    9-11 rows of 12 or more (1-3 with one thread); every row count from 12 to 1100 gives the same bits."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight.detach().float())
+        self.register_buffer("bias", None if bias is None else bias.detach().float())
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows = x.shape[:-1].numel()
+        if rows >= MIN_FLOAT_ROWS:
+            return F.linear(x, self.weight, self.bias)
+        flat = F.pad(x.reshape(rows, x.shape[-1]), (0, 0, 0, MIN_FLOAT_ROWS - rows))
+        return F.linear(flat, self.weight, self.bias)[:rows].view(*x.shape[:-1], -1)
+
+
 @dataclass
 class Int8Plan:
     """What calibration decided: each unit's input range, the sweep, and the units left in float32."""
@@ -136,7 +158,8 @@ def int8_units(bert: nn.Module) -> dict[str, tuple[Tensor, Tensor | None]]:
 
 
 def quantize_int8(bert: nn.Module, plan: Int8Plan, units: set[str] | None = None) -> nn.Module:
-    """A copy of `bert` with `units` (default: every unit not in plan.float_units) as Int8Linear; CPU only."""
+    """A copy of `bert` with `units` (default: every unit not in plan.float_units) as Int8Linear and the other units
+    as FloatLinear; CPU only."""
     if torch.backends.quantized.engine not in ("x86", "fbgemm"):
         raise ConfigError(f"int8 needs the x86 or fbgemm quantized engine, found {torch.backends.quantized.engine!r}")
     all_units = int8_units(bert)
@@ -146,7 +169,7 @@ def quantize_int8(bert: nn.Module, plan: Int8Plan, units: set[str] | None = None
         raise ConfigError(f"int8 plan has no input range for {min(missing)} (recalibrate for this model)")
     return replace_units(copy.deepcopy(bert).cpu().float(), {
         name: Int8Linear(*all_units[name], plan.input_ranges[name], plan.smoothing.get(name, SMOOTHING_CHOICES[0]))
-        for name in sorted(chosen)})
+        if name in chosen else FloatLinear(*all_units[name]) for name in sorted(all_units)})
 
 
 def replace_units(model: nn.Module, replacements: dict[str, nn.Module]) -> nn.Module:
@@ -239,5 +262,5 @@ def _hooks(modules: dict[str, nn.Module], hooks: dict[str, Callable[..., None]])
             handle.remove()
 
 
-__all__ = ["Int8Linear", "Int8Plan", "calibrate_int8", "default_calibration_texts", "int8_units", "int8_weight",
-           "quantize_int8", "replace_units", "smoothing_factors"]
+__all__ = ["FloatLinear", "Int8Linear", "Int8Plan", "calibrate_int8", "default_calibration_texts", "int8_units",
+           "int8_weight", "quantize_int8", "replace_units", "smoothing_factors"]
