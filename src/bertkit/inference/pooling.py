@@ -24,11 +24,13 @@ def pool_hidden(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
     raise ConfigError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
 
 
-def pad_batch(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]], pad_id: int | None) -> dict[str, Tensor]:
-    """Right-pad token-id lists to the longest: input_ids, token_type_ids and attention_mask, each (batch, seq).
+def pad_batch(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]], pad_id: int | None,
+              width: int | None = None) -> dict[str, Tensor]:
+    """Right-pad token-id lists to the longest (or to `width`, if that is longer): input_ids, token_type_ids and
+    attention_mask, each (batch, seq).
 
     Padded positions are masked out, so a vocabulary without [PAD] (pad_id None) pads with id 0."""
-    longest = max(len(x) for x in ids)
+    longest = max(width or 0, *(len(x) for x in ids))
     input_ids = torch.full((len(ids), longest), pad_id if pad_id is not None else 0, dtype=torch.long)
     token_type_ids = torch.zeros((len(ids), longest), dtype=torch.long)
     attention_mask = torch.zeros((len(ids), longest), dtype=torch.long)
