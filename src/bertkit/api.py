@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.inference.pooling import DEFAULT_POOLING, folder_defaults
+from bertkit.inference.precision import DEFAULT_PRECISION
 from bertkit.model import BertPreTrainedModel
 from bertkit.model.checkpoint import save_pretrained
 from bertkit.model.folder import open_folder
@@ -36,13 +38,13 @@ class Bert:
         normalize: bool | None = None,
         batch_size: int = 32,
         max_length: int | None = None,
-        precision: str = "auto",
+        precision: str = DEFAULT_PRECISION,
     ) -> np.ndarray:
         """Sentence embeddings, (len(texts), hidden) float32 (a single string gives (hidden,)).
 
         Unset options take the folder's defaults, else mean pooling, no normalisation, the position limit.
         precision "auto" computes in bf16 where the hardware has bf16 matrix units and in fp32 otherwise (the
-        choice is logged; `bertkit.inference.encoder.choose_precision`); "fp32", "bf16" or "int8" force one.
+        choice is logged; `bertkit.inference.precision.choose_precision`); "fp32", "bf16" or "int8" force one.
         """
         from bertkit.inference.embed import embed_texts
 
@@ -51,7 +53,7 @@ class Bert:
             self.model,
             self.tokenizer,
             [texts] if single else list(texts),
-            pooling=pooling or self.defaults.get("pooling", "mean"),
+            pooling=pooling or self.defaults.get("pooling", DEFAULT_POOLING),
             normalize=normalize if normalize is not None else self.defaults.get("normalize", False),
             batch_size=batch_size,
             max_length=max_length or self.defaults.get("max_length"),
@@ -71,4 +73,4 @@ def load(folder: str | os.PathLike, model_class: str | None = None, **kwargs: An
     """
     # a shipped model's name (bertkit.pretrained) works too; a config.json naming only its task gets the task's head
     opened = open_folder(folder, model_class or task_model_class(folder), **kwargs)
-    return Bert(opened.model, opened.tokenizer, opened.defaults)
+    return Bert(opened.model, opened.tokenizer, folder_defaults(opened.path))

@@ -50,7 +50,8 @@ def test_encoder_from_folder_matches_sentence_transformers(monkeypatch) -> None:
     st = pytest.importorskip("sentence_transformers")
     folder = minilm_folder()
     texts = wikitext_paragraphs(16)
-    ours = Encoder(folder).encode(texts, batch_size=4, max_tokens_per_batch=600)  # folder defaults: mean, normalize
+    encoder = Encoder(folder, precision="fp32")  # the folder's defaults: mean pooling, normalize
+    ours = encoder.encode(texts, batch_size=4, max_tokens_per_batch=600)
     theirs = torch.from_numpy(st.SentenceTransformer(folder, device="cpu").encode(texts, batch_size=8))
     assert F.cosine_similarity(ours, theirs).min() > 0.99999
     assert (ours - theirs).abs().max() < 1e-5
@@ -59,7 +60,7 @@ def test_encoder_from_folder_matches_sentence_transformers(monkeypatch) -> None:
 def test_bf16_stays_close_to_fp32(minilm) -> None:
     _, model, tok = minilm
     texts = [x[:200] for x in wikitext_paragraphs(8)]
-    ref = Encoder(model, tok).encode(texts)
+    ref = Encoder(model, tok, precision="fp32").encode(texts)
     bf16 = Encoder(model, tok, precision="bf16").encode(texts)
     assert F.cosine_similarity(ref, bf16).min() >= 0.999  # int8: tests/inference/test_int8.py
 
@@ -94,7 +95,7 @@ def test_encoder_runs_the_callers_model_without_changing_it(minilm) -> None:
     """fp32 shares the caller's weights (no copy) and leaves its train/eval mode as it was; bf16 copies."""
     _, model, tok = minilm
     model.train()
-    enc = Encoder(model, tok)
+    enc = Encoder(model, tok, precision="fp32")
     assert enc.bert is model
     first = enc.encode(["dropout must be off while encoding"])
     assert model.training
@@ -109,7 +110,7 @@ def test_auto_precision_follows_the_cpu(monkeypatch, minilm, capsys, tmp_path) -
     choice is printed by `bertkit embed` and reported by the encoder."""
     from bertkit import runtime
     from bertkit.cli import main
-    from bertkit.inference.encoder import choose_precision
+    from bertkit.inference.precision import choose_precision
 
     cpu = torch.device("cpu")
     monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16", "avx512_vnni"})

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bertkit.errors import ConfigError
-from bertkit.inference.pooling import POOLINGS, pad_batch, pool_hidden
+from bertkit.inference.pooling import check_pooling, pad_batch, pool_hidden
 from bertkit.model import BertModel, BertPreTrainedModel
 
 
@@ -56,8 +56,7 @@ def reference_embed_texts(
     `.input_ids` / `.token_type_ids`, and `pad_token_id`). Texts longer than max_length (default: the position table)
     are truncated. Batches are sorted by length, longest first, so padding is small and memory peaks early.
     """
-    if pooling not in POOLINGS:
-        raise ConfigError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    check_pooling(pooling)
     if batch_size < 1:
         raise ConfigError(f"batch_size must be positive, got {batch_size}")
     bert: BertModel = model if isinstance(model, BertModel) else model.bert  # type: ignore[assignment]
