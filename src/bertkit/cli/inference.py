@@ -69,17 +69,15 @@ def embed_command(args: argparse.Namespace) -> int:
 
     from bertkit.api import load
     from bertkit.errors import CheckpointError
-    from bertkit.inference.precision import choose_precision
     from bertkit.io import atomic_open, check_output_file
-    from bertkit.model.heads import base_model
 
     texts = read_lines(args.input)
     check_output_file(args.output)  # a read-only folder is reported now, not after the whole computation
     bundle = load(args.model)
-    precision, reason = choose_precision(args.precision, next(base_model(bundle.model).parameters()).device)
-    print(f"precision: {precision} ({reason})", file=sys.stderr)
+    encoder = bundle.encoder(args.precision, args.max_length)  # the one `encode` below runs
+    print(f"precision: {encoder.precision} ({encoder.precision_reason})", file=sys.stderr)
     vectors = bundle.encode(texts, pooling=args.pooling, normalize=args.normalize, batch_size=args.batch_size,
-                            max_length=args.max_length, precision=precision)
+                            max_length=args.max_length, precision=args.precision)
     bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
     if bad.size:  # a broken model (weights or config) must not leave a matrix of NaN behind with exit code 0
         raise CheckpointError(f"{args.model}: the model computed non-finite values (NaN or infinity) for "

@@ -272,4 +272,27 @@ class Encoder:
         return self.encode(texts, **kwargs)
 
 
-__all__ = ["Encoder", "padded_width", "plan_batches"]
+class Encoders:
+    """A loaded model's Encoders, one per (precision, max_length, device) asked for, each built on first use and then
+    kept: what `bertkit.load(...)` (so `bertkit embed`) and the server hold, so that an int8 encoder is calibrated
+    (seconds) and a bf16 copy made once per loaded model, not once per `encode` call.
+
+    An fp32 encoder runs the model's own weights; bf16 and int8 encoders hold copies made when they were built, so
+    they do not follow later changes to the model's weights (build a new `Encoders` after changing them)."""
+
+    def __init__(self, model: BertPreTrainedModel, tokenizer: Any, defaults: dict[str, Any] | None = None) -> None:
+        self.model, self.tokenizer, self.defaults = model, tokenizer, defaults or {}
+        self._built: dict[tuple[str, int | None, str], Encoder] = {}
+
+    def get(self, precision: str = DEFAULT_PRECISION, max_length: int | None = None,
+            device: str | torch.device | None = None) -> Encoder:
+        """The Encoder for these options (device: the model's own by default), built the first time they are asked."""
+        device = torch.device(device) if device is not None else next(self.model.parameters()).device
+        key = (precision, max_length, str(device))
+        if key not in self._built:
+            self._built[key] = Encoder(self.model, self.tokenizer, precision=precision, device=device,
+                                       max_length=max_length, defaults=self.defaults)
+        return self._built[key]
+
+
+__all__ = ["Encoder", "Encoders", "padded_width", "plan_batches"]

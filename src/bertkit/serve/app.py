@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from bertkit.errors import BertkitError, DataError, TokenizerError
-from bertkit.inference.encoder import Encoder
+from bertkit.inference.encoder import Encoders
 from bertkit.inference.fill_mask import MASK, mask_ids, predict_masks
 from bertkit.inference.pooling import POOLINGS, folder_defaults, pad_batch
 from bertkit.inference.precision import DEFAULT_PRECISION
@@ -219,8 +219,8 @@ class Predictor:
         opened = open_task_folder(folder)  # a hand-written config.json may name only its task
         self.folder, self.model, self.tokenizer = opened.path, opened.model, opened.tokenizer
         # The folder's own embedding settings (pooling, normalisation, max length), as bertkit.load(folder) reads them.
-        self.encoder = Encoder(self.model, self.tokenizer, device="cpu", defaults=folder_defaults(opened.path),
-                               precision=precision)
+        self.encoders = Encoders(self.model, self.tokenizer, folder_defaults(opened.path))
+        self.encoder = self.encoders.get(precision, device="cpu")
         self.config = self.model.config
         self.max_length = self.config.max_position_embeddings
         self.labels = self.config.label_names or [f"LABEL_{i}" for i in range(self.config.num_labels)]
