@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from inference_helpers import minilm_folder, tokenizer_for, wikitext_paragraphs
+from inference_helpers import minilm_folder, reference_embed_texts, tokenizer_for, wikitext_paragraphs
 
 from bertkit.errors import ConfigError
-from bertkit.inference.embed import embed_texts, reference_embed_texts
 from bertkit.inference.encoder import Encoder, plan_batches
 from bertkit.model import BertModel
 
@@ -38,11 +37,12 @@ def test_plan_batches_respects_both_limits_and_covers_every_index() -> None:
 def test_encoder_equals_reference_path_in_input_order(minilm, pooling: str) -> None:
     folder, model, tok = minilm
     texts = wikitext_paragraphs(48) + ["short", "a b c"]
-    fast = embed_texts(model, tok, texts, pooling=pooling, normalize=True, max_length=256)
+    encoder = Encoder(model, tok, precision="fp32", max_length=256)
+    fast = encoder.encode(texts, pooling=pooling, normalize=True, batch_size=32).numpy()
     slow = reference_embed_texts(model, tok, texts, pooling=pooling, normalize=True, max_length=256)
     assert np.abs(fast - slow).max() <= 1e-5
     # One text at a time gives the same rows: the order is the input order.
-    alone = embed_texts(model, tok, [texts[7]], pooling=pooling, normalize=True, max_length=256)
+    alone = encoder.encode([texts[7]], pooling=pooling, normalize=True).numpy()
     assert np.abs(alone[0] - fast[7]).max() <= 1e-5
 
 

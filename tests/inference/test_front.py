@@ -13,13 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from inference_helpers import minilm_folder, tiny_folder, tokenizer_for
+from inference_helpers import minilm_folder, reference_embed_texts, tiny_folder, tokenizer_for
 
 import bertkit
 from bertkit.cli import build_parser, main
 from bertkit.errors import ConfigError
 from bertkit.inference import pooling
-from bertkit.inference.embed import reference_embed_texts
 from bertkit.inference.encoder import Encoder, Encoders
 from bertkit.inference.precision import DEFAULT_PRECISION, PRECISIONS
 from bertkit.model import BertModel

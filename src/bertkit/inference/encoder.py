@@ -13,7 +13,8 @@ What makes it fast on CPU (measured in benchmarks/bench_embed.py; the float32 ma
 - `torch.inference_mode`, optional calibrated static int8 in the linear layers (CPU; bertkit.inference.quantize;
   texts of fewer than 10 distinct tokens in float32 there), bfloat16 weights (GPU, or a CPU with native bf16 GEMMs),
   optional `torch.compile`.
-In float32 the result equals the plain padded path (`reference_embed_texts`) within 1e-5.
+In float32 the result equals the plain padded path (tests/inference/inference_helpers.py, `reference_embed_texts`)
+within 1e-5.
 """
 
 from __future__ import annotations
