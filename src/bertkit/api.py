@@ -14,6 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.inference.encoder import Encoder, Encoders
+from bertkit.inference.pooling import folder_defaults
+from bertkit.inference.precision import DEFAULT_PRECISION
 from bertkit.model import BertPreTrainedModel
 from bertkit.model.checkpoint import save_pretrained
 from bertkit.model.folder import open_folder
@@ -22,12 +25,21 @@ from bertkit.tasks import task_model_class
 
 @dataclass
 class Bert:
-    """A model and its tokenizer, loaded together from one folder."""
+    """A model and its tokenizer, loaded together from one folder, with the Encoders it has built (one per precision
+    and length asked for: a second `encode(..., precision="int8")` does not calibrate again)."""
 
     model: BertPreTrainedModel
     tokenizer: Any
     defaults: dict[str, Any] = field(default_factory=dict)
     """Embedding defaults read from the folder (sentence-transformers' pooling, normalisation, max length)."""
+    encoders: Encoders = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.encoders = Encoders(self.model, self.tokenizer, self.defaults)
+
+    def encoder(self, precision: str = DEFAULT_PRECISION, max_length: int | None = None) -> Encoder:
+        """The Encoder `encode` runs for these options (on the model's device), built on first use and kept."""
+        return self.encoders.get(precision, max_length)
 
     def encode(
         self,
@@ -36,27 +48,17 @@ class Bert:
         normalize: bool | None = None,
         batch_size: int = 32,
         max_length: int | None = None,
-        precision: str = "auto",
+        precision: str = DEFAULT_PRECISION,
     ) -> np.ndarray:
         """Sentence embeddings, (len(texts), hidden) float32 (a single string gives (hidden,)).
 
         Unset options take the folder's defaults, else mean pooling, no normalisation, the position limit.
         precision "auto" computes in bf16 where the hardware has bf16 matrix units and in fp32 otherwise (the
-        choice is logged; `bertkit.inference.encoder.choose_precision`); "fp32", "bf16" or "int8" force one.
+        choice is logged; `bertkit.inference.precision.choose_precision`); "fp32", "bf16" or "int8" force one.
         """
-        from bertkit.inference.embed import embed_texts
-
         single = isinstance(texts, str)
-        vectors = embed_texts(
-            self.model,
-            self.tokenizer,
-            [texts] if single else list(texts),
-            pooling=pooling or self.defaults.get("pooling", "mean"),
-            normalize=normalize if normalize is not None else self.defaults.get("normalize", False),
-            batch_size=batch_size,
-            max_length=max_length or self.defaults.get("max_length"),
-            precision=precision,
-        )
+        vectors = self.encoder(precision, max_length).encode([texts] if single else list(texts), pooling=pooling,
+                                                           normalize=normalize, batch_size=batch_size).numpy()
         return vectors[0] if single else vectors
 
     def save(self, folder: str | os.PathLike) -> None:
@@ -71,4 +73,4 @@ def load(folder: str | os.PathLike, model_class: str | None = None, **kwargs: An
     """
     # a shipped model's name (bertkit.pretrained) works too; a config.json naming only its task gets the task's head
     opened = open_folder(folder, model_class or task_model_class(folder), **kwargs)
-    return Bert(opened.model, opened.tokenizer, opened.defaults)
+    return Bert(opened.model, opened.tokenizer, folder_defaults(opened.path))

@@ -1,16 +1,21 @@
-"""Shared test scaffolding: the MiniLM folder, tiny random head folders, and a tokenizer for them."""
+"""Shared test scaffolding: the MiniLM folder, tiny random head folders, a tokenizer for them, and the plain padded
+embedding path the fast Encoder is checked against (`reference_embed_texts`)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
-from bertkit.model import BertConfig
+from bertkit.inference.pooling import check_pooling, pad_batch
+from bertkit.model import BertConfig, BertModel, BertPreTrainedModel
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO.parent / "shared" / "data"
@@ -58,3 +63,43 @@ def wikitext_paragraphs(limit: int) -> list[str]:
         pytest.skip(f"WikiText-2 not found at {path}")
     lines = [x.strip() for x in path.read_text(encoding="utf-8").splitlines()]
     return [x for x in lines if x and not x.startswith("=")][:limit]
+
+
+def reference_embed_texts(
+    model: BertPreTrainedModel,
+    tokenizer: Any,
+    texts: Sequence[str],
+    pooling: str = "mean",
+    normalize: bool = False,
+    batch_size: int = 32,
+    max_length: int | None = None,
+) -> np.ndarray:
+    """The test oracle for sentence embeddings: one float32 vector per text, in input order, (len(texts), hidden),
+    the simple correct way (fixed-size padded batches through BertModel, masked pooling), so its numbers are the
+    model's numbers. The Encoder (length-sorted, width-grouped, packed) must equal it within 1e-5 in float32.
+
+    Texts longer than max_length (default: the position table) are truncated. Batches are sorted by length."""
+    mode = check_pooling(pooling)
+    bert: BertModel = model if isinstance(model, BertModel) else model.bert  # type: ignore[assignment]
+    max_length = max_length or bert.config.max_position_embeddings
+    encodings = [tokenizer.encode(text, max_length=max_length, truncation=True) for text in texts]
+    out = np.zeros((len(texts), bert.config.hidden_size), dtype=np.float32)
+    order = sorted(range(len(texts)), key=lambda i: len(encodings[i].input_ids), reverse=True)
+    device = next(bert.parameters()).device
+    was_training = bert.training
+    bert.eval()
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                rows = order[start : start + batch_size]
+                batch = pad_batch([encodings[i].input_ids for i in rows], [encodings[i].token_type_ids for i in rows],
+                                  tokenizer.pad_token_id)
+                batch = {k: v.to(device) for k, v in batch.items()}
+                hidden = bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).last_hidden_state
+                vectors = mode.pool(hidden.float(), batch["attention_mask"])
+                if normalize:
+                    vectors = F.normalize(vectors, p=2, dim=-1)
+                out[rows] = vectors.cpu().numpy()
+    finally:
+        bert.train(was_training)
+    return out

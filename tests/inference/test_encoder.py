@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from inference_helpers import minilm_folder, tokenizer_for, wikitext_paragraphs
+from inference_helpers import minilm_folder, reference_embed_texts, tokenizer_for, wikitext_paragraphs
 
 from bertkit.errors import ConfigError
-from bertkit.inference.embed import embed_texts, reference_embed_texts
 from bertkit.inference.encoder import Encoder, plan_batches
 from bertkit.model import BertModel
 
@@ -38,11 +37,12 @@ def test_plan_batches_respects_both_limits_and_covers_every_index() -> None:
 def test_encoder_equals_reference_path_in_input_order(minilm, pooling: str) -> None:
     folder, model, tok = minilm
     texts = wikitext_paragraphs(48) + ["short", "a b c"]
-    fast = embed_texts(model, tok, texts, pooling=pooling, normalize=True, max_length=256)
+    encoder = Encoder(model, tok, precision="fp32", max_length=256)
+    fast = encoder.encode(texts, pooling=pooling, normalize=True, batch_size=32).numpy()
     slow = reference_embed_texts(model, tok, texts, pooling=pooling, normalize=True, max_length=256)
     assert np.abs(fast - slow).max() <= 1e-5
     # One text at a time gives the same rows: the order is the input order.
-    alone = embed_texts(model, tok, [texts[7]], pooling=pooling, normalize=True, max_length=256)
+    alone = encoder.encode([texts[7]], pooling=pooling, normalize=True).numpy()
     assert np.abs(alone[0] - fast[7]).max() <= 1e-5
 
 
@@ -50,7 +50,8 @@ def test_encoder_from_folder_matches_sentence_transformers(monkeypatch) -> None:
     st = pytest.importorskip("sentence_transformers")
     folder = minilm_folder()
     texts = wikitext_paragraphs(16)
-    ours = Encoder(folder).encode(texts, batch_size=4, max_tokens_per_batch=600)  # folder defaults: mean, normalize
+    encoder = Encoder(folder, precision="fp32")  # the folder's defaults: mean pooling, normalize
+    ours = encoder.encode(texts, batch_size=4, max_tokens_per_batch=600)
     theirs = torch.from_numpy(st.SentenceTransformer(folder, device="cpu").encode(texts, batch_size=8))
     assert F.cosine_similarity(ours, theirs).min() > 0.99999
     assert (ours - theirs).abs().max() < 1e-5
@@ -59,7 +60,7 @@ def test_encoder_from_folder_matches_sentence_transformers(monkeypatch) -> None:
 def test_bf16_stays_close_to_fp32(minilm) -> None:
     _, model, tok = minilm
     texts = [x[:200] for x in wikitext_paragraphs(8)]
-    ref = Encoder(model, tok).encode(texts)
+    ref = Encoder(model, tok, precision="fp32").encode(texts)
     bf16 = Encoder(model, tok, precision="bf16").encode(texts)
     assert F.cosine_similarity(ref, bf16).min() >= 0.999  # int8: tests/inference/test_int8.py
 
@@ -94,7 +95,7 @@ def test_encoder_runs_the_callers_model_without_changing_it(minilm) -> None:
     """fp32 shares the caller's weights (no copy) and leaves its train/eval mode as it was; bf16 copies."""
     _, model, tok = minilm
     model.train()
-    enc = Encoder(model, tok)
+    enc = Encoder(model, tok, precision="fp32")
     assert enc.bert is model
     first = enc.encode(["dropout must be off while encoding"])
     assert model.training
@@ -109,7 +110,7 @@ def test_auto_precision_follows_the_cpu(monkeypatch, minilm, capsys, tmp_path) -
     choice is printed by `bertkit embed` and reported by the encoder."""
     from bertkit import runtime
     from bertkit.cli import main
-    from bertkit.inference.encoder import choose_precision
+    from bertkit.inference.precision import choose_precision
 
     cpu = torch.device("cpu")
     monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16", "avx512_vnni"})

@@ -12,9 +12,10 @@ import torch
 import torch.nn.functional as F
 from inference_helpers import DATA, minilm_folder, tokenizer_for, wikitext_paragraphs
 
-from bertkit.inference.encoder import Encoder, choose_precision
+from bertkit.inference.encoder import Encoder
 from bertkit.inference.pooling import pad_batch
-from bertkit.inference.quantize import Int8Linear, Int8Plan, default_calibration_texts
+from bertkit.inference.precision import choose_precision
+from bertkit.inference.quantize import Int8Linear, Int8Plan, calibration_paragraphs, default_calibration_texts
 from bertkit.model import BertForSequenceClassification, BertModel
 
 
@@ -39,8 +40,8 @@ def test_int8_encoder_stays_close_to_fp32_on_unseen_text(minilm) -> None:
     """Calibrated on Austen (the default), evaluated on WikiText-2: a different text, as in use."""
     model, tok = minilm
     texts = wikitext_paragraphs(24)
-    calibration = default_calibration_texts(8)
-    ref = Encoder(model, tok, max_length=256).encode(texts)
+    calibration = default_calibration_texts(8, 16, 2)
+    ref = Encoder(model, tok, precision="fp32", max_length=256).encode(texts)
     enc = Encoder(model, tok, precision="int8", max_length=256, calibration=calibration)
     assert F.cosine_similarity(ref, enc.encode(texts)).min() >= 0.99
     plan = enc.int8_plan
@@ -61,7 +62,7 @@ def test_calibration_text_longer_than_max_length_is_cut_without_a_warning(minilm
     """The shipped calibration paragraphs run past short max_lengths; that is no news to the user (their own long
     texts still warn: test_encoder.py)."""
     model, tok = minilm
-    calibration = default_calibration_texts(2)
+    calibration = calibration_paragraphs(2)
     assert all(len(tok.encode(t).input_ids) > 32 for t in calibration)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from bertkit.inference.embed import embed_texts
+from bertkit.inference.encoder import Encoder
 from bertkit.model import MODEL_CLASSES, BertConfig, BertForPreTraining, BertModel
 
 transformers = pytest.importorskip("transformers", reason="the parity tests need it (pip install 'bertkit[test]')")
@@ -100,8 +100,8 @@ def test_sentence_embeddings_match_sentence_transformers(minilm: BertModel, mini
     st = pytest.importorskip("sentence_transformers")
     texts = sentences["sst2"] + [a for a, _ in sentences["mrpc"]]
     ref = st.SentenceTransformer(str(minilm_dir), device="cpu").encode(texts, convert_to_tensor=True)
-    ours = torch.from_numpy(embed_texts(minilm, minilm_tokenizer, texts, pooling="mean", normalize=True,
-                                        batch_size=7, max_length=256))
+    ours = Encoder(minilm, minilm_tokenizer, precision="fp32", max_length=256).encode(texts, pooling="mean",
+                                                                                      normalize=True, batch_size=7)
     cos = torch.nn.functional.cosine_similarity(ours, ref.float(), dim=-1)
     FIGURES["MiniLM embeddings vs sentence-transformers min cosine"] = cos.min().item()
     FIGURES["MiniLM embeddings vs sentence-transformers max|diff|"] = max_diff(ours, ref)

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 from bertkit.errors import data_error
+from bertkit.inference.pooling import DEFAULT_POOLING, POOLINGS
+from bertkit.inference.precision import DEFAULT_PRECISION, PRECISIONS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,19 +20,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(lines, hidden) float32 matrix, row i for line i. An empty line is embedded as the empty text, as "
         "bertkit.load(DIR).encode(['']) does, so the rows stay aligned with the lines; a warning names such lines. "
         "Defaults for pooling, normalisation and length come from the folder's sentence-transformers files "
-        "when it has them, else mean pooling, no normalisation, the model's position limit.",
+        f"when it has them, else {DEFAULT_POOLING} pooling, no normalisation, the model's position limit.",
     )
     p.add_argument("input", metavar="INPUT", help="text file, one text per line ('-' reads standard input)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.npy", help="output .npy file (written atomically)")
     p.add_argument("--model", required=True, metavar="DIR", help="model folder with vocab.txt")
-    p.add_argument("--pooling", choices=("mean", "cls"), default=None,
-                   help="mean over real tokens, or the [CLS] vector (default: the folder's, else mean)")
+    p.add_argument("--pooling", choices=tuple(POOLINGS), default=None,
+                   help="; ".join(f"{name}: {mode.help}" for name, mode in POOLINGS.items())
+                   + f" (default: the folder's, else {DEFAULT_POOLING})")
     p.add_argument("--normalize", action="store_true", default=None, help="L2-normalise every embedding")
     p.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default %(default)s)")
     p.add_argument("--max-length", type=int, default=None, help="truncate texts to this many tokens")
-    p.add_argument("--precision", choices=("auto", "fp32", "bf16", "int8"), default="auto",
-                   help="auto (default): bf16 where this machine has bf16 matrix units (AVX512-BF16/AMX, a GPU), "
-                   "else fp32; int8 only when asked")
+    p.add_argument("--precision", choices=PRECISIONS, default=DEFAULT_PRECISION,
+                   help="auto: bf16 where this machine has bf16 matrix units (AVX512-BF16/AMX, a GPU), else fp32; "
+                   "int8 only when asked (default %(default)s)")
     p.set_defaults(func=embed_command)
 
 
@@ -66,17 +69,15 @@ def embed_command(args: argparse.Namespace) -> int:
 
     from bertkit.api import load
     from bertkit.errors import CheckpointError
-    from bertkit.inference.encoder import choose_precision
     from bertkit.io import atomic_open, check_output_file
-    from bertkit.model.heads import base_model
 
     texts = read_lines(args.input)
     check_output_file(args.output)  # a read-only folder is reported now, not after the whole computation
     bundle = load(args.model)
-    precision, reason = choose_precision(args.precision, next(base_model(bundle.model).parameters()).device)
-    print(f"precision: {precision} ({reason})", file=sys.stderr)
+    encoder = bundle.encoder(args.precision, args.max_length)  # the one `encode` below runs
+    print(f"precision: {encoder.precision} ({encoder.precision_reason})", file=sys.stderr)
     vectors = bundle.encode(texts, pooling=args.pooling, normalize=args.normalize, batch_size=args.batch_size,
-                            max_length=args.max_length, precision=precision)
+                            max_length=args.max_length, precision=args.precision)
     bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
     if bad.size:  # a broken model (weights or config) must not leave a matrix of NaN behind with exit code 0
         raise CheckpointError(f"{args.model}: the model computed non-finite values (NaN or infinity) for "

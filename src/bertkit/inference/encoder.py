@@ -2,6 +2,7 @@
 
 What makes it fast on CPU (measured in benchmarks/bench_embed.py; the float32 matrix products are the wall):
 - Length-sorted batches under a token budget: little padding, and large (tokens, hidden) matrices for the GEMMs.
+  Each batch holds lengths of one width (rounded up to 16), so a text's embedding does not depend on its batch.
 - BertModel's own packed execution (bertkit.model.kernels.Packing): every linear layer, LayerNorm and GELU runs on the
   (tokens, hidden) matrix of real tokens only; only the attention product sees padding, a few percent with sorted
   batches. There is one encoder implementation: this module runs the model, it does not re-implement it.
@@ -9,9 +10,11 @@ What makes it fast on CPU (measured in benchmarks/bench_embed.py; the float32 ma
   allocates and frees (tokens, 1536) activations of tens of MB, which glibc would otherwise hand back with munmap
   and page-fault in again on the next product; that made fp32 1.24x and int8 1.34x slower on a 2-core AVX2 EPYC
   (benchmarks/bench_embed.py with and without --default-malloc).
-- `torch.inference_mode`, optional calibrated static int8 in the linear layers (CPU; bertkit.inference.quantize),
-  bfloat16 weights (GPU, or a CPU with native bf16 GEMMs), optional `torch.compile`.
-In float32 the result equals the plain padded path (`reference_embed_texts`) within 1e-5.
+- `torch.inference_mode`, optional calibrated static int8 in the linear layers (CPU; bertkit.inference.quantize;
+  texts of fewer than 10 distinct tokens in float32 there), bfloat16 weights (GPU, or a CPU with native bf16 GEMMs),
+  optional `torch.compile`.
+In float32 the result equals the plain padded path (tests/inference/inference_helpers.py, `reference_embed_texts`)
+within 1e-5.
 """
 
 from __future__ import annotations
@@ -28,13 +31,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.errors import ConfigError
-from bertkit.inference.pooling import POOLINGS, pad_batch, pool_hidden
+from bertkit.inference.pooling import DEFAULT_POOLING, check_pooling, folder_defaults, pad_batch, pool_hidden
+from bertkit.inference.precision import DEFAULT_PRECISION, choose_precision
 from bertkit.inference.quantize import (
     DEFAULT_MIN_COSINE,
+    MIN_INT8_DISTINCT_TOKENS,
     Int8Plan,
     calibrate_int8,
     default_calibration_texts,
     quantize_int8,
+    runs_in_int8,
 )
 from bertkit.model import BertPreTrainedModel
 from bertkit.model.heads import base_model
@@ -42,38 +48,36 @@ from bertkit.runtime import keep_freed_memory
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("auto", "fp32", "bf16", "int8")
+# A batch is padded to its longest length rounded up to a multiple of this, and holds only sequences whose lengths
+# round to the same width. Attention's arithmetic for a sequence depends on the width it is padded to (torch's CPU
+# kernel blocks and sums by it; measured bitwise equal alone and in any batch at one width, with or without an
+# all-true mask; BertModel's Packing finds nothing to regroup in such a batch), so this way it depends on the
+# sequence alone, not on its batch-mates. Issue 24, N11: int8 rounds every matrix product's input to a grid, which
+# turned last-bit differences of the width into embeddings 6e-3 apart between batch sizes.
+WIDTH_STEP = 16
 
 
-def choose_precision(precision: str, device: torch.device) -> tuple[str, str]:
-    """The precision an encoder runs in, and why. "auto" is bf16 where the hardware has bf16 matrix units (a
-    CUDA GPU that supports it, a CPU with AVX512-BF16 or AMX) and fp32 otherwise; int8 is used only when asked."""
-    from bertkit.runtime import cpu_has_native_bf16
-
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if precision != "auto":
-        return precision, "as asked"
-    if device.type == "cuda":
-        if torch.cuda.is_bf16_supported():
-            return "bf16", "auto: this GPU computes in bf16"
-        return "fp32", "auto: this GPU has no bf16"
-    if cpu_has_native_bf16():
-        return "bf16", "auto: this CPU has bf16 matrix units (AVX512-BF16/AMX)"
-    return "fp32", "auto: this CPU has no bf16 matrix units, where bf16 runs slower than fp32"
+def padded_width(length: int, max_width: int | None = None) -> int:
+    """The width a sequence of `length` tokens attends at: rounded up to a multiple of WIDTH_STEP, at most
+    `max_width` (the model's max_position_embeddings, where that is no multiple) and never below `length`."""
+    width = -(-length // WIDTH_STEP) * WIDTH_STEP
+    return max(length, min(width, max_width)) if max_width is not None else width
 
 
-def plan_batches(lengths: Sequence[int], batch_size: int, max_tokens_per_batch: int | None) -> list[list[int]]:
-    """Indices sorted by length (longest first), cut into batches of at most `batch_size` sequences and at most
-    `max_tokens_per_batch` padded tokens (longest length x count), so every batch is nearly padding-free."""
+def plan_batches(lengths: Sequence[int], batch_size: int, max_tokens_per_batch: int | None,
+                 max_width: int | None = None) -> list[list[int]]:
+    """Indices sorted by length (longest first), cut into batches of one `padded_width`, of at most `batch_size`
+    sequences and at most `max_tokens_per_batch` padded tokens (width x count), so every batch is nearly
+    padding-free and every sequence attends at a width of its own (see WIDTH_STEP)."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches: list[list[int]] = []
     current: list[int] = []
     for i in order:
-        longest = lengths[current[0]] if current else lengths[i]
+        width = padded_width(lengths[current[0]] if current else lengths[i], max_width)
         too_many = len(current) >= batch_size
-        too_long = max_tokens_per_batch is not None and longest * (len(current) + 1) > max_tokens_per_batch
-        if current and (too_many or too_long):
+        too_long = max_tokens_per_batch is not None and width * (len(current) + 1) > max_tokens_per_batch
+        other_width = padded_width(lengths[i], max_width) != width
+        if current and (too_many or too_long or other_width):
             batches.append(current)
             current = []
         current.append(i)
@@ -90,12 +94,19 @@ def plan_batches(lengths: Sequence[int], batch_size: int, max_tokens_per_batch: 
 class Encoder:
     """Turn texts into sentence embeddings quickly: `Encoder(folder).encode(texts)` -> (n, hidden) float32 tensor.
 
-    precision: "fp32" (the default: exact), "bf16" (bfloat16 weights and activations), "int8" (calibrated static int8
-    in the encoder's linear layers, the most error-prone kept in float32; CPU only), or "auto": bf16 where the
-    hardware has bf16 matrix units, else fp32 (`choose_precision`; what `bertkit embed`, `bertkit.load(...).encode`
-    and `bertkit serve` use by default). `precision` and `precision_reason` say what was chosen.
+    precision (bertkit.inference.precision): "auto" (the default, as for `bertkit.load(...).encode`, `bertkit embed`
+    and `bertkit serve`): bf16 where the hardware has bf16 matrix units, else fp32, never int8 (`choose_precision`);
+    "fp32" (exact), "bf16" (bfloat16 weights and activations), "int8" (calibrated static int8 in the encoder's linear
+    layers, the most error-prone kept in float32, and texts of fewer than `int8_plan.min_distinct_tokens` (10)
+    distinct tokens run wholly in float32, where int8 cannot keep its accuracy; CPU only). `precision` and
+    `precision_reason` say what was chosen.
+    defaults: pooling / normalize / max_length for what the call leaves unset (`folder_defaults`: a folder's
+    sentence-transformers settings; read from the folder itself when `model` is one); else mean pooling, no
+    normalisation, the position limit.
     calibration (int8 only): the texts to calibrate on (never the texts you evaluate on; default: shipped Austen
-    paragraphs, `default_calibration_texts`), or an `Int8Plan` computed before; `int8_plan` holds the one used.
+    paragraphs and sentences, `default_calibration_texts`), or an `Int8Plan` computed before; `int8_plan` holds the
+    one used. An int8 encoder keeps a float32 copy too (`float_bert`), for the texts of few distinct tokens.
+    Embeddings do not depend on the batch size or the other texts of a batch, in int8 bit for bit (issue 24).
     On CPU it also makes glibc malloc keep freed memory, process-wide (`keeps_freed_memory`; bertkit.runtime).
     """
 
@@ -104,7 +115,7 @@ class Encoder:
         model: str | Path | BertPreTrainedModel,
         tokenizer: Any = None,
         *,
-        precision: str = "fp32",
+        precision: str = DEFAULT_PRECISION,
         device: str | torch.device | None = None,
         compile: bool = False,
         max_length: int | None = None,
@@ -112,13 +123,13 @@ class Encoder:
         calibration: Sequence[str] | Int8Plan | None = None,
         int8_min_cosine: float = DEFAULT_MIN_COSINE,
     ) -> None:
-        folder_defaults: dict[str, Any] = {}
         if isinstance(model, (str, Path)):
             from bertkit.tasks import open_task_folder  # the registry opens a config that names only its task
 
             opened = open_task_folder(model)
             tokenizer = tokenizer if tokenizer is not None else opened.tokenizer
-            model, folder_defaults = opened.model, opened.defaults
+            model = opened.model
+            defaults = folder_defaults(opened.path) if defaults is None else defaults
         if tokenizer is None:
             raise ConfigError("Encoder needs a tokenizer when given a model object (or pass a model folder)")
         bert = base_model(model)
@@ -133,25 +144,28 @@ class Encoder:
         precision, self.precision_reason = choose_precision(precision, self.device)
         self.precision = precision
         log.info("Encoder precision %s (%s)", precision, self.precision_reason)
-        if defaults is None:  # pooling, normalisation and length from the folder's sentence-transformers files
-            defaults = folder_defaults
-        self.default_pooling: str = defaults.get("pooling", "mean")
+        defaults = defaults or {}
+        self.default_pooling: str = defaults.get("pooling", DEFAULT_POOLING)
+        check_pooling(self.default_pooling)
         self.default_normalize: bool = defaults.get("normalize", False)
         self.max_length = max_length or defaults.get("max_length") or self.config.max_position_embeddings
         if self.max_length > self.config.max_position_embeddings:
             raise ConfigError(f"max_length {self.max_length} exceeds the model's max_position_embeddings "
                               f"({self.config.max_position_embeddings})")
         self.int8_plan: Int8Plan | None = None
+        self.float_bert: nn.Module | None = None  # int8 only: a float32 copy, for texts of few distinct tokens
         if precision == "int8":
             if self.device.type != "cpu":
                 raise ConfigError(f"precision 'int8' runs on CPU only, got device {self.device}")
             self.int8_plan = calibration if isinstance(calibration, Int8Plan) else self.calibrate(
                 bert, calibration or default_calibration_texts(), int8_min_cosine)
+            self.float_bert = quantize_int8(bert, self.int8_plan, units=set())  # a float32 copy, rows as in int8
             bert = quantize_int8(bert, self.int8_plan)
-            log.info("int8: %d of %d matrix products in int8 (float32: %s); calibration min cosine %.5f",
-                     len(self.int8_plan.input_ranges) - len(self.int8_plan.float_units),
-                     len(self.int8_plan.input_ranges), ", ".join(self.int8_plan.float_units) or "none",
-                     self.int8_plan.min_cosine)
+            log.info("int8: %d of %d matrix products in int8 (float32: %s); calibration min cosine %.5f; texts of "
+                     "fewer than %d distinct tokens in float32", len(self.int8_plan.input_ranges)
+                     - len(self.int8_plan.float_units), len(self.int8_plan.input_ranges),
+                     ", ".join(self.int8_plan.float_units) or "none", self.int8_plan.min_cosine,
+                     self.int8_plan.min_distinct_tokens)
         elif precision == "bf16":
             bert = copy.deepcopy(bert).to(torch.bfloat16)  # the caller's model stays float32
         self.bert = bert.to(self.device)
@@ -202,11 +216,20 @@ class Encoder:
         """Embed already tokenized sequences (each with [CLS]/[SEP]); same order as the input."""
         pooling = pooling or self.default_pooling
         normalize = self.default_normalize if normalize is None else normalize
-        if pooling not in POOLINGS:
-            raise ConfigError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        check_pooling(pooling)
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-        out = self._run(self.bert, self._forward, ids, pooling, batch_size, max_tokens_per_batch)
+        plan = self.int8_plan
+        if plan is None or self.float_bert is None:
+            out = self._run(self.bert, self._forward, ids, pooling, batch_size, max_tokens_per_batch)
+        else:  # each text by its own token ids: int8, or float32 for few distinct tokens
+            out = torch.empty(len(ids), self.config.hidden_size)
+            int8 = [runs_in_int8(x, plan.min_distinct_tokens) for x in ids]
+            for model, forward, wanted in ((self.bert, self._forward, True), (self.float_bert, self.float_bert, False)):
+                rows = [i for i, flag in enumerate(int8) if flag == wanted]
+                if rows:
+                    out[rows] = self._run(model, forward, [ids[i] for i in rows], pooling, batch_size,
+                                          max_tokens_per_batch)
         return F.normalize(out, dim=-1) if normalize else out
 
     def _run(self, model: nn.Module, forward: Callable[..., Any], ids: Sequence[Sequence[int]], pooling: str,
@@ -216,13 +239,15 @@ class Encoder:
         if not ids:
             return out
         pad_id = self.tokenizer.pad_token_id
+        max_width = self.config.max_position_embeddings
         was_training = model.training
         model.eval()
         try:
             with torch.inference_mode():
-                for idx in plan_batches([len(x) for x in ids], batch_size, max_tokens_per_batch):
+                for idx in plan_batches([len(x) for x in ids], batch_size, max_tokens_per_batch, max_width):
                     rows = [ids[i] for i in idx]
-                    batch = pad_batch(rows, [[0] * len(x) for x in rows], pad_id)
+                    width = padded_width(len(rows[0]), max_width)  # the longest comes first
+                    batch = pad_batch(rows, [[0] * len(x) for x in rows], pad_id, width)
                     batch = {k: v.to(self.device) for k, v in batch.items()}
                     hidden = forward(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
                     vectors = pool_hidden(hidden.last_hidden_state.float(), batch["attention_mask"], pooling)
@@ -232,16 +257,43 @@ class Encoder:
         return out
 
     def calibrate(self, bert: nn.Module, texts: Sequence[str], min_cosine: float = DEFAULT_MIN_COSINE) -> Int8Plan:
-        """The int8 plan of `bert` (float32, CPU) on `texts`, scored on their mean-pooled embeddings."""
+        """The int8 plan of `bert` (float32, CPU) on the `texts` that int8 runs (`runs_in_int8`), scored on their
+        mean-pooled embeddings."""
         if not texts:
             raise ConfigError("calibration needs at least one text, got none")
         with warnings.catch_warnings():  # cut calibration text is still calibration text: no warning for it
             warnings.filterwarnings("ignore", message=r"\d+ of \d+ texts were longer than", category=UserWarning)
-            ids = self.tokenize(texts)
+            ids = [x for x in self.tokenize(texts) if runs_in_int8(x)]
+        if not ids:
+            raise ConfigError(f"calibration needs texts that int8 runs, of at least {MIN_INT8_DISTINCT_TOKENS} "
+                              f"distinct tokens; none of the {len(texts)} given has as many")
         return calibrate_int8(bert, lambda model: self._run(model, model, ids, "mean", 128, 8192), min_cosine)
 
     def __call__(self, texts: Sequence[str], **kwargs: Any) -> Tensor:
         return self.encode(texts, **kwargs)
 
 
-__all__ = ["POOLINGS", "PRECISIONS", "Encoder", "plan_batches"]
+class Encoders:
+    """A loaded model's Encoders, one per (precision, max_length, device) asked for, each built on first use and then
+    kept: what `bertkit.load(...)` (so `bertkit embed`) and the server hold, so that an int8 encoder is calibrated
+    (seconds) and a bf16 copy made once per loaded model, not once per `encode` call.
+
+    An fp32 encoder runs the model's own weights; bf16 and int8 encoders hold copies made when they were built, so
+    they do not follow later changes to the model's weights (build a new `Encoders` after changing them)."""
+
+    def __init__(self, model: BertPreTrainedModel, tokenizer: Any, defaults: dict[str, Any] | None = None) -> None:
+        self.model, self.tokenizer, self.defaults = model, tokenizer, defaults or {}
+        self._built: dict[tuple[str, int | None, str], Encoder] = {}
+
+    def get(self, precision: str = DEFAULT_PRECISION, max_length: int | None = None,
+            device: str | torch.device | None = None) -> Encoder:
+        """The Encoder for these options (device: the model's own by default), built the first time they are asked."""
+        device = torch.device(device) if device is not None else next(self.model.parameters()).device
+        key = (precision, max_length, str(device))
+        if key not in self._built:
+            self._built[key] = Encoder(self.model, self.tokenizer, precision=precision, device=device,
+                                       max_length=max_length, defaults=self.defaults)
+        return self._built[key]
+
+
+__all__ = ["Encoder", "Encoders", "padded_width", "plan_batches"]

@@ -23,12 +23,13 @@ from typing import Any, Literal
 import torch
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from bertkit.inference.encoder import Encoder
 from bertkit.errors import BertkitError, DataError, TokenizerError
+from bertkit.inference.encoder import Encoders
 from bertkit.inference.fill_mask import MASK, mask_ids, predict_masks
-from bertkit.inference.pooling import pad_batch
+from bertkit.inference.pooling import POOLINGS, folder_defaults, pad_batch
+from bertkit.inference.precision import DEFAULT_PRECISION
 from bertkit.model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertkit.model.heads import BertForFrozenTokenClassification
 from bertkit.runtime import release_free_memory
@@ -132,10 +133,14 @@ class RequestBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class EmbedRequest(RequestBody):
-    texts: list[str] = Field(..., description="texts to embed")
-    pooling: Literal["mean", "cls"] | None = None
-    normalize: bool | None = None
+def embed_request() -> type[RequestBody]:
+    """/embed's request body, its pooling choices those of bertkit.inference.pooling.POOLINGS as they are now
+    (create_app builds it, so a mode registered before the app is created is served)."""
+    return create_model("EmbedRequest", __base__=RequestBody,
+                        texts=(list[str], Field(..., description="texts to embed")),
+                        pooling=(Literal[tuple(POOLINGS)] | None, Field(  # type: ignore[valid-type]
+                            None, description="the folder's pooling when left out")),
+                        normalize=(bool | None, None))
 
 
 class EmbedResponse(BaseModel):
@@ -210,12 +215,12 @@ class QAResponse(BaseModel):
 class Predictor:
     """The folder's model, tokenizer and encoder, and one batch function per endpoint."""
 
-    def __init__(self, folder: str | Path, precision: str = "auto") -> None:
+    def __init__(self, folder: str | Path, precision: str = DEFAULT_PRECISION) -> None:
         opened = open_task_folder(folder)  # a hand-written config.json may name only its task
         self.folder, self.model, self.tokenizer = opened.path, opened.model, opened.tokenizer
         # The folder's own embedding settings (pooling, normalisation, max length), as bertkit.load(folder) reads them.
-        self.encoder = Encoder(self.model, self.tokenizer, device="cpu", defaults=opened.defaults,
-                               precision=precision)
+        self.encoders = Encoders(self.model, self.tokenizer, folder_defaults(opened.path))
+        self.encoder = self.encoders.get(precision, device="cpu")
         self.config = self.model.config
         self.max_length = self.config.max_position_embeddings
         self.labels = self.config.label_names or [f"LABEL_{i}" for i in range(self.config.num_labels)]
@@ -445,12 +450,14 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
                 "precision": predictor.encoder.precision,
                 "batches": {k: b.batches for k, b in batchers.items()}}
 
-    @app.post("/embed", response_model=EmbedResponse)
-    async def embed(req: EmbedRequest, request: Request) -> EmbedResponse:
+    async def embed(req: Any, request: Request) -> EmbedResponse:
         batcher("embed")
         check_texts(req.texts)
         vectors = await run("embed", [(t, req.pooling, req.normalize) for t in req.texts], request)
         return EmbedResponse(embeddings=vectors, dimension=predictor.config.hidden_size)
+
+    embed.__annotations__["req"] = embed_request()  # built now, from the pooling modes registered now
+    app.post("/embed", response_model=EmbedResponse)(embed)
 
     @app.post("/fill-mask", response_model=FillMaskResponse)
     async def fill_mask(req: FillMaskRequest, request: Request) -> FillMaskResponse:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bertkit.errors import ConfigError
+from bertkit.inference.precision import DEFAULT_PRECISION, PRECISIONS
 
 
 @dataclass
@@ -26,8 +27,9 @@ class ServeSettings:
     """Texts waiting for the model at most, over all requests; a request that would overflow it gets 503 at once."""
     request_timeout_s: float = 60.0
     """A request not answered within this gets 503, and its texts still queued are dropped."""
-    precision: str = "auto"
-    """/embed's precision: auto (bf16 where this machine has bf16 matrix units, else fp32), fp32, bf16 or int8."""
+    precision: str = DEFAULT_PRECISION
+    """/embed's precision (bertkit.inference.precision.PRECISIONS): auto is bf16 where this machine has bf16 matrix
+    units, else fp32; fp32, bf16 and int8 force one."""
     max_batch_chars: int = 16000
     """Characters per forward pass at most (the first text always fits): bounds how long one batch holds the
     model, so a request that arrives behind long texts waits for at most one such batch."""
@@ -55,8 +57,8 @@ class ServeSettings:
         if self.max_connections < 0:
             raise ConfigError(f"ServeSettings.max_connections = {self.max_connections!r}: expected an integer >= 0 "
                               "(0: from the open-file limit)")
-        if self.precision not in ("auto", "fp32", "bf16", "int8"):
-            raise ConfigError(f"ServeSettings.precision = {self.precision!r}: expected auto, fp32, bf16 or int8")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"ServeSettings.precision = {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
         if not self.request_timeout_s > 0 or not self.read_timeout_s > 0 or self.max_batch_delay_ms < 0:
             raise ConfigError("ServeSettings: request_timeout_s and read_timeout_s must be > 0 and "
                               "max_batch_delay_ms >= 0")
