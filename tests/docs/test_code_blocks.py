@@ -4,7 +4,8 @@ How a page's blocks run:
 - each page gets one sandbox folder, and its blocks run there in page order, so a block may use the files an earlier
   block of the same page wrote (a block run alone first runs the earlier ones it may need);
 - the sandbox holds links to the checkout's top-level folders (`benchmarks/`, `configs/`, `docs/`, ...), so
-  commands such as `python3 benchmarks/X.py` work, and small real data: `train.tsv` (200 SST-2 training
+  commands such as `python3 benchmarks/X.py` work (a block must not write into them: they are the checkout), and
+  small real data: `train.tsv` (200 SST-2 training
   sentences), `dev.tsv` (100 dev sentences), both with a `sentence<TAB>label` header, and `texts.txt` (three
   lines);
 - bash blocks run with `bash -euo pipefail`, python blocks with this interpreter; both see this checkout's
