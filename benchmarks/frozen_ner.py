@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from stages import minilm_dir, run_stage
+from common import minilm_dir, run_stage
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "conll2003"

@@ -8,7 +8,6 @@ architecture with random weights (throughput does not depend on the weights), be
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -16,8 +15,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_suite import Suite, parse_args
+from gpu_suite import Suite, parse_args  # the suite this script splits the embed section of
 
 
 def best_of(fn: Callable[[], object], rounds: int = 3) -> float:

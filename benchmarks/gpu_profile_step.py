@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_pretrain_step import make_step
+from common import make_step
 
 from bertkit.model import BertConfig, BertForPreTraining
 

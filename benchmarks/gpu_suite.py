@@ -44,7 +44,6 @@ from typing import Any, Callable
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark scripts
 GOALS = {
     "parity_fp32_max_abs_diff": 1e-5,
     "parity_bf16_min_cosine": 0.999,
@@ -332,7 +331,7 @@ def pretraining_batches(suite: Suite, n: int, batch: int, seq: int) -> list[dict
 
 def training_step(model: torch.nn.Module, device: torch.device) -> Callable[[dict], None]:
     """forward + backward + clipping + fused AdamW under bf16 autocast: bench_pretrain_step's step, on `device`."""
-    from bench_pretrain_step import make_step
+    from common import make_step
 
     return make_step(model, autocast_device=device.type)
 

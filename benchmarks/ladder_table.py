@@ -1,4 +1,4 @@
-"""The README's pre-training ladder: one row per run, read from the runs' own files.
+"""The pre-training ladder (docs/results/pretraining-ladder-*.md): one row per run, read from the runs' own files.
 
     python3 benchmarks/ladder_table.py --row "RECIPE|SIZE|RUN_DIR|PAYOFF_DIR" [--row ...] [--step N]
 

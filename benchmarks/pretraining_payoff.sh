@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Pre-training that pays off (README, "Pre-training that pays off"): how the shipped model bertkit-mini is made and
+# Pre-training that pays off (docs/results/pretraining-ladder-*.md and pretraining-payoff-*.md):
+# how the shipped model bertkit-mini is made and
 # measured against random initialisation. Every step skips what is already done, so a rerun resumes.
 #   1. the task texts: SST-2 and CoNLL-2003 *training* sentences (4 shuffled copies each; never dev or test text)
 #   2. an 8,192-piece uncased vocabulary from one Wikipedia file + the task texts + WikiText-2 valid + the novels

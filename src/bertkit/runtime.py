@@ -4,10 +4,9 @@ system.
 A training step allocates and frees the same large tensors every time (attention scores, the vocabulary logits,
 gradients), and so does every inference batch (the (tokens, intermediate) activations). glibc serves blocks above its
 mmap threshold (at most 32 MiB) with fresh `mmap` pages and returns them with `munmap` on free, so every step
-page-faults all of that memory in again, and the kernel zeroes each page. On the 2-core machine bertkit is benchmarked
-on, that made a (462, 30522) cross-entropy 2.3-3.1x slower and zeroing a 47 MB gradient 8-12x slower than with the
-memory kept (benchmarks/bench_cpu_levers.py), and sentence embeddings of MiniLM 1.24x (fp32) and 1.34x (int8) slower
-(benchmarks/bench_embed.py --default-malloc). `keep_freed_memory` tells malloc to serve every block from its heap and
+page-faults all of that memory in again, and the kernel zeroes each page (what that costs, per operation and per
+embedding run: docs/results/cpu-levers-*.md and embeddings-*.md, from benchmarks/bench_cpu_levers.py and
+bench_embed.py --default-malloc). `keep_freed_memory` tells malloc to serve every block from its heap and
 never give the heap back, so steady-state steps reuse warm pages: the advice of the PyTorch CPU performance guides
 (which reach for jemalloc or tcmalloc), without a preloaded library.
 

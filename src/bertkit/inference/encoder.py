@@ -8,8 +8,8 @@ What makes it fast on CPU (measured in benchmarks/bench_embed.py; the float32 ma
   batches. There is one encoder implementation: this module runs the model, it does not re-implement it.
 - glibc malloc told to keep freed memory (`bertkit.runtime.keep_freed_memory`, as training does): every batch
   allocates and frees (tokens, 1536) activations of tens of MB, which glibc would otherwise hand back with munmap
-  and page-fault in again on the next product; that made fp32 1.24x and int8 1.34x slower on a 2-core AVX2 EPYC
-  (benchmarks/bench_embed.py with and without --default-malloc).
+  and page-fault in again on the next product (what it is worth: docs/results/embeddings-*.md, bench_embed.py with
+  and without --default-malloc).
 - `torch.inference_mode`, optional calibrated static int8 in the linear layers (CPU; bertkit.inference.quantize;
   texts of fewer than 10 distinct tokens in float32 there), bfloat16 weights (GPU, or a CPU with native bf16 GEMMs),
   optional `torch.compile`.

@@ -16,8 +16,8 @@ Texts of few distinct tokens stay in float32 (issue 24, N12). A text's embedding
 and int8's rounding errors of different tokens partly cancel in that mean; those of a text with a handful of tokens
 ("oh come on .", one character: [CLS] x [SEP]) or of one word repeated ("the " * 250: every vector nearly the same,
 every error too) do not. On such texts, as on none other, int8 missed the 0.995 goal for the minimum cosine to
-float32 (MiniLM: 0.971 to 0.990), and more float32 units or calibration on them did not reach it without giving up
-the speed (benchmarks/bench_int8_accuracy.py). So the encoder runs a text with fewer than `MIN_INT8_DISTINCT_TOKENS`
+float32, and more float32 units or calibration on them did not reach it without giving up the speed
+(docs/results/int8-short-texts-*.md, benchmarks/bench_int8_accuracy.py). So the encoder runs a text with fewer than `MIN_INT8_DISTINCT_TOKENS`
 distinct token ids (special tokens included) in float32, where it costs little: a few tokens, or one repeated.
 
 Calibration text is a parameter and must not be the text you evaluate on; the default is drawn from Austen's
@@ -45,7 +45,7 @@ from bertkit.errors import ConfigError
 from bertkit.model.bert import BertSelfAttention
 
 # On CPUs without VNNI, fbgemm multiplies u8 activations by s8 weights with vpmaddubsw, which sums pairs into int16:
-# 255 x 127 x 2 saturates it (measured: max error 0.97 instead of 0.12 on a (2000, 384) product). 7-bit weights
+# 255 x 127 x 2 saturates it (measured: docs/results/int8-epyc-avx2-2026-11-24.md). 7-bit weights
 # (255 x 63 x 2 < 32767) avoid that and keep all 8 bits for the activations, whose outliers are where the error is.
 ACTIVATION_LEVELS = 255
 WEIGHT_LEVELS = 63
@@ -53,11 +53,10 @@ WEIGHT_LEVELS = 63
 # products but hurts the GELU-fed ones of early layers (measured), so calibration picks 0.5 or None (no smoothing)
 # per unit, whichever gives the smaller output error.
 SMOOTHING_CHOICES: tuple[float | None, ...] = (0.5, None)
-MIN_FLOAT_ROWS = 32  # FloatLinear's least row count: 12 measured on AVX2, with a margin for other CPUs' kernels
+MIN_FLOAT_ROWS = 32  # FloatLinear's least row count: above what AVX2 needed, a margin for other CPUs' kernels
 DEFAULT_MIN_COSINE = 0.997  # on the calibration text; a margin over the 0.995 goal on unseen text
-# Fewer distinct token ids than this: the text runs in float32 (see the module docstring). MiniLM, int8 plans of 5 and
-# 9 float32 units calibrated on a mix of Persuasion's lengths, 1,387 unseen texts (SST-2 dev, one character, repeated
-# words, WikiText-2): min cosine to float32 0.9959-0.9963 over those of 10 or more, 0.9935-0.9937 of 8 or more.
+# Fewer distinct token ids than this: the text runs in float32 (see the module docstring). The smallest count at which
+# int8 kept the 0.995 goal on unseen texts: docs/results/int8-short-texts-epyc-avx2-2026-11-25.md.
 MIN_INT8_DISTINCT_TOKENS = 10
 DEFAULT_CALIBRATION_PARAGRAPHS = 24
 DEFAULT_CALIBRATION_SENTENCES = 64
@@ -79,8 +78,8 @@ def default_calibration_texts(paragraphs: int = DEFAULT_CALIBRATION_PARAGRAPHS,
     """Every length of text that int8 runs, from the shipped Persuasion: its first `paragraphs` long paragraphs,
     `sentences` sentences of 4 to 20 words spread over the book (narration and dialogue), and `repeats` sentences of
     8 to 15 words each repeated to about REPEATED_WORDS words. Issue 24: on long paragraphs alone, calibration set
-    input ranges that short texts overflow (up to 6% of an attention output product's inputs clipped), and repeated
-    sentences fell to a min cosine of 0.994 (MiniLM; benchmarks/bench_int8_accuracy.py)."""
+    input ranges that short texts overflow, and repeated sentences fell below the goal
+    (docs/results/int8-short-texts-epyc-avx2-2026-11-25.md)."""
     split = [re.split(r"(?<=[.!?])\s+", p) for p in _persuasion_paragraphs()]
     pool = list(dict.fromkeys(s.strip("\"' ") for parts in split for s in parts))  # distinct, in book order
     medium = [s for s in pool if 4 <= len(s.split()) <= 20]

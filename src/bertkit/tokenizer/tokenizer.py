@@ -26,8 +26,8 @@ DEFAULT_MODEL_MAX_LENGTH = 512
 # Above this, a folder's model_max_length is transformers' "no limit" placeholder (int(1e30)).
 _NO_LIMIT = 10**9
 # With the word cache, one process already beats the Rust tokenizer's 2-thread batch on 2 cores, and shipping the
-# results back from workers (pickling millions of small tuples) costs about what it saves (benchmarks/
-# bench_tokenizer.py: 1.21x in one process, 1.06x with 2 workers on WikiText-2), so workers are opt-in.
+# results back from workers (pickling millions of small tuples) costs about what it saves
+# (docs/results/tokenizer-epyc-avx2-2026-11-21.md), so workers are opt-in.
 
 # One tokenized sequence before special tokens: ids, offsets and word indices, aligned.
 Sequence_ = tuple[list[int], list[tuple[int, int]], list[int]]
