@@ -5,6 +5,7 @@ silent wrong result."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -79,8 +80,8 @@ def test_n2_numeric_fit_cannot_overflow_and_huge_training_values_are_named(tmp_p
         rows = [[f"{p:g}", *r[1:]] for p, r in zip(prices, ROWS * 5)]
         fitted = settings(template=TEMPLATE, numeric_columns=["Age"])
         fitted = ClassificationTask().fit_labels(read(write_csv(tmp_path / "p.csv", rows), fitted), fitted)
-        assert fitted["numeric_stats"]["Age"] == pytest.approx([np.mean(prices), np.std(prices)])
-        json.dumps(fitted, allow_nan=False)  # nothing that config.json could not hold
+        assert fitted.numeric_stats["Age"] == pytest.approx([np.mean(prices), np.std(prices)])
+        json.dumps(fitted.to_dict(), allow_nan=False)  # nothing that config.json could not hold
 
     # Through the CLI: rc 1, the message, no traceback, no folder of NaN weights.
     rows = [list(r) for r in ROWS * 3]
@@ -117,19 +118,20 @@ def test_n3_huge_values_at_predict_time_are_refused_or_clipped_never_nan(run: Pa
     rows[0][0], rows[3][0], rows[4][0] = "200", "60", "-5"  # beyond the oldest, the oldest, below the youngest
     with caplog.at_level(logging.WARNING, logger="bertkit.tasks.classification"):
         features = task.features(read(write_csv(tmp_path / "q.csv", rows), s, False), tokenizer, s, False)
-    mean, std = s["numeric_stats"]["Age"]
+    mean, std = s.numeric_stats["Age"]
     assert features[0]["numeric_features"][0] == features[3]["numeric_features"][0] == (60 - mean) / std
     assert features[4]["numeric_features"][0] == (25 - mean) / std
     assert "column 'Age': 2 value(s) outside the training data's range 25 .. 60" in caplog.text
     assert "200 (line 2)" in caplog.text
 
     # A folder fitted before the range was stored: the standardised value is clipped to +-100 std, never NaN.
-    legacy = dict(s)
-    del legacy["numeric_range"], legacy["numeric_limits"]
+    legacy_dict = s.to_dict()  # as such a folder's config.json holds them
+    del legacy_dict["numeric_range"], legacy_dict["numeric_limits"]
+    legacy = task.load_settings(legacy_dict)
     rows[0][0] = "1e30"
     features = task.features(read(write_csv(tmp_path / "r.csv", rows), legacy, False), tokenizer, legacy, False)
     assert features[0]["numeric_features"][0] == 100.0
-    predictions = task.predict(model, [], features, {**legacy, "problem": "single_label"}, 8)
+    predictions = task.predict(model, [], features, dataclasses.replace(legacy, problem="single_label"), 8)
     assert predictions and all(p in ("0", "1") for p in predictions)
     # Logits that are not finite (a folder whose weights hold NaN) are an error, never a label with probability NaN.
     with pytest.raises(CheckpointError, match=r"logits are not finite"):
@@ -209,7 +211,7 @@ def test_n6_typo_labels_are_caught_and_rare_real_classes_are_accepted(tmp_path: 
         task.read(labelled_file(tmp_path / "t.tsv", labels), task.settings(named))
     accepted = task.settings({**named, "labels": ["0", "1", "x"]})
     fitted = task.fit_labels(task.read(tmp_path / "t.tsv", accepted), accepted)
-    assert fitted["label_names"] == ["0", "1", "x"]
+    assert fitted.label_names == ["0", "1", "x"]
 
     # 5-way sentiment: a rare class of 5 rows passes as it is; one of 3 rows needs --labels.
     five = [str(i % 4) for i in range(400)] + ["4"] * 5
@@ -234,7 +236,7 @@ def test_n6_labels_is_a_finetune_flag() -> None:
     args = build_parser().parse_args(["finetune", "--task", "classification", "--model", "m", "--train", "t.tsv",
                                       "--dev", "d.tsv", "--output", "o", "--labels", "[neg, neutral, pos]"])
     config = resolve_finetune_config(args)
-    assert ClassificationTask().settings(config.options)["labels"] == ["neg", "neutral", "pos"]
+    assert ClassificationTask().settings(config.options).labels == ["neg", "neutral", "pos"]
 
 
 # --- N8: duplicate header names ------------------------------------------------------------------------------------
@@ -314,7 +316,7 @@ def test_n13_classify_refuses_pairs_booleans_and_unknown_columns(run: Path) -> N
     with pytest.raises(DataError, match=r"columns\[0\]: a pair \(second text\) was sent, but this model was trained "
                                         r"on single texts"):
         request_example(None, "x", COLUMNS, s, "columns[0]")
-    assert s["pairs"] is False  # recorded from the training file
+    assert s.pairs is False  # recorded from the training file
     with pytest.raises(DataError, match=r"columns\[0\]: unknown column 'age' \(did you mean 'Age'\?\)"):
         request_example(None, None, {**COLUMNS, "age": 41}, s, "columns[0]")
 

@@ -188,8 +188,9 @@ def test_ner_answers_what_predict_decodes(tmp_path: Path) -> None:
     folder = tiny_folder(tmp_path, "BertForTokenClassification", num_labels=5, label_names=labels)
     predictor = Predictor(folder, precision="fp32")
     texts = ["John Smithson lives in Paris.", "unbelievably"]
-    answers = predictor.ner(texts)
-    task, settings = NerTask(), {"max_length": 512, "label_names": labels}
+    answers = predictor.task_batch(predictor.examples({"texts": texts}))
+    task = NerTask()
+    settings = task.settings_class(max_length=512, label_names=labels)
     tok = predictor.tokenizer
     for text, answer in zip(texts, answers):
         words = [w for w, _, _ in tok.words(text)]

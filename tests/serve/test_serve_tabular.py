@@ -59,7 +59,7 @@ def test_classify_reads_the_columns_as_predict_does(folder: Path) -> None:
                                numeric_features=torch.tensor([feature["numeric_features"]]),
                                categorical_ids=torch.tensor([feature["categorical_ids"]])).logits[0]
             probs = logits.softmax(-1).tolist()
-            assert [got["probabilities"][n] for n in settings["label_names"]] == pytest.approx(probs, abs=1e-5)
+            assert [got["probabilities"][n] for n in settings.label_names] == pytest.approx(probs, abs=1e-5)
 
         bad = client.post("/classify", json={"columns": [{**COLUMNS, "Age": "old"}]})
         assert bad.status_code == 400 and "columns[0]" in bad.text and "'Age'" in bad.text

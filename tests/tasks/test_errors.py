@@ -32,7 +32,8 @@ def test_ner_dev_tag_that_train_never_had(tmp_path: Path) -> None:
     task = get_task("ner")
     (tmp_path / "train.txt").write_text("John B-PER\nran O\n")
     (tmp_path / "dev.txt").write_text("-DOCSTART- O\n\nParis B-LOC\n")
-    settings = task.fit_labels(task.read(tmp_path / "train.txt", {}), {"max_length": 16})
+    settings = task.settings({"max_length": 16})
+    settings = task.fit_labels(task.read(tmp_path / "train.txt", settings), settings)
     with pytest.raises(DataError, match=r"dev\.txt:3: tag 'B-LOC' never occurs"):
         task.check_examples(task.read(tmp_path / "dev.txt", settings), settings, tmp_path / "dev.txt")
 
@@ -40,30 +41,30 @@ def test_ner_dev_tag_that_train_never_had(tmp_path: Path) -> None:
 def test_conll_wrong_column_count(tmp_path: Path) -> None:
     (tmp_path / "bad.txt").write_text("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\nGerman JJ B-ORG\n")
     with pytest.raises(DataError, match=r"bad\.txt:5: 3 columns, expected 4"):
-        get_task("ner").read(tmp_path / "bad.txt", {})
+        get_task("ner").read(tmp_path / "bad.txt", get_task("ner").settings())
 
 
 def test_conll_bad_tag(tmp_path: Path) -> None:
     (tmp_path / "bad.txt").write_text("EU ORG\n")
     with pytest.raises(DataError, match=r"bad\.txt:1: tag 'ORG' is not O, B-TYPE or I-TYPE"):
-        get_task("ner").read(tmp_path / "bad.txt", {})
+        get_task("ner").read(tmp_path / "bad.txt", get_task("ner").settings())
 
 
 def test_tsv_row_with_a_stray_tab(tmp_path: Path) -> None:
     (tmp_path / "t.tsv").write_text("sentence\tlabel\nok\t1\nbroken\ttext\t0\n")
     with pytest.raises(DataError, match=r"t\.tsv:3: 3 tab-separated fields, the header has 2"):
-        get_task("classification").read(tmp_path / "t.tsv", {})
+        get_task("classification").read(tmp_path / "t.tsv", get_task("classification").settings())
 
 
 def test_missing_file_and_bad_json_line(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"nope\.tsv: no such file"):
-        get_task("classification").read(tmp_path / "nope.tsv", {})
+        get_task("classification").read(tmp_path / "nope.tsv", get_task("classification").settings())
     (tmp_path / "x.jsonl").write_text('{"text": "a", "label": 1}\n{"text": \n')
     with pytest.raises(DataError, match=r"x\.jsonl:2: not valid JSON"):
-        get_task("classification").read(tmp_path / "x.jsonl", {})
+        get_task("classification").read(tmp_path / "x.jsonl", get_task("classification").settings())
     (tmp_path / "mc.jsonl").write_text('{"context": "a", "choices": ["x", "y"], "label": 2}\n')
     with pytest.raises(DataError, match=r"mc\.jsonl:1: label 2 is not a choice index 0\.\.1"):
-        get_task("multiple-choice").read(tmp_path / "mc.jsonl", {})
+        get_task("multiple-choice").read(tmp_path / "mc.jsonl", get_task("multiple-choice").settings())
 
 
 def test_empty_dev_set(tmp_path: Path, minilm_dir: Path) -> None:

@@ -25,7 +25,7 @@ def test_cached_features_equal_the_encoders_hidden_states(tmp_path, data_dir, ti
     examples = task.read(data_dir / "conll2003/valid.txt", settings)[:6]
     settings = task.fit_labels(examples, settings)
     features = task.features(examples, tokenizer, settings, training=False)
-    head = BertForFrozenTokenClassification.from_pretrained(str(tiny_dir), num_labels=9, task_settings=settings)
+    head = BertForFrozenTokenClassification.from_pretrained(str(tiny_dir), **task.head(settings).config)
     cached = with_cached_layers(head, features, tmp_path)
     assert len(list(tmp_path.glob("*.npy"))) == 1
     encoder = BertModel.from_pretrained(str(tiny_dir)).eval()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from bertkit.tasks import get_task
@@ -20,7 +22,8 @@ def test_glue_row_counts_and_layouts(data_dir, name, split, rows, glue) -> None:
     settings = task.settings({})
     examples = task.read(data_dir / name / f"{split}.tsv", settings)
     assert len(examples) == rows
-    assert settings["glue"] == glue
+    assert settings == task.settings({})  # reading never changes the settings; fitting records the layout
+    assert task.fit_labels(examples, settings).glue == glue
     assert all(ex.text and ex.label is not None for ex in examples)
     pair = name in ("mrpc", "rte", "qnli")
     assert all((ex.pair is not None) == pair for ex in examples)
@@ -33,7 +36,7 @@ def test_glue_labels_and_main_metrics(data_dir) -> None:
     for name, (labels, metric) in expect.items():
         settings = task.settings({})
         settings = task.fit_labels(task.read(data_dir / name / "dev.tsv", settings), settings)
-        assert settings["label_names"] == labels and settings["main_metric"] == metric
+        assert settings.label_names == labels and settings.main_metric == metric
 
 
 def test_mrpc_bom_and_quotes(data_dir) -> None:
@@ -62,7 +65,7 @@ def test_generic_csv_tsv_jsonl_columns(tmp_path) -> None:
     s = task.settings({"multi_label": True})
     ex = task.read(tmp_path / "c.jsonl", s)
     assert [e.label for e in ex] == [["x", "y"], ["y"]]
-    assert task.fit_labels(ex, s)["label_names"] == ["x", "y"]
+    assert task.fit_labels(ex, s).label_names == ["x", "y"]
     (tmp_path / "d.jsonl").write_text('{"text": "a", "label": 1}\n{"text": "b", "label": "0"}\n')
     ex = task.read(tmp_path / "d.jsonl", task.settings({}))
     assert [e.label for e in ex] == ["1", "0"]  # JSON 1 and "1" are one label
@@ -91,7 +94,7 @@ def test_ner_features_label_first_piece_only(tokenizer) -> None:
     s = TaggedSentence(1, ["Johanson", "visited", "Zurich"], ["B-PER", "O", "B-LOC"])
     settings = task.fit_labels([s], task.settings({"max_length": 128}))
     (f,) = task.features([s], tokenizer, settings, training=True)
-    names = settings["label_names"]
+    names = settings.label_names
     labelled = [(i, names[lab]) for i, lab in enumerate(f["labels"]) if lab != -100]
     assert [lab for _, lab in labelled] == ["B-PER", "O", "B-LOC"]
     assert [i for i, _ in labelled] == f["word_starts"]
@@ -99,7 +102,7 @@ def test_ner_features_label_first_piece_only(tokenizer) -> None:
     assert tokenizer.convert_ids_to_tokens(f["input_ids"]) == ["[CLS]", "johan", "##son", "visited", "zurich", "[SEP]"]
     assert f["word_starts"] == [1, 3, 4]
     # Truncation: words that do not fit are predicted O, whatever the logits of the pieces that did fit say.
-    settings["max_length"] = 4
+    settings = dataclasses.replace(settings, max_length=4)
     (f,) = task.features([s], tokenizer, settings, training=False)
     assert f["word_starts"] == [1, None, None]  # [CLS] johan ##son [SEP]
     import numpy as np

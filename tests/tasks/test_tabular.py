@@ -15,6 +15,7 @@ from bertkit.cli import main
 from bertkit.errors import ConfigError, DataError
 from bertkit.tasks.classification import (
     UNKNOWN_CATEGORY,
+    ClassificationSettings,
     ClassificationTask,
     category_ids,
     numeric_vector,
@@ -40,7 +41,7 @@ def write_csv(path: Path, rows: list[list[str]], header: list[str] = HEADER) -> 
     return path
 
 
-def settings(**options: object) -> dict:
+def settings(**options: object) -> ClassificationSettings:
     return ClassificationTask().settings({"label_column": "Recommended IND", **options})
 
 
@@ -68,7 +69,7 @@ def test_a_template_column_missing_from_the_file_is_named(tmp_path: Path) -> Non
 
 
 # --- numeric and categorical transforms --------------------------------------------------------------------------
-def fitted(tmp_path: Path) -> tuple[ClassificationTask, dict, list]:
+def fitted(tmp_path: Path) -> tuple[ClassificationTask, ClassificationSettings, list]:
     task = ClassificationTask()
     s = settings(text_column="Review Text", numeric_columns=["Age", "Rating"], categorical_columns=["Department Name"])
     examples = task.read(write_csv(tmp_path / "train.csv", ROWS), s)
@@ -78,9 +79,9 @@ def fitted(tmp_path: Path) -> tuple[ClassificationTask, dict, list]:
 def test_numbers_are_standardised_with_the_training_stats_and_empty_is_mean_plus_flag(tmp_path: Path) -> None:
     task, s, examples = fitted(tmp_path)
     ages = np.array([33, 60, 47, 25, 52], dtype=float)  # the empty field is left out of the statistics
-    assert s["numeric_stats"]["Age"] == pytest.approx([ages.mean(), ages.std()])
+    assert s.numeric_stats["Age"] == pytest.approx([ages.mean(), ages.std()])
     features = task.features(examples, _Tok(), s, training=True)
-    rating_mean, rating_std = s["numeric_stats"]["Rating"]
+    rating_mean, rating_std = s.numeric_stats["Rating"]
     assert features[0]["numeric_features"] == pytest.approx(
         [(33 - ages.mean()) / ages.std(), (4 - rating_mean) / rating_std, 0.0, 0.0])
     assert features[2]["numeric_features"][0] == 0.0 and features[2]["numeric_features"][2:] == [1.0, 0.0]
@@ -88,11 +89,11 @@ def test_numbers_are_standardised_with_the_training_stats_and_empty_is_mean_plus
 
 def test_categories_get_ids_from_the_training_vocabulary_and_unseen_ones_the_unknown_bucket(tmp_path: Path) -> None:
     task, s, examples = fitted(tmp_path)
-    assert s["category_vocab"] == {"Department Name": ["Bottoms", "Dresses", "Tops"]}
+    assert s.category_vocab == {"Department Name": ["Bottoms", "Dresses", "Tops"]}
     ids = [f["categorical_ids"] for f in task.features(examples, _Tok(), s, training=True)]
     assert ids == [[3], [2], [1], [UNKNOWN_CATEGORY], [3], [2]]  # row 4's department is empty
     assert category_ids(["Swim", None, "Tops"], [["Tops"]] * 3) == [UNKNOWN_CATEGORY, UNKNOWN_CATEGORY, 1]
-    assert task.head_config(s) == {"tabular_inputs": {"numeric": 4, "categories": [4], "embedding_size": 16}}
+    assert task.head(s).config["tabular_inputs"] == {"numeric": 4, "categories": [4], "embedding_size": 16}
 
 
 def test_a_non_number_in_a_numeric_column_names_file_line_and_column(tmp_path: Path) -> None:
@@ -145,10 +146,10 @@ def test_the_transforms_round_trip_through_the_model_folder(tabular_run: Path) -
     fresh = settings(template="{Title}. {Review Text}", numeric_columns=["Age", "Rating"],
                      categorical_columns=["Department Name"], max_length=32)
     fresh = task.fit_labels(task.read(tabular_run / "train.csv", fresh), fresh)
-    assert saved["numeric_stats"].keys() == fresh["numeric_stats"].keys()
-    for column, stats in fresh["numeric_stats"].items():  # pytest.approx takes no dict of lists (pytest >= 9.2)
-        assert saved["numeric_stats"][column] == pytest.approx(stats)
-    assert saved["category_vocab"] == fresh["category_vocab"]
+    assert saved.numeric_stats.keys() == fresh.numeric_stats.keys()
+    for column, stats in fresh.numeric_stats.items():  # pytest.approx takes no dict of lists (pytest >= 9.2)
+        assert saved.numeric_stats[column] == pytest.approx(stats)
+    assert saved.category_vocab == fresh.category_vocab
     examples = task.read(tabular_run / "dev.csv", saved)
     for a, b in zip(task.features(examples, tokenizer, saved, False), task.features(examples, tokenizer, fresh, False)):
         assert a["numeric_features"] == pytest.approx(b["numeric_features"])
@@ -178,9 +179,9 @@ def test_predict_applies_the_saved_statistics_not_the_files(tabular_run: Path, m
     assert main(["predict", "--model", str(best), "--input", str(path), "--output", str(tabular_run / "p.tsv")]) == 0
     monkeypatch.undo()
     predicted = (tabular_run / "p.tsv").read_text().splitlines()[1].split("\t")[-1]
-    mean, std = saved["numeric_stats"]["Age"]
-    r_mean, r_std = saved["numeric_stats"]["Rating"]
-    assert abs((saved['numeric_range']['Age'][1] - mean) / std) > 1.0  # far from the file's own mean (0)
+    mean, std = saved.numeric_stats["Age"]
+    r_mean, r_std = saved.numeric_stats["Rating"]
+    assert abs((saved.numeric_range['Age'][1] - mean) / std) > 1.0  # far from the file's own mean (0)
     x = tokenizer.encode("New. Odd one", max_length=32)
 
     def logits(numeric: list[float], category: int) -> torch.Tensor:
@@ -190,7 +191,7 @@ def test_predict_applies_the_saved_statistics_not_the_files(tabular_run: Path, m
                          categorical_ids=torch.tensor([[category]])).logits[0]
 
     # Values outside the training range are read as its nearest end (issue 24, N3): Age 90 as the oldest age seen.
-    (age_low, age_high), (r_low, r_high) = saved["numeric_range"]["Age"], saved["numeric_range"]["Rating"]
+    (age_low, age_high), (r_low, r_high) = saved.numeric_range["Age"], saved.numeric_range["Rating"]
     age, rating = min(max(90.0, age_low), age_high), min(max(1.0, r_low), r_high)
     assert age < 90
     with_saved = logits([(age - mean) / std, (rating - r_mean) / r_std, 0.0, 0.0], UNKNOWN_CATEGORY)

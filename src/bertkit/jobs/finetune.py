@@ -28,7 +28,7 @@ from bertkit.errors import CheckpointError, ConfigError, Interrupted
 from bertkit.io import atomic_write_json
 from bertkit.pretrained import resolve_model_dir
 from bertkit.tasks import get_task, open_task_folder
-from bertkit.tasks.base import Settings, Task, check_positive, require_examples
+from bertkit.tasks.base import Task, TaskSettings, check_positive, require_examples
 from bertkit.tokenizer import BertTokenizer
 from bertkit.training.config import TrainingConfig
 
@@ -60,31 +60,28 @@ def _check_same_task(task: Task, config: Any, folder: str | os.PathLike) -> None
                               "start from a pre-trained folder or pass the matching --task")
 
 
-def _check_head(task: Task, config: Any, settings: Settings, folder: str | os.PathLike) -> None:
+def _check_head(task: Task, config: Any, settings: TaskSettings, folder: str | os.PathLike) -> None:
     """CheckpointError when a fine-tuned head's labels differ from the label set of the training data."""
-    if not config.task or task.num_labels(settings) is None:
+    sizes = task.head(settings).config
+    if not config.task or "num_labels" not in sizes:
         return
-    names = settings.get("label_names")
+    names = sizes.get("label_names")
     if names is not None and config.label_names is not None and list(config.label_names) != list(names):
         raise CheckpointError(f"{folder}: the head has {config.num_labels} labels {config.label_names}, the "
                               f"training data has {len(names)}: {names}")
-    if config.num_labels != task.num_labels(settings):
+    if config.num_labels != sizes["num_labels"]:
         raise CheckpointError(f"{folder}: the head has {config.num_labels} outputs, the task needs "
-                              f"{task.num_labels(settings)}")
+                              f"{sizes['num_labels']}")
 
 
-def build_model(task: Task, folder: str | os.PathLike, settings: Settings) -> Any:
-    """The task's head on the folder's weights, its config carrying task, settings and label names."""
+def build_model(task: Task, folder: str | os.PathLike, settings: TaskSettings) -> Any:
+    """The task's head (`Task.head`) on the folder's weights, its config carrying the task, its settings (as
+    config.json keeps them) and the head's sizes."""
     from bertkit.model.folder import open_folder
 
-    overrides: dict[str, Any] = {"task": task.name, "task_settings": settings}
-    n = task.num_labels(settings)
-    if n is not None:
-        overrides.update(num_labels=n, label_names=settings.get("label_names"))
-        if hasattr(task, "problem_type"):
-            overrides["problem_type"] = task.problem_type(settings)
-    overrides.update(task.head_config(settings))
-    return open_folder(folder, task.model_class(settings), **overrides).model
+    head = task.head(settings)
+    return open_folder(folder, head.class_name, task=task.name, task_settings=settings.to_dict(),
+                       **head.config).model
 
 
 @dataclass
@@ -222,7 +219,7 @@ def run(config: FinetuneConfig, resume: bool = False,
         dev_features = t.prepare_inputs(net, dev_features, options, cfg.output_dir)
         if wrap_model is not None:
             net = wrap_model(net)
-        main = settings.get("main_metric", t.main_metric)
+        main = settings.main_metric or t.main_metric
         if main != cfg.metric_for_best:  # the data picked the metric (MRPC/QQP: F1; CoLA: Matthews)
             cfg = dataclasses.replace(cfg, metric_for_best=main)
         output = cfg.output_dir
@@ -255,34 +252,32 @@ def run(config: FinetuneConfig, resume: bool = False,
 finetune = run  # the name the benchmarks, the tests and the README's example call it by
 
 
-def finetuned_task(model: str) -> tuple[Task, Settings, Any]:
+def finetuned_task(model: str) -> tuple[Task, TaskSettings, Any]:
     """Task, settings and BertConfig of a fine-tuned folder (its config.json only; no weights are read)."""
     config = read_folder_config(model)
     if not config.task:
         raise CheckpointError(f"{model}/config.json: no bertkit task; this is not a fine-tuned model folder "
                               "(fine-tune it first with `bertkit finetune`)")
     t = get_task(config.task)
-    settings = dict(config.task_settings or {})
-    if config.label_names is not None and t.num_labels(settings) is not None:
-        settings["label_names"] = list(config.label_names)
-    return t, settings, config
+    return t, t.folder_settings(config), config
 
 
-def _load_finetuned(model: str) -> tuple[Task, Settings, Any, Any]:
+def _load_finetuned(model: str) -> tuple[Task, TaskSettings, Any, Any]:
     """Task, settings, model and tokenizer of a fine-tuned folder."""
     t, settings, config = finetuned_task(model)
     opened = open_task_folder(model)
     net = opened.model
-    if type(net).__name__ != t.model_class(settings):
+    head = t.head(settings)
+    if type(net).__name__ != head.class_name:
         raise CheckpointError(f"{model}: config.json says task {config.task!r} but its architecture is "
-                              f"{type(net).__name__}, not {t.model_class(settings)}")
-    n = t.num_labels(settings)
+                              f"{type(net).__name__}, not {head.class_name}")
+    n = head.config.get("num_labels")
     if n is not None and n != config.num_labels:
         raise CheckpointError(f"{model}: the head has {config.num_labels} outputs but {n} label names")
     return t, settings, net, opened.tokenizer
 
 
-def predictions_on(model: str, input: str, batch_size: int = 64) -> tuple[Task, Settings, list, list]:
+def predictions_on(model: str, input: str, batch_size: int = 64) -> tuple[Task, TaskSettings, list, list]:
     """A fine-tuned folder's task and settings, the labelled examples of `input`, and its prediction for each
     (what a paired significance test of two models compares)."""
     t, settings, net, tokenizer = _load_finetuned(model)

@@ -117,6 +117,10 @@ class BertConfig:
     """Non-text inputs a sequence classifier concatenates with the pooled [CLS] vector before its linear layer:
     {"numeric": floats per example, "categories": [vocabulary size of each categorical column], "embedding_size":
     width of each category embedding}. None: text only. A bertkit option (the folder is not transformers')."""
+    frozen_tagger: dict[str, Any] | None = None
+    """The feature-based tagger's sizes (BertForFrozenTokenClassification; fields of
+    `bertkit.model.heads.FrozenTaggerSettings`: frozen_features, tagger, tagger_hidden, tagger_dropout). None on
+    other heads (and in frozen folders written before this field, whose task_settings hold them). A bertkit option."""
     task: str | None = None
     """The bertkit task a fine-tuned folder was trained for ('classification', 'ner', 'qa', ...)."""
     task_settings: dict[str, Any] = field(default_factory=dict)
@@ -178,6 +182,9 @@ class BertConfig:
                     and _is_int(t.get("embedding_size", 1)) and t.get("embedding_size", 1) > 0):
                 raise ConfigError("BertConfig.tabular_inputs must be {numeric: int, categories: [positive ints], "
                                   f"embedding_size: positive int}}, got {t!r}")
+        if self.frozen_tagger is not None and not isinstance(self.frozen_tagger, dict):
+            raise ConfigError(f"BertConfig.frozen_tagger must be a mapping of the frozen tagger's settings or null, "
+                              f"got {self.frozen_tagger!r}")
         if self.label_names is not None:
             if not isinstance(self.label_names, list) or not all(isinstance(n, str) for n in self.label_names):
                 raise ConfigError(f"BertConfig.label_names must be a list of strings, got {self.label_names!r}")

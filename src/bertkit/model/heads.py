@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.data.dataset import IGNORE_INDEX
+from bertkit.dataclass_io import config_from_dict
 from bertkit.errors import ConfigError
 from bertkit.model.bert import BertModel, BertPreTrainedModel, activation
 from bertkit.model.config import BertConfig
@@ -474,8 +475,9 @@ class BertForFrozenTokenClassification(BertHeadModel):
     """Tagging on a frozen BERT: the encoder never trains (and always runs in eval mode); a token's feature is
     combined from its hidden states (`frozen_features`) and tagged by a BiLSTM + linear layer or a linear layer.
 
-    Settings: FrozenTaggerSettings, read from config.task_settings. forward takes either the inputs, and runs
-    the encoder, or `hidden_layers`: its stacked hidden states computed once beforehand (the cached features).
+    Settings: FrozenTaggerSettings, read from config.frozen_tagger (from config.task_settings in folders written
+    before that field). forward takes either the inputs, and runs the encoder, or `hidden_layers`: its stacked hidden
+    states computed once beforehand (the cached features).
     The folder it writes holds the encoder's weights too, so it predicts on its own.
     """
 
@@ -484,7 +486,10 @@ class BertForFrozenTokenClassification(BertHeadModel):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
-        s = FrozenTaggerSettings.from_settings(config.task_settings or {})
+        if config.frozen_tagger is not None:
+            s = config_from_dict(FrozenTaggerSettings, config.frozen_tagger, "BertConfig.frozen_tagger")
+        else:  # a folder written before frozen_tagger: its task settings held the tagger's
+            s = FrozenTaggerSettings.from_settings(config.task_settings or {})
         self.frozen_features, self.tagger = s.frozen_features, s.tagger
         if self.frozen_features.endswith("_last_four") and config.num_hidden_layers < 4:
             raise ConfigError(f"frozen_features = {self.frozen_features!r} needs an encoder of 4 layers or more; "
@@ -504,7 +509,8 @@ class BertForFrozenTokenClassification(BertHeadModel):
         """As every head's, and the settings remember the encoder folder the tagger was first built on."""
         model = super().from_pretrained(folder, **kwargs)
         model.config.task_settings = {**model.config.task_settings}
-        model.config.task_settings.setdefault("encoder", str(folder))
+        if not model.config.task_settings.get("encoder"):
+            model.config.task_settings["encoder"] = str(folder)
         return model
 
     def train(self, mode: bool = True) -> "BertForFrozenTokenClassification":
@@ -565,3 +571,14 @@ MODEL_CLASSES: dict[str, type[BertPreTrainedModel]] = {
         BertForMultipleChoice,
     )
 }
+
+
+def register_head(cls: type[BertPreTrainedModel]) -> type[BertPreTrainedModel]:
+    """Add a head class defined outside bertkit (a plug-in task's own, `bertkit.tasks.register_task`) to
+    MODEL_CLASSES, so that a folder naming it in `architectures` opens; registering it again is a no-op, another
+    class under a name already taken is an error."""
+    taken = MODEL_CLASSES.get(cls.__name__)
+    if taken is not None and taken is not cls:
+        raise TypeError(f"head class name {cls.__name__!r} is taken by {taken.__module__}.{taken.__qualname__}")
+    MODEL_CLASSES[cls.__name__] = cls
+    return cls

@@ -1,21 +1,24 @@
 """The HTTP service: FastAPI over one model folder, with the endpoints its head supports.
 
-/health always; /embed for every folder (the encoder under any head); /fill-mask for masked-LM heads; /classify,
-/ner, /qa for sequence-classification, token-classification (fine-tuned or frozen-feature) and question-answering
-heads. /classify reads the logits as the head's problem type says (softmax, per-label sigmoid, or a regression
-value); /qa answers a span of the context by character offsets, decoded as evaluation decodes it. Each endpoint's
-work runs through a DynamicBatcher, so concurrent requests share forward passes; each request's items are
-prepared (tokenized, checked) one by one, so a bad request gets its own 4xx and never fails the ones batched
-with it. A request field the endpoint does not know is a 422 naming it.
+/health always; /embed for every folder (the encoder under any head); /fill-mask for masked-LM heads; and the
+endpoint of the task that serves the folder's head (/classify, /ner, /qa, /choose, or a plug-in task's), built
+from the task's serving declaration (`bertkit.tasks.base.Serving`): its request and response schemas, and its
+batch function, which reads a request as `bertkit predict` reads a file (the task's examples and features, with
+the settings saved in the folder) and answers what `predict` decodes. This module keeps the transport only: each
+endpoint's work runs through a DynamicBatcher, so concurrent requests share forward passes; each request's items
+are prepared one by one, so a bad request gets its own 4xx and never fails the ones batched with it; the limits
+of ServeSettings apply to every endpoint. A request field the endpoint does not know is a 422 naming it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import sys
+import typing
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -25,24 +28,19 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from bertkit.errors import BertkitError, DataError, TokenizerError
+from bertkit.dataclass_io import field_docs
+from bertkit.errors import BertkitError, ConfigError
 from bertkit.inference.encoder import Encoders
 from bertkit.inference.fill_mask import MASK, mask_ids, predict_masks
-from bertkit.inference.pooling import POOLINGS, folder_defaults, pad_batch
+from bertkit.inference.pooling import POOLINGS, folder_defaults
 from bertkit.inference.precision import DEFAULT_PRECISION
-from bertkit.model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
-from bertkit.model.heads import BertForFrozenTokenClassification
 from bertkit.runtime import release_free_memory
 from bertkit.serve.batching import DynamicBatcher, ItemError, QueueFull, RequestTimeout, prepare_each
 from bertkit.serve.settings import ServeSettings
-from bertkit.tasks import open_task_folder
-from bertkit.tasks.base import run_model
-from bertkit.tasks.classification import ClassificationTask, input_columns, read_logits, request_example
-from bertkit.tasks.ner import NerTask, TaggedSentence, word_tags
-from bertkit.tasks.qa import context_offsets, window_spans
+from bertkit.tasks import TASKS, Serving, open_task_folder, serving_task
 
-MAX_ANSWER_TOKENS = 30  # longest answer span considered, as in the SQuAD reference
 logger = logging.getLogger("bertkit.serve")
+BUILT_IN = ("health", "embed", "fill-mask")  # the endpoints that are not a task's
 
 
 def declared_size(scope: dict) -> int | None:
@@ -163,57 +161,10 @@ class FillMaskResponse(BaseModel):
     results: list[list[list[TokenScore]]] = Field(..., description="per text, per [MASK], the top-k tokens")
 
 
-class ClassifyRequest(RequestBody):
-    texts: list[str] | None = Field(None, description="the texts (left out for a model that writes its text from "
-                                                      "columns with a template)")
-    pairs: list[str] | None = Field(None, description="second segments, one per text")
-    # bool listed so that JSON true reaches the task's reader as true (refused in a numeric column), not as 1.0
-    columns: list[dict[str, str | bool | float | int | None]] | None = Field(
-        None, description="one object per example, column name -> value, for a model trained with a template or "
-                          "numeric/categorical columns: read as the training file's rows were")
-
-
-class Classification(BaseModel):
-    label: str | None = Field(..., description="the most probable label (None for a regression head)")
-    probability: float | None = Field(..., description="its probability (softmax; sigmoid for multi-label)")
-    probabilities: dict[str, float] = Field(..., description="every label's probability")
-    labels: list[str] | None = Field(None, description="multi-label heads: every label with probability > 0.5")
-    value: float | None = Field(None, description="regression heads: the predicted number")
-
-
-class ClassifyResponse(BaseModel):
-    results: list[Classification]
-
-
-class NerRequest(RequestBody):
-    texts: list[str]
-
-
-class TaggedToken(BaseModel):
-    token: str = Field(..., description="a word as the basic tokenizer splits (and, for uncased models, lowercases) it")
-    label: str
-    probability: float
-
-
-class NerResponse(BaseModel):
-    results: list[list[TaggedToken]]
-
-
-class QARequest(RequestBody):
-    question: str
-    context: str
-
-
-class QAResponse(BaseModel):
-    answer: str = Field(..., description="a span of the context, context[start_char:end_char]")
-    score: float = Field(..., description="start + end logit of the span")
-    start_char: int
-    end_char: int
-
-
 # --- the model-side functions the batchers run -------------------------------------------------------------------
 class Predictor:
-    """The folder's model, tokenizer and encoder, and one batch function per endpoint."""
+    """The folder's model, tokenizer and encoder; the batch functions of /embed and /fill-mask, and of the endpoint
+    of the task that serves the folder's head (`bertkit.tasks.serving_task`), with the settings `predict` uses."""
 
     def __init__(self, folder: str | Path, precision: str = DEFAULT_PRECISION) -> None:
         opened = open_task_folder(folder)  # a hand-written config.json may name only its task
@@ -223,24 +174,17 @@ class Predictor:
         self.encoder = self.encoders.get(precision, device="cpu")
         self.config = self.model.config
         self.max_length = self.config.max_position_embeddings
-        self.labels = self.config.label_names or [f"LABEL_{i}" for i in range(self.config.num_labels)]
-        # A classifier trained with a template or non-text columns reads requests as its task read the files.
-        self.settings = {**(self.config.task_settings or {}), "label_names": self.labels}
-        self.columns = input_columns(self.settings) if self.config.task == ClassificationTask.name else []
+        self.task = serving_task(self.config, self.head)
+        self.settings = self.task.folder_settings(self.config) if self.task is not None else None
 
     @property
     def head(self) -> str:
         return type(self.model).__name__
 
-    def supports(self, endpoint: str) -> bool:
-        """Whether this folder's head can answer `endpoint`."""
-        return {
-            "embed": True,
-            "fill-mask": getattr(getattr(self.model, "cls", None), "predictions", None) is not None,
-            "classify": isinstance(self.model, BertForSequenceClassification),
-            "ner": isinstance(self.model, (BertForTokenClassification, BertForFrozenTokenClassification)),
-            "qa": isinstance(self.model, BertForQuestionAnswering),
-        }[endpoint]
+    @property
+    def masked_lm(self) -> bool:
+        """Whether the head predicts masked tokens (/fill-mask)."""
+        return getattr(getattr(self.model, "cls", None), "predictions", None) is not None
 
     def embed(self, items: list[tuple[str, str | None, bool | None]]) -> list[list[float]]:
         """items: (text, pooling, normalize); grouped by options so each group is one encode call."""
@@ -263,109 +207,38 @@ class Predictor:
         return prepare_each(items, lambda item: (mask_ids(self.tokenizer, item[0], self.max_length), item[1]),
                             compute)
 
-    def _forward(self, texts: list[str], pairs: list[str | None], truncation: bool | str = True) -> tuple[Any, list[Any]]:
-        encodings = [self.tokenizer.encode(t, pair=p, max_length=self.max_length, truncation=truncation)
-                     for t, p in zip(texts, pairs)]
-        return self._run(encodings), encodings
+    def examples(self, body: dict[str, Any]) -> list:
+        """The task's examples of a request body (a dict of its `serving.request` fields)."""
+        assert self.task is not None and self.task.serving is not None and self.settings is not None
+        return self.task.request_examples(self.task.serving.request(**body), self.settings, self.tokenizer)
 
-    def _run(self, encodings: list[Any]) -> Any:
-        """The model's output on the encodings, padded into one batch."""
-        batch = pad_batch([e.input_ids for e in encodings], [e.token_type_ids for e in encodings],
-                          self.tokenizer.pad_token_id)
+    def task_batch(self, examples: list) -> list:
+        """The task's endpoint on a batch of examples (`Task.serve_batch`): one result, or exception, each."""
+        assert self.task is not None and self.settings is not None
         with torch.inference_mode():
-            return self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-
-    def classify_items(self, texts: list[str] | None, pairs: list[str] | None,
-                       columns: list[dict[str, Any]] | None) -> list[tuple[str, str | None, Any]]:
-        """A /classify request's items (text, pair, example or None), checked; ValueError for a bad request.
-        A model with columns gets the example its task makes of them (template text, standardised numbers and
-        category ids with the training data's statistics, saved in the folder)."""
-        if not self.columns:
-            if columns is not None:
-                raise ValueError("this model reads no columns besides the text; send texts (and pairs) only")
-            if texts is None:
-                raise ValueError("texts is required")
-            return [(t, p, None) for t, p in zip(texts, pairs or [None] * len(texts))]
-        if columns is None:
-            raise ValueError(f"this model reads the columns {self.columns}: send columns, one object per example")
-        if self.settings.get("template") and texts is not None:
-            raise ValueError("this model writes its text from columns with its template "
-                             f"({self.settings['template']!r}); send columns, not texts")
-        texts = texts if texts is not None else [None] * len(columns)  # type: ignore[list-item]
-        if len(texts) != len(columns):
-            raise ValueError(f"columns has {len(columns)} objects, texts has {len(texts)}")
-        items = []
-        for i, (t, p, c) in enumerate(zip(texts, pairs or [None] * len(texts), columns)):
-            try:
-                ex = request_example(t, p, c, self.settings, f"columns[{i}]")
-            except DataError as e:
-                raise ValueError(str(e)) from None
-            items.append((ex.text, ex.pair, ex))
-        return items
-
-    def classify(self, items: list[tuple[str, str | None, Any]]) -> list[dict[str, Any]]:
-        """items: (text, pair or None, the task's example or None) -> as the head's problem type reads its logits:
-        a softmax over the labels, a sigmoid per label (multi-label), or the number itself (regression)."""
-        if self.columns:  # the task's features, as evaluate and predict make them
-            task = ClassificationTask()
-            features = task.features([ex for _, _, ex in items], self.tokenizer, self.settings, training=False)
-            logits = [out["logits"] for out in run_model(self.model, features, task.collator(self.tokenizer),
-                                                         len(features), ("logits",), False, task.model_inputs)]
-        else:
-            out, _ = self._forward([t for t, _, _ in items], [p for _, p, _ in items])
-            logits = list(out.logits.float().cpu().numpy())
-        return [read_logits(row, self.config.problem_type, self.labels) for row in logits]
-
-    def ner(self, items: list[str]) -> list[list[dict[str, Any]]]:
-        """The basic tokenizer's words of each text with their tags, decoded as `bertkit predict` decodes them
-        (tasks.ner: the tag at each word's first piece) plus that tag's probability."""
-        task, settings = NerTask(), {"max_length": self.max_length, "label_names": self.labels}
-        sentences = [TaggedSentence(0, [w for w, _, _ in self.tokenizer.words(text)], None) for text in items]
-        features = task.features(sentences, self.tokenizer, settings, training=False)
-        with torch.inference_mode():
-            outputs = task.outputs(self.model, features, len(features), self.tokenizer)
-        return [[{"token": w, "label": tag, "probability": p}
-                 for w, (tag, p) in zip(s.words, word_tags(f, out["logits"], self.labels))]
-                for s, f, out in zip(sentences, features, outputs)]
-
-    def qa_encoding(self, question: str, context: str) -> Any:
-        """The (question, context) pair's encoding, the context cut to fit; ValueError saying which part is at
-        fault when no piece of the context fits (a question too long) or the context has no text at all."""
-        try:
-            enc = self.tokenizer.encode(question, pair=context, max_length=self.max_length, truncation="only_second")
-        except TokenizerError:
-            n = len(self.tokenizer.tokenize(question))
-            raise ValueError(f"the question has {n} word pieces; with the context's it must fit in "
-                             f"{self.max_length} (3 go to [CLS] and [SEP]): send a shorter question") from None
-        if not any(o is not None for o in context_offsets(enc)):
-            raise ValueError("the context has no text left once tokenized (only spaces, control or zero-width "
-                             "characters?): send a context with words in it")
-        return enc
-
-    def qa(self, items: list[tuple[str, str]]) -> list[dict[str, Any] | Exception]:
-        """The best span of the context, decoded as `bertkit evaluate` decodes it (tasks.qa.window_spans): a start
-        <= end within MAX_ANSWER_TOKENS, the answer cut from the context by the tokens' character offsets."""
-        def compute(prepared: list[tuple[Any, str]]) -> list[dict[str, Any]]:
-            encodings = [enc for enc, _ in prepared]
-            out = self._run(encodings)
-            results = []
-            for row, (enc, context) in enumerate(prepared):
-                offsets = context_offsets(enc)
-                n = len(offsets)
-                start, end = out.start_logits[row, :n].float().numpy(), out.end_logits[row, :n].float().numpy()
-                spans = window_spans(start, end, offsets, [o is not None for o in offsets], n_best=n,
-                                     max_answer_length=MAX_ANSWER_TOKENS)
-                score, a, b = max(spans)  # never empty: the encoding holds a piece of the context
-                results.append({"answer": context[a:b], "score": score, "start_char": a, "end_char": b})
-            return results
-
-        return prepare_each(items, lambda item: (self.qa_encoding(*item), item[1]), compute)
+            return self.task.serve_batch(self.model, self.tokenizer, self.settings, examples)
 
 
 def item_chars(item: Any) -> int:
-    """The characters of one batcher item (its strings): the cost that bounds a batch."""
-    parts = item if isinstance(item, tuple) else (item,)
-    return sum(len(x) for x in parts if isinstance(x, str))
+    """The characters of one batcher item (its strings, and those of its lists: a task example's words or
+    choices): the cost that bounds a batch."""
+    if dataclasses.is_dataclass(item):
+        parts: Any = [getattr(item, f.name) for f in dataclasses.fields(item)]
+    else:
+        parts = item if isinstance(item, tuple) else (item,)
+    return sum(len(x) if isinstance(x, str) else sum(len(y) for y in x if isinstance(y, str))
+               if isinstance(x, list) else 0 for x in parts)
+
+
+def schema(cls: type, base: type[BaseModel] = BaseModel) -> type[BaseModel]:
+    """The pydantic model of a task's request or response dataclass (`Task.serving`): its fields, their defaults
+    and, as descriptions, the docstrings under them."""
+    hints, docs = typing.get_type_hints(cls), field_docs(cls)
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else ...
+        fields[f.name] = (hints[f.name], Field(default, description=docs.get(f.name)))
+    return create_model(cls.__name__, __base__=base, **fields)
 
 
 # --- the app ---------------------------------------------------------------------------------------------------
@@ -377,12 +250,16 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     print(f"bertkit serve: /embed precision {predictor.encoder.precision} ({predictor.encoder.precision_reason})",
           file=sys.stderr, flush=True)
     delay = settings.max_batch_delay_ms / 1000.0
+    served = predictor.task.serving if predictor.task is not None else None
+    functions: list[tuple[str, Callable]] = [("embed", predictor.embed)]
+    if predictor.masked_lm:
+        functions.append(("fill-mask", predictor.fill_mask))
+    if served is not None:
+        functions.append((served.endpoint, predictor.task_batch))
     batchers = {
         name: DynamicBatcher(fn, settings.max_batch_size, delay, max_queue=settings.max_queue, cost=item_chars,
                              max_batch_cost=settings.max_batch_chars, on_idle=release_free_memory)
-        for name, fn in (("embed", predictor.embed), ("fill-mask", predictor.fill_mask),
-                         ("classify", predictor.classify), ("ner", predictor.ner), ("qa", predictor.qa))
-        if predictor.supports(name)
+        for name, fn in functions
     }
 
     @contextlib.asynccontextmanager
@@ -476,28 +353,41 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
                                      "(send fewer masks or a smaller top_k)")
         return FillMaskResponse(results=await run("fill-mask", [(t, req.top_k) for t in req.texts], request))
 
-    @app.post("/classify", response_model=ClassifyResponse)
-    async def classify(req: ClassifyRequest, request: Request) -> ClassifyResponse:
-        batcher("classify")
-        items = predictor.classify_items(req.texts, req.pairs, req.columns)  # ValueError -> 400
-        check_texts([t for t, _, _ in items])
-        if req.pairs is not None and len(req.pairs) != len(items):
-            raise HTTPException(400, f"pairs has {len(req.pairs)} entries, texts has {len(items)}")
-        return ClassifyResponse(results=await run("classify", items, request))
-
-    @app.post("/ner", response_model=NerResponse)
-    async def ner(req: NerRequest, request: Request) -> NerResponse:
-        batcher("ner")
-        check_texts(req.texts)
-        return NerResponse(results=await run("ner", req.texts, request))
-
-    @app.post("/qa", response_model=QAResponse)
-    async def qa(req: QARequest, request: Request) -> QAResponse:
-        batcher("qa")
-        check_texts([req.question, req.context])
-        return QAResponse(**(await run("qa", [(req.question, req.context)], request, field=None))[0])
+    for declared in task_endpoints():  # every task's route; the one serving this folder's head has a batcher
+        add_task_route(app, declared, predictor, batcher, check_texts, run)
 
     return app
+
+
+def task_endpoints() -> list[Serving]:
+    """The serving declarations of every registered task (one endpoint each; two tasks may not share one)."""
+    declared: dict[str, Serving] = {}
+    for name, cls in TASKS.items():
+        if cls.serving is None:
+            continue
+        if cls.serving.endpoint in declared or cls.serving.endpoint in BUILT_IN:
+            raise ConfigError(f"task {name!r} declares the endpoint /{cls.serving.endpoint}, which another one "
+                              "serves already")
+        declared[cls.serving.endpoint] = cls.serving
+    return list(declared.values())
+
+
+def add_task_route(app: FastAPI, served: Serving, predictor: Predictor, batcher: Callable, check_texts: Callable,
+                   run: Callable) -> None:
+    """POST /<endpoint> from a task's serving declaration: the request schema (an unknown field is a 422), then the
+    task's examples of the request (ValueError or a BertkitError: 400), the limits on its texts, the batcher
+    running the task's batch function, and the task's response. A folder whose head the task does not serve gets
+    a 404 naming the endpoints it has."""
+    async def endpoint(req: Any, request: Request) -> Any:
+        batcher(served.endpoint)
+        task, settings = predictor.task, predictor.settings
+        body = served.request(**req.model_dump())
+        examples = task.request_examples(body, settings, predictor.tokenizer)
+        check_texts(task.request_texts(body, examples))
+        return task.respond(body, await run(served.endpoint, examples, request, field=served.item_field))
+
+    endpoint.__annotations__["req"] = schema(served.request, RequestBody)
+    app.post(f"/{served.endpoint}", response_model=schema(served.response))(endpoint)
 
 
 def build_server(folder: str | Path, host: str = "127.0.0.1", port: int = 8000,

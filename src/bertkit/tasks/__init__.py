@@ -2,9 +2,12 @@
 
 The registry is the task classes themselves: every module of this package is imported, and every `Task` subclass
 with a `name` defined in one is found here (with its `aliases`), so a new task is one new module, plus its head in
-`bertkit.model.heads` when it needs a new one. The package holds tasks and what they share (base, metrics,
-significance, feature_cache) and nothing that imports this registry (the jobs that run tasks live in `bertkit.jobs`),
-so no module needs skipping; two tasks claiming one name or alias are an error here, not a silent overwrite.
+`bertkit.model.heads` when it needs a new one. A task defined outside the package (a plug-in) joins with one call,
+`register_task(cls)`, which also registers the head classes it brings (`Task.own_heads`).
+
+The package holds tasks and what they share (base, metrics, significance, feature_cache) and nothing that imports
+this registry (the jobs that run tasks live in `bertkit.jobs`), so no module needs skipping; two tasks claiming one
+name or alias are an error here, not a silent overwrite.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertkit.errors import ConfigError
-from bertkit.tasks.base import Task
+from bertkit.tasks.base import Serving, Task
 
 if TYPE_CHECKING:
     from bertkit.model.folder import ModelFolder
@@ -51,6 +54,37 @@ TASKS: dict[str, type[Task]] = _discover()
 ALIASES: dict[str, str] = _aliases(TASKS)
 
 
+def register_task(cls: type[Task]) -> type[Task]:
+    """Add a task class defined outside this package to the registry (also usable as a class decorator): its name
+    and aliases become known to `get_task`, `bertkit finetune`'s options built after the call, evaluate, predict,
+    serve and export-onnx, and its own head classes (`own_heads`) to the model floor. Registering the same class
+    again is a no-op; a name or alias another task holds is an error."""
+    from bertkit.model.heads import register_head
+
+    if not (isinstance(cls, type) and issubclass(cls, Task) and cls.name):
+        raise TypeError(f"register_task takes a Task subclass with a name, got {cls!r}")
+    taken = TASKS.get(cls.name)
+    if taken is not None and taken is not cls:
+        raise TypeError(f"task name {cls.name!r} is claimed by {taken.__qualname__} and {cls.__qualname__}")
+    tasks = dict(sorted({**TASKS, cls.name: cls}.items(), key=lambda kv: kv[1].order))
+    aliases = _aliases(tasks)  # checks the new aliases before anything changes
+    for head in cls.own_heads:
+        register_head(head)
+    TASKS.clear()
+    TASKS.update(tasks)
+    ALIASES.clear()
+    ALIASES.update(aliases)
+    return cls
+
+
+def serving_task(config: Any, head: str) -> Task | None:
+    """The task whose endpoint serves a loaded folder with head class `head`: the task its config.json names, else
+    the one that fine-tunes that head; None when no task serves it (a BertModel, a masked LM)."""
+    named = TASKS.get(ALIASES.get(config.task, config.task)) if config.task else None
+    candidates = [named] if named is not None else list(TASKS.values())
+    return next((cls() for cls in candidates if cls.serving is not None and head in cls().head_classes), None)
+
+
 def task_model_class(folder: str | Path) -> str | None:
     """The head for a config.json that names a bertkit `task` but no `architectures` (a hand-written one): the
     class its task fine-tunes, which only this registry knows. None when `architectures` decides (or no task)."""
@@ -59,7 +93,8 @@ def task_model_class(folder: str | Path) -> str | None:
     config, raw = read_config(folder)
     if raw.get("architectures") or not config.task:
         return None
-    return get_task(config.task).model_class(dict(config.task_settings or {}))
+    task = get_task(config.task)
+    return task.head(task.load_settings(config.task_settings, f"{folder}/config.json task_settings")).class_name
 
 
 def open_task_folder(folder: str | Path, **kwargs: Any) -> ModelFolder:
@@ -78,4 +113,5 @@ def get_task(name: str) -> Task:
     return TASKS[key]()
 
 
-__all__ = ["ALIASES", "TASKS", "Task", "get_task", "open_task_folder", "task_model_class"]
+__all__ = ["ALIASES", "TASKS", "Serving", "Task", "get_task", "open_task_folder", "register_task", "serving_task",
+           "task_model_class"]

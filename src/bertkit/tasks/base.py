@@ -5,20 +5,26 @@ A task module (classification, ner, qa, multiple_choice) subclasses `Task` and s
 conversion, its decoding of model outputs into one prediction per example, its metric and its prediction file.
 The fine-tuning job (`bertkit.jobs.finetune`) and the one Trainer do everything else.
 
-Settings: every task keeps its choices (label names, max length, columns, doc stride, ...) in one JSON-ready dict
-that is stored in the fine-tuned model's `config.task_settings`, so `evaluate` and `predict` read a file exactly as
-`finetune` did.
+Settings: every task keeps its choices (label names, max length, columns, doc stride, ...) and what fitting learned
+from the training data in one dataclass (its `settings_class`, a `TaskSettings`), written to the fine-tuned model's
+config.json as it is (`task_settings`, `dataclasses.asdict`) and read back by `Task.load_settings`, so `evaluate`,
+`predict` and `serve` read inputs exactly as `finetune` did. Settings are never changed in place: reading a file
+leaves them as they are, and `fit_labels` returns new ones.
+
+The head: `Task.head(settings)` is the one declaration of the head the settings need, its class and the BertConfig
+fields that size it (`Head`).
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -30,7 +36,6 @@ from bertkit.tasks.significance import PairedTest
 
 logger = logging.getLogger(__name__)
 
-Settings = dict[str, Any]
 Feature = dict[str, Any]
 
 
@@ -41,6 +46,55 @@ class TaskOptions:
 
     max_length: int | None = None
     """Word pieces per sequence (None: the task's default, 128; QA 384)."""
+
+
+@dataclass
+class TaskSettings:
+    """What a fine-tuned folder keeps of its task: the options' resolved values and what fitting on the training data
+    learned. A task module subclasses it (`settings_class`); config.json's `task_settings` holds it as it is."""
+
+    max_length: int = 128
+    """Word pieces per sequence, as fine-tuning cut them."""
+    main_metric: str | None = None
+    """The metric that picks the best checkpoint (None: the task's `main_metric`)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form written to config.json's `task_settings`."""
+        return dataclasses.asdict(self)
+
+
+Settings = TaskSettings  # the name the task modules' signatures use
+
+
+@dataclass(frozen=True)
+class Head:
+    """The head a task's settings need: its class (by name, as `bertkit.model.MODEL_CLASSES` and config.json's
+    `architectures` name it) and the BertConfig fields that size it (num_labels, label_names, problem_type,
+    tabular_inputs, frozen_tagger, ...). Fine-tuning builds the head from it; evaluate, predict and serve check a
+    folder against it."""
+
+    class_name: str
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """A task's HTTP endpoint, declared by the task (`Task.serving`) and built into a route by `bertkit.serve`, which
+    adds only transport: batching, limits, errors. The request and response bodies are dataclasses (the server makes
+    its schemas of them, a request field the endpoint does not know refused); what the endpoint computes is the
+    task's: `request_examples`, `serve_features`, `outputs`, `answer`, `respond` (`Task.serve_batch` runs them)."""
+
+    endpoint: str
+    """Served at /<endpoint>."""
+    request: type
+    """The request body (a dataclass)."""
+    response: type
+    """The response body (a dataclass)."""
+    examples: tuple[dict[str, Any], ...] = ()
+    """A few valid request bodies, whose answers have different lengths (`Task.example_requests`: what the ONNX
+    export traces the model on, so padding is traced)."""
+    item_field: str | None = "texts"
+    """What item i of a request is called in a 400 that refuses it alone: `texts[i]` (None: the request)."""
 
 
 class Task:
@@ -61,6 +115,15 @@ class Task:
     output_keys: tuple[str, ...] = ("logits",)  # what batched inference keeps of the model's output
     per_token_outputs: bool = False  # outputs are (seq, ...) per feature (tagging, QA) rather than per sequence
     options_class: type[TaskOptions] = TaskOptions  # the task's typed options
+    settings_class: type[TaskSettings] = TaskSettings  # the task's typed saved settings
+    serving: Serving | None = None  # the task's HTTP endpoint (None: not served)
+    own_heads: tuple[type, ...] = ()  # head classes a plug-in task brings (register_task registers them by name)
+
+    @property
+    def head_classes(self) -> tuple[str, ...]:
+        """Every head class the task fine-tunes (`head` picks one per settings): a folder with one of them and no
+        bertkit task is served by this task."""
+        return (self.model_class_name,)
 
     # --- what the fine-tuning job calls, in order --------------------------------------------------------------
     def options(self, values: dict[str, Any] | None = None, where: str = "options") -> TaskOptions:
@@ -78,36 +141,67 @@ class Task:
         return self.settings_from(options)
 
     def settings_from(self, options: TaskOptions) -> Settings:
-        """What a task module overrides (calling this first): its settings from its typed options."""
+        """What a task module overrides: its settings from its typed options (`common_settings` gives the shared
+        fields)."""
+        return self.settings_class(**self.common_settings(options))
+
+    def common_settings(self, options: TaskOptions) -> dict[str, Any]:
+        """The settings every task takes from its options: max_length (checked; the task's default if not given)."""
         check_positive("max_length", options.max_length)
         return {"max_length": options.max_length or self.default_max_length}
 
+    def load_settings(self, saved: Mapping[str, Any] | None, where: str = "task_settings") -> Settings:
+        """The task's settings from their config.json form (a dict; folders of every bertkit version): a value of
+        the wrong type is a ConfigError naming the field; a key this version does not know (written by hand or by
+        a newer bertkit) is left out with a warning naming it."""
+        from bertkit.dataclass_io import config_from_dict
+
+        saved = dict(saved or {})
+        known = {f.name for f in dataclasses.fields(self.settings_class)}
+        unknown = sorted(set(saved) - known)
+        if unknown:
+            logger.warning("%s: ignoring task setting(s) the %s task does not know: %s", where, self.name,
+                           ", ".join(unknown))
+        return config_from_dict(self.settings_class, {k: v for k, v in saved.items() if k in known},
+                                f"{where} (task {self.name})")
+
+    def folder_settings(self, config: Any) -> Settings:
+        """The settings a loaded folder's model is used with (evaluate, predict, serve): the saved ones when its
+        config.json names this task; else, for a head with no bertkit task (a transformers checkpoint, a folder
+        made by hand), `default_settings(config)`. Label names are the config's, which name the head's outputs."""
+        if config.task in (self.name, *self.aliases):
+            settings = self.load_settings(config.task_settings, "config.json task_settings")
+        else:
+            settings = self.default_settings(config)
+        if hasattr(settings, "label_names") and config.label_names is not None:
+            settings = dataclasses.replace(settings, label_names=list(config.label_names))
+        return settings
+
+    def default_settings(self, config: Any) -> Settings:
+        """Settings for a head this task serves that was not fine-tuned by bertkit: the defaults, reading up to the
+        model's position limit (no fine-tuning length is known)."""
+        return self.settings_class(max_length=config.max_position_embeddings)
+
     def read(self, path: str | os.PathLike, settings: Settings, labelled: bool = True) -> list:
-        """Read a data file into examples; raise DataError naming the file and line of anything malformed."""
+        """Read a data file into examples (the settings are read, never changed); raise DataError naming the file
+        and line of anything malformed."""
         raise NotImplementedError
 
     def fit_labels(self, examples: Sequence, settings: Settings) -> Settings:
-        """Learn what the training data defines (the label set) and return the updated settings."""
+        """New settings with what the training examples define (the label set, fitted statistics)."""
         return settings
 
     def check_examples(self, examples: Sequence, settings: Settings, path: str | os.PathLike) -> None:
         """Raise DataError if evaluation examples hold something training never had (an unseen label)."""
 
-    def num_labels(self, settings: Settings) -> int | None:
-        """Output size of the head the task needs (None: the head's own)."""
-        return None
-
-    def head_config(self, settings: Settings) -> dict[str, Any]:
-        """BertConfig fields the task's head needs beyond its labels (the classifier's tabular inputs)."""
-        return {}
+    def head(self, settings: Settings) -> Head:
+        """The head these settings need: the task's `model_class_name`, sized by the model's own config (a task
+        with labels or extra inputs overrides this)."""
+        return Head(self.model_class_name)
 
     def features(self, examples: Sequence, tokenizer: Any, settings: Settings, training: bool) -> list[Feature]:
         """Model inputs (lists of ints, labels) for the examples; feature keys not in `collate`'s list are metadata."""
         raise NotImplementedError
-
-    def model_class(self, settings: Settings) -> str:
-        """The head class that serves these settings (the task's `model_class_name` unless an option picks another)."""
-        return self.model_class_name
 
     def prepare_inputs(self, model: torch.nn.Module, features: list[Feature], options: TaskOptions,
                        output_dir: str | os.PathLike) -> list[Feature]:
@@ -138,6 +232,55 @@ class Task:
                     seed: int = 0) -> "PairedTest":
         """Is B better than A on these examples by the task's main metric? A paired test (tasks.significance)."""
         raise ConfigError(f"task {self.name!r} has no paired significance test")
+
+    # --- serving (`serving` declares the endpoint; bertkit.serve adds the transport) -----------------------------
+    def request_examples(self, request: Any, settings: Settings, tokenizer: Any) -> list:
+        """The task's examples of one request (a `serving.request`), made as `read` makes them of a file's rows: one
+        item each for the server's batcher; ValueError or a BertkitError naming the field for a bad request."""
+        raise NotImplementedError
+
+    def request_texts(self, request: Any, examples: Sequence) -> list[str]:
+        """The strings of a request the server's limits apply to (how many, how long, not blank); `texts[i]` in
+        their messages."""
+        return list(request.texts)
+
+    def serve_features(self, example: Any, tokenizer: Any, settings: Settings) -> list[Feature]:
+        """One served example's features, made as `predict` makes them (`features`); an exception refuses this
+        example alone (ValueError or a BertkitError: a 400 saying why)."""
+        return self.features([example], tokenizer, settings, training=False)
+
+    def answer(self, example: Any, features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]],
+               settings: Settings) -> Any:
+        """One example's result in the response (what `decode` reads of the same outputs, and the scores)."""
+        raise NotImplementedError
+
+    def respond(self, request: Any, results: list) -> dict[str, Any]:
+        """The response body (a `serving.response`) of a request's results: {"results": [...]} by default."""
+        return {"results": results}
+
+    def example_requests(self, settings: Settings) -> list[dict[str, Any]]:
+        """Valid request bodies for a model with these settings (`serving.examples` unless the settings decide the
+        fields, as a classifier's columns do)."""
+        return [dict(body) for body in self.serving.examples] if self.serving else []
+
+    def serve_batch(self, model: torch.nn.Module, tokenizer: Any, settings: Settings,
+                    examples: Sequence) -> list:
+        """The endpoint's batch function: every example's features (one that is refused gets its exception as its
+        result), one run of the model over all of them (`outputs`), then each example's `answer`."""
+        results: list = [None] * len(examples)
+        prepared = []
+        for i, example in enumerate(examples):
+            try:
+                prepared.append((i, example, self.serve_features(example, tokenizer, settings)))
+            except Exception as e:  # noqa: BLE001 (the example's own answer: the server says which one and why)
+                results[i] = e
+        flat = [f for _, _, features in prepared for f in features]
+        outputs = self.outputs(model, flat, max(len(flat), 1), tokenizer) if flat else []
+        start = 0
+        for i, example, features in prepared:
+            results[i] = self.answer(example, features, outputs[start:start + len(features)], settings)
+            start += len(features)
+        return results
 
     # --- shared ------------------------------------------------------------------------------------------------
     def predict(self, model: torch.nn.Module, examples: Sequence, features: Sequence[Feature], settings: Settings,

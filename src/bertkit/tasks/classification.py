@@ -28,6 +28,7 @@ never extrapolates beyond what it was trained on, so a prediction is always a fi
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import logging
 import math
@@ -45,9 +46,11 @@ import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
 from bertkit.tasks.base import (
     Feature,
-    Settings,
+    Head,
+    Serving,
     Task,
     TaskOptions,
+    TaskSettings,
     check_positive,
     field_count_error,
     is_jsonl,
@@ -107,6 +110,8 @@ class TextExample:
     """The numeric columns' values (None: an empty field), when the model reads numeric columns."""
     categories: list[str | None] | None = None
     """The categorical columns' values (None: an empty field), when the model reads categorical columns."""
+    layout: Layout | None = None
+    """The layout of the table the row came from (a GLUE task's metric and problem, for `fit_labels`)."""
 
 
 def _column(spec: str | None) -> Column | None:
@@ -116,16 +121,14 @@ def _column(spec: str | None) -> Column | None:
     return int(spec) if str(spec).isdigit() else spec
 
 
-def detect_layout(path: str | os.PathLike, first_row: list[str], settings: Settings) -> Layout:
+def detect_layout(path: str | os.PathLike, first_row: list[str], settings: ClassificationSettings) -> Layout:
     """The layout of a table: named columns if given, else a GLUE header, else CoLA's header-less layout."""
-    text, pair, label = (_column(settings.get(k)) for k in ("text_column", "text_pair_column", "label_column"))
-    if text is not None or settings.get("template"):  # a template names header columns: the file has a header
+    text, pair, label = (_column(getattr(settings, k)) for k in ("text_column", "text_pair_column", "label_column"))
+    if text is not None or settings.template:  # a template names header columns: the file has a header
         named = [c for c in (text, pair, label) if c is not None]
-        return Layout(text, pair, label, header=bool(settings.get("template")) or not all(isinstance(c, int)
-                                                                                          for c in named),
-                      main_metric=settings.get("main_metric", "accuracy"), problem=settings.get("problem",
-                                                                                                "single_label"))
-    glue = settings.get("glue")
+        return Layout(text, pair, label, header=bool(settings.template) or not all(isinstance(c, int) for c in named),
+                      main_metric=settings.main_metric or "accuracy", problem=settings.problem or "single_label")
+    glue = settings.glue
     matches = [(name, layout) for name, layout in GLUE_LAYOUTS.items() if layout.header
                and layout.text in first_row and (layout.pair is None or layout.pair in first_row)]
     # A named GLUE task first, then a layout whose label column is there too (train/dev), then any (test files).
@@ -180,6 +183,51 @@ class ClassificationOptions(TaskOptions):
     other classes each occur at least ten times as often, is taken for a typo and refused."""
 
 
+@dataclass
+class ClassificationSettings(TaskSettings):
+    """What a fine-tuned classifier keeps: its options as resolved, and what fitting on the training file learned
+    (the label names, the problem, whether it read pairs, the numeric columns' statistics and the categorical
+    columns' vocabularies)."""
+
+    text_column: str | None = None
+    """As the option: the text's column (None: found from the file's layout)."""
+    text_pair_column: str | None = None
+    """... the second text's column."""
+    label_column: str | None = None
+    """... the label's column."""
+    glue: str | None = None
+    """The GLUE task of the file's layout (given, or recognised from the training file's header)."""
+    problem: str | None = None
+    """single_label, regression or multi_label (None before fitting: the options' or the file layout's)."""
+    label_separator: str = ","
+    """Between the labels of a multi-label example."""
+    template: str | None = None
+    """The text written from the row's named columns."""
+    empty_field: str = "unknown"
+    """What the template writes for an empty field."""
+    numeric_columns: list[str] | None = None
+    """Columns given to the head beside the text as standardised numbers."""
+    categorical_columns: list[str] | None = None
+    """Columns given to the head beside the text as learned embeddings."""
+    category_embedding_size: int = 16
+    """Width of each categorical column's embedding."""
+    labels: list[str] | None = None
+    """The complete label set the training file may hold (the `labels` option)."""
+    label_names: list[str] | None = None
+    """The head's outputs, in order: the training file's labels (None for regression)."""
+    pairs: bool | None = None
+    """Whether the training examples were pairs of texts (None: a folder from before it was recorded)."""
+    numeric_stats: dict[str, list[float]] | None = None
+    """Each numeric column's training [mean, std]."""
+    numeric_range: dict[str, list[float]] | None = None
+    """Each numeric column's training [min, max]: new values are clipped to it."""
+    numeric_limits: dict[str, list[float]] | None = None
+    """Each numeric column's [lo, hi]: a value beyond is refused (see NUMERIC_SPREADS)."""
+    category_vocab: dict[str, list[str]] | None = None
+    """Each categorical column's training values, in id order (id 0 is the unknown bucket)."""
+
+
+Settings = ClassificationSettings
 UNKNOWN_CATEGORY = 0  # the id of a category training never had (and of an empty field): one bucket per column
 NUMERIC_MAGNITUDE = 1e100
 """The largest magnitude a numeric column's value may have. No quantity in a table comes near it (the observable
@@ -342,8 +390,8 @@ def category_ids(values: Sequence[str | None], vocabularies: Sequence[Sequence[s
 
 def input_columns(settings: Settings) -> list[str]:
     """Every column the settings read besides the text, pair and label columns: the template's, numeric, categorical."""
-    template = template_columns(settings["template"]) if settings.get("template") else []
-    return template + list(settings.get("numeric_columns") or []) + list(settings.get("categorical_columns") or [])
+    template = template_columns(settings.template) if settings.template else []
+    return template + list(settings.numeric_columns or []) + list(settings.categorical_columns or [])
 
 
 def field_text(path: str | os.PathLike, line: int | None, column: str, raw: Any) -> str | None:
@@ -364,26 +412,26 @@ def row_inputs(path: str | os.PathLike, line: int | None, fields: Mapping[str, A
     for name in input_columns(settings):
         require_field(path, line, fields, name)
     out: dict[str, Any] = {}
-    if settings.get("template"):
-        values = {name: field_text(path, line, name, fields[name]) for name in template_columns(settings["template"])}
-        out["text"] = render_template(settings["template"], values, settings.get("empty_field", "unknown"))
-    if settings.get("numeric_columns"):
-        out["numeric"] = [parse_number(path, line, c, fields[c]) for c in settings["numeric_columns"]]
-        limits = settings.get("numeric_limits") or {}
-        for column, value in zip(settings["numeric_columns"], out["numeric"]):
+    if settings.template:
+        values = {name: field_text(path, line, name, fields[name]) for name in template_columns(settings.template)}
+        out["text"] = render_template(settings.template, values, settings.empty_field)
+    if settings.numeric_columns:
+        out["numeric"] = [parse_number(path, line, c, fields[c]) for c in settings.numeric_columns]
+        limits = settings.numeric_limits or {}
+        for column, value in zip(settings.numeric_columns, out["numeric"]):
             if column in limits:
                 check_numeric_limits(path, line, column, value, limits[column])
-    if settings.get("categorical_columns"):
-        out["categories"] = [field_text(path, line, c, fields[c]) for c in settings["categorical_columns"]]
+    if settings.categorical_columns:
+        out["categories"] = [field_text(path, line, c, fields[c]) for c in settings.categorical_columns]
     return out
 
 
 def reads_pairs(settings: Settings) -> bool:
     """Whether the model was trained on pairs of texts (recorded at fitting; folders from before that: a template
     model without a pair column did not, other models may have)."""
-    if "pairs" in settings:
-        return bool(settings["pairs"])
-    return not settings.get("template") or bool(settings.get("text_pair_column"))
+    if settings.pairs is not None:
+        return settings.pairs
+    return not settings.template or bool(settings.text_pair_column)
 
 
 def request_example(text: str | None, pair: str | None, columns: Mapping[str, Any] | None, settings: Settings,
@@ -402,7 +450,7 @@ def request_example(text: str | None, pair: str | None, columns: Mapping[str, An
     if pair is not None and not reads_pairs(settings):
         raise data_error(where, None, "a pair (second text) was sent, but this model was trained on single texts; "
                          "send no pairs")
-    if pair is None and settings.get("pairs"):
+    if pair is None and settings.pairs:
         raise data_error(where, None, "this model was trained on pairs of texts; send pairs, one per example")
     extra = row_inputs(where, None, columns, settings)
     text = extra.pop("text", text)
@@ -411,14 +459,76 @@ def request_example(text: str | None, pair: str | None, columns: Mapping[str, An
     return TextExample(0, text, pair, None, dict(columns), **extra)
 
 
+def parse_label(path: str | os.PathLike, line: int, raw: Any, problem: str, separator: str = ",") -> Any:
+    """A raw label as the problem type wants it: str (single-label), float (regression), list (multi-label, a JSON
+    list or a string split on `separator`)."""
+    if problem == "regression":
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            raise data_error(path, line, f"label {raw!r} is not a number (regression)") from None
+        if not math.isfinite(value):
+            raise data_error(path, line, f"label {raw!r} is not a finite number")
+        return value
+    if problem == "multi_label":
+        parts = raw if isinstance(raw, list) else str(raw).split(separator)
+        return sorted({_label_str(p).strip() for p in parts if _label_str(p).strip()})
+    if isinstance(raw, dict):
+        raise data_error(path, line, f"label {_shown(raw)} is an object; a label is a string or a number")
+    if isinstance(raw, list):
+        raise data_error(path, line, f"label {raw!r} is a list; pass --multi-label for several labels")
+    return _label_str(raw)
+
+
+def problem_type(settings: ClassificationSettings) -> str:
+    """BertConfig.problem_type for the head's loss and the reading of its logits."""
+    return {"regression": "regression", "multi_label": "multi_label_classification"}.get(
+        settings.problem or "single_label", "single_label_classification")
+
+
 def _fitted(settings: Settings, key: str, columns: Sequence[str]) -> list:
     """The training data's statistics (key numeric_stats / category_vocab) for `columns`, or a ConfigError."""
-    fitted = settings.get(key) or {}
+    fitted = getattr(settings, key) or {}
     missing = [c for c in columns if c not in fitted]
     if missing:
         raise ConfigError(f"task settings have no {key} for {missing}: they are fitted on the training data "
                           "by `bertkit finetune`")
     return [fitted[c] for c in columns]
+
+
+@dataclass
+class ClassifyRequest:
+    """/classify's request: texts (and pairs), or one object of columns per example for a model that reads columns."""
+
+    texts: list[str] | None = None
+    """The texts (left out for a model that writes its text from columns with a template)."""
+    pairs: list[str] | None = None
+    """Second segments, one per text."""
+    # bool listed so that JSON true reaches the reader as true (refused in a numeric column), not as 1.0
+    columns: list[dict[str, str | bool | float | int | None]] | None = None
+    """One object per example, column name -> value, for a model trained with a template or numeric/categorical
+    columns: read as the training file's rows were."""
+
+
+@dataclass
+class Classification:
+    """One example's answer, read from the logits as the head's problem type says (`read_logits`)."""
+
+    label: str | None
+    """The most probable label (None for a regression head)."""
+    probability: float | None
+    """Its probability (softmax; sigmoid for multi-label)."""
+    probabilities: dict[str, float]
+    """Every label's probability."""
+    labels: list[str] | None = None
+    """Multi-label heads: every label with probability > 0.5."""
+    value: float | None = None
+    """Regression heads: the predicted number."""
+
+
+@dataclass
+class ClassifyResponse:
+    results: list[Classification]
 
 
 class ClassificationTask(Task):
@@ -433,9 +543,12 @@ class ClassificationTask(Task):
     default_lr = 3e-5
     default_max_length = 128
     options_class = ClassificationOptions
+    settings_class = ClassificationSettings
+    serving = Serving("classify", ClassifyRequest, ClassifyResponse,
+                      examples=({"texts": ["A fine film.", "A slow, long and rather dull film about very little."]},))
 
-    def settings_from(self, options: ClassificationOptions) -> Settings:
-        s = super().settings_from(options)
+    def settings_from(self, options: ClassificationOptions) -> ClassificationSettings:
+        s = self.common_settings(options)
         for key in ("text_column", "text_pair_column", "label_column", "glue"):
             if getattr(options, key) is not None:
                 s[key] = str(getattr(options, key))
@@ -466,28 +579,45 @@ class ClassificationTask(Task):
                 raise ConfigError(f"classification options: labels {options.labels} must list two or more distinct, "
                                   "non-empty labels of a single- or multi-label problem")
             s["labels"] = labels
+        settings = ClassificationSettings(**s)
         if options.label_column is not None:
-            check_label_not_input(str(options.label_column), s)
-        return s
+            check_label_not_input(str(options.label_column), settings)
+        return settings
 
-    def head_config(self, settings: Settings) -> dict[str, Any]:
-        numeric = settings.get("numeric_columns") or []
-        categorical = settings.get("categorical_columns") or []
-        if not numeric and not categorical:
-            return {"tabular_inputs": None}
-        vocabularies = _fitted(settings, "category_vocab", categorical)
-        return {"tabular_inputs": {"numeric": 2 * len(numeric),  # value and missing flag per column
-                                   "categories": [len(v) + 1 for v in vocabularies],  # + the unknown bucket
-                                   "embedding_size": settings.get("category_embedding_size", 16)}}
+    def default_settings(self, config: Any) -> ClassificationSettings:
+        """A classifier bertkit did not fine-tune: its outputs read as its config's problem_type says."""
+        problem = {"regression": "regression", "multi_label_classification": "multi_label"}.get(
+            config.problem_type or ("regression" if config.num_labels == 1 else ""), "single_label")
+        names = None if problem == "regression" else [f"LABEL_{i}" for i in range(config.num_labels)]
+        return ClassificationSettings(max_length=config.max_position_embeddings, problem=problem, label_names=names)
+
+    def head(self, settings: ClassificationSettings) -> Head:
+        """BertForSequenceClassification with one output per label (one for regression), the loss of the problem,
+        and the non-text columns' inputs (`tabular_inputs`: sized by the fitted vocabularies)."""
+        numeric = settings.numeric_columns or []
+        categorical = settings.categorical_columns or []
+        tabular = None
+        if numeric or categorical:
+            vocabularies = _fitted(settings, "category_vocab", categorical)
+            tabular = {"numeric": 2 * len(numeric),  # value and missing flag per column
+                       "categories": [len(v) + 1 for v in vocabularies],  # + the unknown bucket
+                       "embedding_size": settings.category_embedding_size}
+        regression = settings.problem == "regression"
+        return Head(self.model_class_name, {
+            "num_labels": 1 if regression else len(settings.label_names or []),
+            "label_names": None if regression else settings.label_names,
+            "problem_type": problem_type(settings), "tabular_inputs": tabular})
 
     # --- reading -----------------------------------------------------------------------------------------------
-    def read(self, path: str | os.PathLike, settings: Settings, labelled: bool = True) -> list[TextExample]:
+    def read(self, path: str | os.PathLike, settings: ClassificationSettings,
+             labelled: bool = True) -> list[TextExample]:
         examples = (self._read_jsonl if is_jsonl(path) else self._read_table)(path, settings, labelled)
-        if "numeric_stats" not in settings:  # the training file: its own limits (a fitted model's: row by row)
+        if settings.numeric_stats is None:  # the training file: its own limits (a fitted model's: row by row)
             check_training_numbers(path, examples, settings)
         return examples
 
-    def _read_table(self, path: str | os.PathLike, settings: Settings, labelled: bool) -> list[TextExample]:
+    def _read_table(self, path: str | os.PathLike, settings: ClassificationSettings,
+                    labelled: bool) -> list[TextExample]:
         rows = read_table(path)
         if not rows:
             return []
@@ -496,10 +626,7 @@ class ClassificationTask(Task):
         header_line = rows[0][0]
         if header is not None:
             rows = rows[1:]
-        settings.setdefault("problem", layout.problem)
-        if layout.label is not None and "main_metric" not in settings and glue_name(layout):
-            settings["glue"] = glue_name(layout)
-            settings["main_metric"] = layout.main_metric
+        problem = settings.problem or layout.problem
         text_i = _index(path, header, layout.text, True) if layout.text is not None else None
         pair_i = _index(path, header, layout.pair, True) if layout.pair is not None else None
         label_i = _index(path, header, layout.label, labelled) if layout.label is not None else None
@@ -514,7 +641,7 @@ class ClassificationTask(Task):
             names = [header[i] if header is not None and i < len(header) else str(i) for i in (label_i, text_i, pair_i)
                      if i is not None]
             check_label_not_input(names[0], settings, *names[1:])
-        allowed = settings.get("labels") or layout.labels
+        allowed = settings.labels or layout.labels
         need = max((i for i in (text_i, pair_i, label_i) if i is not None), default=0)
         examples = []
         for line, row in rows:
@@ -527,29 +654,30 @@ class ClassificationTask(Task):
             examples.append(TextExample(
                 line, extra.pop("text") if "text" in extra else row[text_i].strip(),
                 row[pair_i].strip() if pair_i is not None else None,
-                self._parse_label(path, line, label, settings) if label not in (None, "") else None, row, header,
-                **extra))
+                parse_label(path, line, label, problem, settings.label_separator) if label not in (None, "")
+                else None, row, header, layout=layout, **extra))
             if labelled and examples[-1].label is None:
                 raise data_error(path, line, f"empty label in column {layout.label!r}")
             if allowed is not None:
                 check_label_set(path, line, examples[-1].label, allowed,
-                                None if settings.get("labels") else glue_name(layout))
+                                None if settings.labels else glue_name(layout))
         if labelled and allowed is None:  # a fixed label set admits its rare classes
-            check_stray_labels(path, examples, settings)
+            check_stray_labels(path, examples, problem)
         return examples
 
-    def _read_jsonl(self, path: str | os.PathLike, settings: Settings, labelled: bool) -> list[TextExample]:
+    def _read_jsonl(self, path: str | os.PathLike, settings: ClassificationSettings,
+                    labelled: bool) -> list[TextExample]:
         rows = read_jsonl(path)
         if not rows:
             return []
         first = rows[0][1]
-        template = settings.get("template")
-        text = settings.get("text_column") or next((k for k in JSONL_TEXT if k in first), "text")
-        pair = settings.get("text_pair_column") or (JSONL_PAIR.get(text) if JSONL_PAIR.get(text) in first else None)
-        label = settings.get("label_column") or "label"
+        template = settings.template
+        text = settings.text_column or next((k for k in JSONL_TEXT if k in first), "text")
+        pair = settings.text_pair_column or (JSONL_PAIR.get(text) if JSONL_PAIR.get(text) in first else None)
+        label = settings.label_column or "label"
         check_label_not_input(label, settings, *([] if template else [text]), *([pair] if pair else []))
-        settings.setdefault("problem", "single_label")
-        allowed = settings.get("labels")
+        problem = settings.problem or "single_label"
+        allowed = settings.labels
         examples = []
         for line, obj in rows:
             raw = obj.get(label)
@@ -559,72 +687,57 @@ class ClassificationTask(Task):
             examples.append(TextExample(
                 line, extra.pop("text") if template else str(require_field(path, line, obj, text)),
                 str(require_field(path, line, obj, pair)) if pair else None,
-                self._parse_label(path, line, raw, settings) if raw is not None else None, obj, **extra))
+                parse_label(path, line, raw, problem, settings.label_separator) if raw is not None else None, obj,
+                **extra))
             if allowed is not None:
                 check_label_set(path, line, examples[-1].label, allowed)
         if labelled and allowed is None:
-            check_stray_labels(path, examples, settings)
+            check_stray_labels(path, examples, problem)
         return examples
 
-    @staticmethod
-    def _parse_label(path: str | os.PathLike, line: int, raw: Any, settings: Settings) -> Any:
-        """A raw label as the problem type wants it: str (single-label), float (regression), list (multi-label)."""
-        problem = settings.get("problem", "single_label")
-        if problem == "regression":
-            try:
-                value = float(raw)
-            except (TypeError, ValueError):
-                raise data_error(path, line, f"label {raw!r} is not a number (regression)") from None
-            if not math.isfinite(value):
-                raise data_error(path, line, f"label {raw!r} is not a finite number")
-            return value
-        if problem == "multi_label":
-            parts = raw if isinstance(raw, list) else str(raw).split(settings.get("label_separator", ","))
-            return sorted({_label_str(p).strip() for p in parts if _label_str(p).strip()})
-        if isinstance(raw, dict):
-            raise data_error(path, line, f"label {_shown(raw)} is an object; a label is a string or a number")
-        if isinstance(raw, list):
-            raise data_error(path, line, f"label {raw!r} is a list; pass --multi-label for several labels")
-        return _label_str(raw)
-
     # --- labels -----------------------------------------------------------------------------------------------
-    def fit_labels(self, examples: Sequence[TextExample], settings: Settings) -> Settings:
+    def fit_labels(self, examples: Sequence[TextExample], settings: ClassificationSettings) -> ClassificationSettings:
+        """The settings with the problem, the label names and the main metric (a GLUE file's, recognised from its
+        layout, unless one was given), and the inputs' statistics (`fit_inputs`), from the training examples."""
         settings = self.fit_inputs(examples, settings)
-        if settings.get("problem") == "regression":
-            settings["label_names"] = None
-            settings.setdefault("main_metric", "pearson")
-            return settings
+        layout = examples[0].layout if examples else None
+        problem = settings.problem or (layout.problem if layout is not None else "single_label")
+        metric, glue = settings.main_metric, settings.glue
+        if metric is None and layout is not None and layout.label is not None and glue_name(layout):
+            metric, glue = layout.main_metric, glue_name(layout)
+        if problem == "regression":
+            return dataclasses.replace(settings, problem=problem, glue=glue, label_names=None,
+                                       main_metric=metric or "pearson")
         seen = {lab for ex in examples for lab in (ex.label if isinstance(ex.label, list) else [ex.label])}
-        unseen = [label for label in settings.get("labels") or [] if label not in seen]
+        unseen = [label for label in settings.labels or [] if label not in seen]
         if unseen:
             raise ConfigError(f"classification options: labels {unseen} never occur in the training examples; a "
                               "class needs examples to be learned (list only the labels the training file holds)")
-        settings["label_names"] = sorted(seen, key=_label_sort_key)
-        if settings.get("problem") == "multi_label":
-            settings.setdefault("main_metric", "micro_f1")
-        settings.setdefault("main_metric", "accuracy")
-        return settings
+        return dataclasses.replace(settings, problem=problem, glue=glue,
+                                   label_names=sorted(seen, key=_label_sort_key),
+                                   main_metric=metric or ("micro_f1" if problem == "multi_label" else "accuracy"))
 
-    def fit_inputs(self, examples: Sequence[TextExample], settings: Settings) -> Settings:
-        """The numeric columns' [mean, std], [min, max] and [lo, hi] limits, the categorical columns' vocabularies
-        and whether the examples are pairs, from the training examples."""
-        numeric = settings.get("numeric_columns") or []
-        categorical = settings.get("categorical_columns") or []
-        settings["pairs"] = any(ex.pair is not None for ex in examples)  # what a request must send (reads_pairs)
+    def fit_inputs(self, examples: Sequence[TextExample], settings: ClassificationSettings) -> ClassificationSettings:
+        """The settings with the numeric columns' [mean, std], [min, max] and [lo, hi] limits, the categorical
+        columns' vocabularies and whether the examples are pairs, from the training examples."""
+        numeric = settings.numeric_columns or []
+        categorical = settings.categorical_columns or []
+        fitted: dict[str, Any] = {"pairs": any(ex.pair is not None for ex in examples)}  # what a request must send
         if numeric:
             columns = {c: [ex.numeric[i] for ex in examples] for i, c in enumerate(numeric)}  # type: ignore[index]
-            settings["numeric_stats"] = {c: fit_numeric(values) for c, values in columns.items()}
+            fitted["numeric_stats"] = {c: fit_numeric(values) for c, values in columns.items()}
             ranges = {c: fit_numeric_range(values) for c, values in columns.items()}
-            settings["numeric_range"] = {c: r[0] for c, r in ranges.items()}
-            settings["numeric_limits"] = {c: r[1] for c, r in ranges.items()}
+            fitted["numeric_range"] = {c: r[0] for c, r in ranges.items()}
+            fitted["numeric_limits"] = {c: r[1] for c, r in ranges.items()}
         if categorical:
-            settings["category_vocab"] = {c: sorted({ex.categories[i] for ex in examples  # type: ignore[index]
-                                                     if ex.categories[i] is not None})  # type: ignore[index]
-                                          for i, c in enumerate(categorical)}
-        return settings
+            fitted["category_vocab"] = {c: sorted({ex.categories[i] for ex in examples  # type: ignore[index]
+                                                   if ex.categories[i] is not None})  # type: ignore[index]
+                                        for i, c in enumerate(categorical)}
+        return dataclasses.replace(settings, **fitted)
 
-    def check_examples(self, examples: Sequence[TextExample], settings: Settings, path: str | os.PathLike) -> None:
-        names = settings.get("label_names")
+    def check_examples(self, examples: Sequence[TextExample], settings: ClassificationSettings,
+                       path: str | os.PathLike) -> None:
+        names = settings.label_names
         if names is None:
             return
         known = set(names)
@@ -634,33 +747,80 @@ class ClassificationTask(Task):
                     raise data_error(path, ex.line, f"label {lab!r} never occurs in the training data "
                                      f"(labels: {', '.join(names)})")
 
-    def num_labels(self, settings: Settings) -> int:
-        names = settings.get("label_names")
-        return 1 if settings.get("problem") == "regression" else len(names or [])
+    # --- serving ----------------------------------------------------------------------------------------------
+    def request_examples(self, request: ClassifyRequest, settings: ClassificationSettings,
+                         tokenizer: Any) -> list[TextExample]:
+        """One example per text (and pair), or per object of columns for a model that reads columns: made as
+        `read` makes one of a row (`request_example`: the template's text, the numbers standardised and the
+        categories looked up with the training data's statistics saved in the folder)."""
+        columns = input_columns(settings)
+        texts, pairs = request.texts, request.pairs
+        if not columns:
+            if request.columns is not None:
+                raise ValueError("this model reads no columns besides the text; send texts (and pairs) only")
+            if texts is None:
+                raise ValueError("texts is required")
+            rows: list = [None] * len(texts)
+        else:
+            if request.columns is None:
+                raise ValueError(f"this model reads the columns {columns}: send columns, one object per example")
+            if settings.template and texts is not None:
+                raise ValueError("this model writes its text from columns with its template "
+                                 f"({settings.template!r}); send columns, not texts")
+            rows = request.columns
+            if texts is not None and len(texts) != len(rows):
+                raise ValueError(f"columns has {len(rows)} objects, texts has {len(texts)}")
+            texts = texts if texts is not None else [None] * len(rows)
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError(f"pairs has {len(pairs)} entries, texts has {len(texts)}")
+        return [request_example(t, p, row, settings, f"columns[{i}]" if row is not None else f"texts[{i}]")
+                for i, (t, p, row) in enumerate(zip(texts, pairs or [None] * len(texts), rows))]
 
-    def problem_type(self, settings: Settings) -> str:
-        """BertConfig.problem_type for the head's loss."""
-        return {"regression": "regression", "multi_label": "multi_label_classification"}.get(
-            settings.get("problem", "single_label"), "single_label_classification")
+    def request_texts(self, request: ClassifyRequest, examples: Sequence[TextExample]) -> list[str]:
+        return [ex.text for ex in examples]  # a template's text as written from the columns
+
+    def answer(self, example: TextExample, features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]],
+               settings: ClassificationSettings) -> dict[str, Any]:
+        return read_logits(outputs[0]["logits"], problem_type(settings), settings.label_names or [])
+
+    def example_requests(self, settings: ClassificationSettings) -> list[dict[str, Any]]:
+        """For a model that reads columns: objects of every column it reads (a number of its training range, a
+        category of its vocabulary, a word for a template's columns)."""
+        columns = input_columns(settings)
+        if not columns:
+            return super().example_requests(settings)
+        numeric = set(settings.numeric_columns or [])
+        vocab = settings.category_vocab or {}
+        rows = []
+        for k, words in enumerate(("Fine.", "A slow, long and rather dull piece about very little.")):
+            row = {c: ((settings.numeric_range or {}).get(c, [0.0, 0.0])[k] if c in numeric else
+                       (vocab[c][0] if vocab.get(c) else "") if c in vocab else words) for c in columns}
+            rows.append(row)
+        body: dict[str, Any] = {"columns": rows}
+        if not settings.template:
+            body["texts"] = ["Fine.", "A slow, long and rather dull piece about very little."]
+        if settings.pairs:
+            body["pairs"] = ["Good.", "Yes."]
+        return [body]
 
     # --- features and decoding --------------------------------------------------------------------------------
     def features(self, examples: Sequence[TextExample], tokenizer: Any, settings: Settings,
                  training: bool) -> list[Feature]:
-        names = settings.get("label_names") or []
+        names = settings.label_names or []
         index = {name: i for i, name in enumerate(names)}
-        problem = settings.get("problem", "single_label")
-        numeric = settings.get("numeric_columns") or []
+        problem = settings.problem or "single_label"
+        numeric = settings.numeric_columns or []
         stats = _fitted(settings, "numeric_stats", numeric)
         if not all(math.isfinite(x) for pair in stats for x in pair):
             raise ConfigError(f"task settings: numeric_stats {dict(zip(numeric, stats))} are not all finite (fitted "
                               "by an older bertkit on a column with huge values); fine-tune the model again")
-        ranges = [(settings.get("numeric_range") or {}).get(c) for c in numeric]
+        ranges = [(settings.numeric_range or {}).get(c) for c in numeric]
         if not training:
             log_clipped(examples, numeric, stats, ranges)
-        vocabularies = _fitted(settings, "category_vocab", settings.get("categorical_columns") or [])
+        vocabularies = _fitted(settings, "category_vocab", settings.categorical_columns or [])
         out = []
         for ex in examples:
-            enc = tokenizer.encode(ex.text, ex.pair, max_length=settings["max_length"], truncation="longest_first")
+            enc = tokenizer.encode(ex.text, ex.pair, max_length=settings.max_length, truncation="longest_first")
             feature: Feature = {"input_ids": list(enc.input_ids), "token_type_ids": list(enc.token_type_ids)}
             if stats:
                 feature["numeric_features"] = numeric_vector(ex.numeric or [], stats, ranges)
@@ -682,21 +842,20 @@ class ClassificationTask(Task):
 
     def decode(self, examples: Sequence[TextExample], features: Sequence[Feature],
                outputs: list[dict[str, np.ndarray]], settings: Settings) -> list:
-        names = settings.get("label_names") or []
-        problem = self.problem_type(settings)
+        problem = problem_type(settings)
         key = {"regression": "value", "multi_label_classification": "labels"}.get(problem, "label")
-        return [read_logits(out["logits"], problem, names)[key] for out in outputs]
+        return [read_logits(out["logits"], problem, settings.label_names or [])[key] for out in outputs]
 
     def score(self, examples: Sequence[TextExample], predictions: Sequence, settings: Settings) -> dict[str, float]:
         refs = [ex.label for ex in examples]
-        problem = settings.get("problem", "single_label")
+        problem = settings.problem or "single_label"
         if problem == "regression":
             mse = sum((p - r) ** 2 for p, r in zip(predictions, refs)) / len(refs)
             return {"pearson": metrics.pearson(predictions, refs), "spearman": metrics.spearman(predictions, refs),
                     "mse": mse}
         if problem == "multi_label":
             return metrics.multilabel_scores([set(p) for p in predictions], [set(r) for r in refs])
-        names = settings.get("label_names") or []
+        names = settings.label_names or []
         result = {"accuracy": metrics.accuracy(predictions, refs),
                   "matthews": metrics.matthews_corrcoef(predictions, refs)}
         if len(names) == 2:  # binary F1 of the positive class, the second name ("1", "not_entailment", ...)
@@ -710,8 +869,8 @@ class ClassificationTask(Task):
         """McNemar's exact test for accuracy; the paired bootstrap for F1, Matthews correlation (confusion
         counts), multi-label micro F1 and Pearson correlation."""
         refs = [ex.label for ex in examples]
-        problem = settings.get("problem", "single_label")
-        metric = settings.get("main_metric", self.main_metric)
+        problem = settings.problem or "single_label"
+        metric = settings.main_metric or self.main_metric
         if problem == "regression":
             def sums(predictions: Sequence) -> np.ndarray:
                 x, y = np.asarray(predictions, np.float64), np.asarray(refs, np.float64)
@@ -729,7 +888,7 @@ class ClassificationTask(Task):
         if metric == "accuracy":
             return significance.mcnemar([p == r for p, r in zip(predictions_a, refs)],
                                         [p == r for p, r in zip(predictions_b, refs)])
-        names = list(settings.get("label_names") or sorted({*refs, *predictions_a, *predictions_b}, key=str))
+        names = list(settings.label_names or sorted({*refs, *predictions_a, *predictions_b}, key=str))
         index = {name: i for i, name in enumerate(names)}
         k = len(names)
         statistic = significance.confusion_statistic(metric, k)
@@ -740,7 +899,7 @@ class ClassificationTask(Task):
 
     def write_predictions(self, path: str | os.PathLike, examples: Sequence[TextExample], predictions: Sequence,
                           settings: Settings) -> None:
-        sep = settings.get("label_separator", ",")
+        sep = settings.label_separator
         with atomic_open(path) as f:
             if examples and isinstance(examples[0].row, dict):
                 for ex, pred in zip(examples, predictions):
@@ -790,7 +949,7 @@ def read_logits(logits: np.ndarray, problem_type: str | None, names: Sequence[st
     return out
 
 
-def check_stray_labels(path: str | os.PathLike, examples: Sequence[TextExample], settings: Settings) -> None:
+def check_stray_labels(path: str | os.PathLike, examples: Sequence[TextExample], problem: str) -> None:
     """A single-label file whose labels fall into frequent classes and a few stray ones: a DataError naming the
     first stray row, since each stray label would silently add a class (a 3- or 4-class model from a 0/1 file).
 
@@ -799,7 +958,7 @@ def check_stray_labels(path: str | os.PathLike, examples: Sequence[TextExample],
     STRAY_MAX_ROWS rows, or when it is a number among words or a word among numbers. A genuine rare class (a
     5-way sentiment file with a class on 3 rows) is accepted by listing the label set (`labels`); a rare class on
     more rows, or in a file whose classes are all small, passes as it is."""
-    if settings.get("problem", "single_label") != "single_label":
+    if problem != "single_label":
         return
     lines: dict[Any, list[int]] = {}
     for ex in examples:
@@ -846,9 +1005,9 @@ def check_label_set(path: str | os.PathLike, line: int, label: Any, allowed: Seq
 def check_label_not_input(label: str, settings: Settings, *texts: str) -> None:
     """ConfigError if the label column is also read as an input (the template, a numeric or categorical column,
     the text): the model would be shown the answer, and predicting new rows, which have none, would demand it."""
-    roles = {"the template": template_columns(settings["template"]) if settings.get("template") else [],
-             "numeric_columns": settings.get("numeric_columns") or [],
-             "categorical_columns": settings.get("categorical_columns") or [], "the text columns": texts}
+    roles = {"the template": template_columns(settings.template) if settings.template else [],
+             "numeric_columns": settings.numeric_columns or [],
+             "categorical_columns": settings.categorical_columns or [], "the text columns": texts}
     for role, columns in roles.items():
         if label in columns:
             raise ConfigError(f"classification options: the label column {label!r} is also an input ({role}): the "
@@ -869,7 +1028,7 @@ def check_unique_header(path: str | os.PathLike, line: int, header: Sequence[str
 def check_training_numbers(path: str | os.PathLike, examples: Sequence[TextExample], settings: Settings) -> None:
     """DataError naming the first row of the training file whose numeric value lies beyond its column's limits,
     fitted on the file itself (fit_numeric_range): the value that would make the column useless."""
-    numeric = settings.get("numeric_columns") or []
+    numeric = settings.numeric_columns or []
     if not numeric:
         return
     limits = [fit_numeric_range([ex.numeric[i] for ex in examples])[1] for i in range(len(numeric))]  # type: ignore[index]

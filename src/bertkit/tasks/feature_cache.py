@@ -47,7 +47,7 @@ CACHE_DTYPE = np.float16
 # settings, dropout, initialisation. Left out of the key so other taggers and feature choices share one file.
 _NOT_IN_KEY = frozenset({"hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout",
                          "initializer_range", "num_labels", "label_names", "id2label", "label2id", "problem_type",
-                         "tabular_inputs", "task", "task_settings"})
+                         "tabular_inputs", "frozen_tagger", "task", "task_settings"})
 _STALE_TEMP_FILES = ".[0-9a-f]*.tmp"  # `.<key>.npy.<random>.tmp`, `.<key>.json.<random>.tmp`
 
 

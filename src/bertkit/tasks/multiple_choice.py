@@ -12,6 +12,7 @@ Metric: accuracy. Predictions: JSON lines `{"id": ..., "label": k, "choice": tex
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from bertkit.errors import data_error
 from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
-from bertkit.tasks.base import Feature, Settings, Task, read_jsonl
+from bertkit.tasks.base import Feature, Serving, Task, TaskSettings, read_jsonl, softmax
 
 
 @dataclass
@@ -36,6 +37,39 @@ class ChoiceExample:
     question: str
     choices: list[str]
     label: int | None
+
+
+@dataclass
+class MultipleChoiceSettings(TaskSettings):
+    """What a fine-tuned multiple-choice model keeps: how many choices each question has."""
+
+    num_choices: int | None = None
+    """Choices per question in the training file (every file read later must have as many)."""
+
+
+Settings = MultipleChoiceSettings
+
+
+@dataclass
+class ChooseRequest:
+    """/choose's request: one question, as a line of the task's files holds it."""
+
+    context: str
+    """The first segment, e.g. the situation or passage."""
+    choices: list[str]
+    """The candidate continuations or answers (as many as the model was fine-tuned on)."""
+    question: str = ""
+    """Text put before every choice in the second segment ("question choice")."""
+
+
+@dataclass
+class ChooseResponse:
+    label: int
+    """The index of the chosen choice (as `bertkit predict` writes it)."""
+    choice: str
+    """Its text."""
+    probabilities: list[float]
+    """Every choice's probability (a softmax over the choices' scores)."""
 
 
 def _first(obj: dict[str, Any], *names: str) -> Any:
@@ -52,6 +86,12 @@ class MultipleChoiceTask(Task):
     main_metric = "accuracy"
     default_lr = 3e-5
     default_max_length = 128
+    settings_class = MultipleChoiceSettings
+    # One question per request, as /qa: a question is one item of the server's batches.
+    serving = Serving("choose", ChooseRequest, ChooseResponse, item_field=None, examples=(
+        {"context": "She opened the umbrella", "question": "because", "choices": ["it rained.", "it was sunny."]},
+        {"context": "The committee met again on Tuesday to discuss the budget of the new library and",
+         "choices": ["agreed on its opening hours after a long debate.", "flew away."]}))
 
     def read(self, path: str | os.PathLike, settings: Settings, labelled: bool = True) -> list[ChoiceExample]:
         examples = []
@@ -75,12 +115,11 @@ class MultipleChoiceTask(Task):
         return examples
 
     def fit_labels(self, examples: Sequence[ChoiceExample], settings: Settings) -> Settings:
-        settings["num_choices"] = len(examples[0].choices) if examples else None
-        settings["main_metric"] = "accuracy"
-        return settings
+        return dataclasses.replace(settings, num_choices=len(examples[0].choices) if examples else None,
+                                   main_metric="accuracy")
 
     def check_examples(self, examples: Sequence[ChoiceExample], settings: Settings, path: str | os.PathLike) -> None:
-        want = settings.get("num_choices")
+        want = settings.num_choices
         if examples and want and len(examples[0].choices) != want:
             raise data_error(path, examples[0].line, f"{len(examples[0].choices)} choices, training had {want}")
 
@@ -88,7 +127,7 @@ class MultipleChoiceTask(Task):
                  training: bool) -> list[Feature]:
         out = []
         for ex in examples:
-            encs = [tokenizer.encode(ex.context, f"{ex.question} {c}".strip(), max_length=settings["max_length"],
+            encs = [tokenizer.encode(ex.context, f"{ex.question} {c}".strip(), max_length=settings.max_length,
                                      truncation="longest_first") for c in ex.choices]
             feature: Feature = {"input_ids": [list(e.input_ids) for e in encs],
                                 "token_type_ids": [list(e.token_type_ids) for e in encs]}
@@ -96,6 +135,29 @@ class MultipleChoiceTask(Task):
                 feature["labels"] = ex.label
             out.append(feature)
         return out
+
+    def request_examples(self, request: ChooseRequest, settings: MultipleChoiceSettings,
+                         tokenizer: Any) -> list[ChoiceExample]:
+        """The question as an example; ValueError for fewer than two choices, or another number than the model
+        was fine-tuned on (as `predict` refuses such a file)."""
+        want = settings.num_choices
+        if len(request.choices) < 2 or (want and len(request.choices) != want):
+            raise ValueError(f"choices has {len(request.choices)} entries; this model chooses among "
+                             f"{want or 'two or more'}")
+        return [ChoiceExample(0, "request", request.context, request.question, list(request.choices), None)]
+
+    def request_texts(self, request: ChooseRequest, examples: Sequence[ChoiceExample]) -> list[str]:
+        return [request.context, *request.choices]
+
+    def answer(self, example: ChoiceExample, features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]],
+               settings: MultipleChoiceSettings) -> dict[str, Any]:
+        """The choice `decode` picks (the highest score), and the softmax over the choices."""
+        logits = outputs[0]["logits"]
+        k = int(logits.argmax())
+        return {"label": k, "choice": example.choices[k], "probabilities": softmax(logits.astype(np.float64)).tolist()}
+
+    def respond(self, request: ChooseRequest, results: list) -> dict[str, Any]:
+        return results[0]
 
     def decode(self, examples: Sequence[ChoiceExample], features: Sequence[Feature],
                outputs: list[dict[str, np.ndarray]], settings: Settings) -> list[int]:

@@ -18,6 +18,7 @@ a two-layer BiLSTM or a linear layer). Its folder holds the encoder too and deco
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
 from bertkit.model.heads import FrozenTaggerSettings
-from bertkit.tasks.base import IGNORE_INDEX, Feature, Settings, Task, TaskOptions, read_text
+from bertkit.tasks.base import IGNORE_INDEX, Feature, Head, Serving, Task, TaskOptions, TaskSettings, read_text
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ class TaggedSentence:
     line: int
     words: list[str]
     tags: list[str] | None
+    iob1: bool = False
+    """Whether the file wrote its tags in IOB1 (they are converted to IOB2 on reading)."""
 
 
 def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
@@ -134,6 +137,43 @@ class NerOptions(TaskOptions, FrozenTaggerSettings):
     feature choices or taggers on the same data) encode nothing again."""
 
 
+@dataclass
+class NerSettings(TaskSettings, FrozenTaggerSettings):
+    """What a fine-tuned tagger keeps: the tag set, and with --frozen the tagger's settings."""
+
+    label_names: list[str] | None = None
+    """The tags, O first, then each type's B- before its I- (fitted on the training file)."""
+    frozen: bool = False
+    """The feature-based approach: a tagger on the frozen encoder's features."""
+    source_scheme: str | None = None
+    """"iob1" when the training file's tags were IOB1 (converted to IOB2 on reading)."""
+    encoder: str | None = None
+    """With --frozen: the encoder folder the tagger was first built on (a record)."""
+
+
+Settings = NerSettings
+
+
+@dataclass
+class NerRequest:
+    """/ner's request: the texts to tag."""
+
+    texts: list[str]
+
+
+@dataclass
+class TaggedToken:
+    token: str
+    """A word as the basic tokenizer splits (and, for uncased models, lowercases) it."""
+    label: str
+    probability: float
+
+
+@dataclass
+class NerResponse:
+    results: list[list[TaggedToken]]
+
+
 class NerTask(Task):
     """Named-entity recognition: one tag per word."""
 
@@ -146,17 +186,35 @@ class NerTask(Task):
     default_max_length = 128
     per_token_outputs = True
     options_class = NerOptions
+    settings_class = NerSettings
+    serving = Serving("ner", NerRequest, NerResponse,
+                      examples=({"texts": ["John lives in Paris.", "The committee met in London on a cold Tuesday."]},))
     model_inputs = ("input_ids", "token_type_ids", "hidden_layers")  # hidden_layers: cached features (--frozen)
     frozen_model_class_name = "BertForFrozenTokenClassification"
 
-    def settings_from(self, options: TaskOptions) -> Settings:
-        settings = super().settings_from(options)
+    def settings_from(self, options: TaskOptions) -> NerSettings:
+        settings = self.common_settings(options)
         if isinstance(options, NerOptions) and options.frozen:  # the tagger's settings go into the folder's config
             settings.update(frozen=True, **FrozenTaggerSettings.to_settings(options))
-        return settings
+        return NerSettings(**settings)
 
-    def model_class(self, settings: Settings) -> str:
-        return self.frozen_model_class_name if settings.get("frozen") else self.model_class_name
+    @property
+    def head_classes(self) -> tuple[str, ...]:
+        return self.model_class_name, self.frozen_model_class_name
+
+    def default_settings(self, config: Any) -> NerSettings:
+        """A tagger bertkit did not fine-tune: its config's labels, up to the model's position limit."""
+        return NerSettings(max_length=config.max_position_embeddings,
+                           label_names=[f"LABEL_{i}" for i in range(config.num_labels)])
+
+    def head(self, settings: NerSettings) -> Head:
+        """A linear layer per token (BertForTokenClassification), or with --frozen the tagger on the frozen
+        encoder's features, sized by `frozen_tagger`; one output per tag."""
+        sizes: dict[str, Any] = {"num_labels": len(settings.label_names or []), "label_names": settings.label_names}
+        if settings.frozen:
+            return Head(self.frozen_model_class_name, {**sizes, "frozen_tagger": FrozenTaggerSettings.to_settings(
+                settings)})
+        return Head(self.model_class_name, sizes)
 
     def prepare_inputs(self, model: torch.nn.Module, features: list[Feature], options: TaskOptions,
                        output_dir: str | os.PathLike) -> list[Feature]:
@@ -167,39 +225,36 @@ class NerTask(Task):
 
         return with_cached_layers(model, features, options.feature_cache or Path(output_dir) / "feature_cache")
 
-    def read(self, path: str | os.PathLike, settings: Settings, labelled: bool = True) -> list[TaggedSentence]:
+    def read(self, path: str | os.PathLike, settings: NerSettings, labelled: bool = True) -> list[TaggedSentence]:
         sentences = read_conll(path, labelled)
         labelled_tags = [s.tags for s in sentences if s.tags is not None]
         if labelled_tags and is_iob1(labelled_tags):
-            settings.setdefault("source_scheme", "iob1")
             for s in sentences:
                 if s.tags is not None:
-                    s.tags = iob1_to_iob2(s.tags)
+                    s.tags, s.iob1 = iob1_to_iob2(s.tags), True
         return sentences
 
-    def fit_labels(self, examples: Sequence[TaggedSentence], settings: Settings) -> Settings:
+    def fit_labels(self, examples: Sequence[TaggedSentence], settings: NerSettings) -> NerSettings:
         seen = {t for s in examples for t in (s.tags or [])} | {OUTSIDE}
+        iob1 = any(s.iob1 for s in examples)
         # O first, then each type's B- before its I-.
-        settings["label_names"] = sorted(seen, key=lambda t: (t != OUTSIDE, t[2:], t[:2]))
-        settings.setdefault("main_metric", "f1")
-        return settings
+        return dataclasses.replace(settings, label_names=sorted(seen, key=lambda t: (t != OUTSIDE, t[2:], t[:2])),
+                                   main_metric=settings.main_metric or "f1",
+                                   source_scheme="iob1" if iob1 else settings.source_scheme)
 
-    def check_examples(self, examples: Sequence[TaggedSentence], settings: Settings,
+    def check_examples(self, examples: Sequence[TaggedSentence], settings: NerSettings,
                        path: str | os.PathLike) -> None:
-        known = set(settings["label_names"])
+        names = settings.label_names or []
         for s in examples:
             for i, tag in enumerate(s.tags or []):
-                if tag not in known:
+                if tag not in names:
                     raise data_error(path, s.line + i, f"tag {tag!r} never occurs in the training data "
-                                     f"(tags: {', '.join(settings['label_names'])})")
+                                     f"(tags: {', '.join(names)})")
 
-    def num_labels(self, settings: Settings) -> int:
-        return len(settings["label_names"])
-
-    def features(self, examples: Sequence[TaggedSentence], tokenizer: Any, settings: Settings,
+    def features(self, examples: Sequence[TaggedSentence], tokenizer: Any, settings: NerSettings,
                  training: bool) -> list[Feature]:
-        index = {t: i for i, t in enumerate(settings["label_names"])}
-        room = settings["max_length"] - 2  # [CLS] ... [SEP]
+        index = {t: i for i, t in enumerate(settings.label_names or [])}
+        room = settings.max_length - 2  # [CLS] ... [SEP]
         cache: dict[str, list[int]] = {}
         out, lost = [], 0
         for s in examples:
@@ -227,12 +282,23 @@ class NerTask(Task):
             out.append(feature)
         if lost:
             logger.warning("%d word(s) did not fit in max_length=%d word pieces; they are predicted %r",
-                           lost, settings["max_length"], OUTSIDE)
+                           lost, settings.max_length, OUTSIDE)
         return out
+
+    def request_examples(self, request: NerRequest, settings: NerSettings, tokenizer: Any) -> list[TaggedSentence]:
+        """Each text as a sentence of the words the basic tokenizer splits it into."""
+        return [TaggedSentence(0, [w for w, _, _ in tokenizer.words(text)], None) for text in request.texts]
+
+    def answer(self, example: TaggedSentence, features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]],
+               settings: NerSettings) -> list[dict[str, Any]]:
+        """Each word with its tag, as `decode` reads it (`word_tags`: the tag at its first piece), and the tag's
+        probability."""
+        tags = word_tags(features[0], outputs[0]["logits"], settings.label_names or [])
+        return [{"token": w, "label": tag, "probability": p} for w, (tag, p) in zip(example.words, tags)]
 
     def decode(self, examples: Sequence[TaggedSentence], features: Sequence[Feature],
                outputs: list[dict[str, np.ndarray]], settings: Settings) -> list[list[str]]:
-        return [[tag for tag, _ in word_tags(feature, out["logits"], settings["label_names"])]
+        return [[tag for tag, _ in word_tags(feature, out["logits"], settings.label_names or [])]
                 for feature, out in zip(features, outputs)]
 
     def score(self, examples: Sequence[TaggedSentence], predictions: Sequence[list[str]],

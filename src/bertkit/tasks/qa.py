@@ -19,6 +19,7 @@ Reading a selection of articles: `FILE#START:END` reads articles START..END-1 (P
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -27,11 +28,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from bertkit.errors import ConfigError, data_error
+from bertkit.errors import ConfigError, TokenizerError, data_error
 from bertkit.io import atomic_write_json
 import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
-from bertkit.tasks.base import Feature, Settings, Task, TaskOptions, check_positive, read_text
+from bertkit.tasks.base import Feature, Serving, Task, TaskOptions, TaskSettings, check_positive, read_text
 
 # Reference settings of run_squad.py (google-research/bert) and transformers' run_qa.py.
 DOC_STRIDE = 128
@@ -169,10 +170,10 @@ def window_spans(start_logits: np.ndarray, end_logits: np.ndarray, offsets: Sequ
     return out
 
 
-def decode_answer(context: str, windows: Sequence[dict[str, Any]], n_best: int = N_BEST,
-                  max_answer_length: int = MAX_ANSWER_LENGTH, version_2: bool = False,
-                  null_threshold: float = 0.0) -> tuple[str, list[tuple[float, str]]]:
-    """The answer text of one question from its windows' logits, and the n-best (score, text) list.
+def ranked_spans(windows: Sequence[dict[str, Any]], n_best: int = N_BEST,
+                 max_answer_length: int = MAX_ANSWER_LENGTH) -> tuple[list[tuple[float, int, int]], float]:
+    """Every candidate answer of one question, best first, as (score, start char, end char), and its null score
+    (the smallest [CLS] score over the windows).
 
     Each window is a dict with start_logits, end_logits, offsets (context char spans or None) and max_context.
     """
@@ -183,8 +184,24 @@ def decode_answer(context: str, windows: Sequence[dict[str, Any]], n_best: int =
                                    max_answer_length)
         null_score = min(null_score, float(w["start_logits"][CLS_INDEX] + w["end_logits"][CLS_INDEX]))
     candidates.sort(key=lambda c: -c[0])
+    return candidates, null_score
+
+
+def null_wins(candidates: Sequence[tuple[float, int, int]], null_score: float, version_2: bool,
+              null_threshold: float) -> bool:
+    """SQuAD v2.0: whether the question is answered "" (its null score beats the best span by more than
+    null_threshold, or no span is valid)."""
+    return version_2 and (not candidates or null_score - candidates[0][0] > null_threshold)
+
+
+def decode_answer(context: str, windows: Sequence[dict[str, Any]], n_best: int = N_BEST,
+                  max_answer_length: int = MAX_ANSWER_LENGTH, version_2: bool = False,
+                  null_threshold: float = 0.0) -> tuple[str, list[tuple[float, str]]]:
+    """The answer text of one question from its windows' logits (`ranked_spans`), and the n-best (score, text)
+    list."""
+    candidates, null_score = ranked_spans(windows, n_best, max_answer_length)
     nbest = [(score, context[a:b]) for score, a, b in candidates[:n_best]]
-    if version_2 and (not nbest or null_score - nbest[0][0] > null_threshold):
+    if null_wins(candidates, null_score, version_2, null_threshold):
         return "", [(null_score, "")] + nbest
     return (nbest[0][1] if nbest else ""), nbest
 
@@ -205,10 +222,54 @@ class QAOptions(TaskOptions):
     """Longest answer in tokens (default 30)."""
 
 
+@dataclass
+class QASettings(TaskSettings):
+    """How a fine-tuned QA model windows contexts and picks answers (the options as resolved)."""
+
+    max_length: int = QA_MAX_LENGTH
+    """Word pieces per window: [CLS] question [SEP] context-window [SEP]."""
+    doc_stride: int = DOC_STRIDE
+    """Overlap in tokens between context windows."""
+    n_best: int = N_BEST
+    """Start and end candidates considered per window."""
+    max_answer_length: int = MAX_ANSWER_LENGTH
+    """Longest answer in tokens."""
+    version_2: bool = False
+    """SQuAD v2.0: a question may have no answer (given, or found in the training file)."""
+    null_threshold: float = 0.0
+    """v2.0: answer '' when the null score exceeds the best span's by more than this."""
+
+
+Settings = QASettings
+
+
+@dataclass
+class QARequest:
+    """/qa's request: one question and the context to answer it from."""
+
+    question: str
+    context: str
+
+
+@dataclass
+class QAResponse:
+    answer: str
+    """A span of the context, context[start_char:end_char] ("" for no answer: SQuAD v2.0 models)."""
+    score: float
+    """Start + end logit of the span (the null score for no answer)."""
+    start_char: int
+    end_char: int
+
+
 class QATask(Task):
     """SQuAD-style extractive QA."""
 
     options_class = QAOptions
+    settings_class = QASettings
+    serving = Serving("qa", QARequest, QAResponse, item_field=None, examples=(
+        {"question": "Where does John live?", "context": "John lives in Paris."},
+        {"question": "Who wrote the book, and when?",
+         "context": "The book was written by Jane Austen in 1815, in a village south of London."}))
 
     name = "qa"
     aliases = ('squad',)
@@ -221,36 +282,38 @@ class QATask(Task):
     output_keys = ("start_logits", "end_logits")
     per_token_outputs = True
 
-    def settings_from(self, options: QAOptions) -> Settings:
-        s = super().settings_from(options)
+    def settings_from(self, options: QAOptions) -> QASettings:
         for name in ("doc_stride", "n_best", "max_answer_length"):
             check_positive(name, getattr(options, name))
-        s["doc_stride"] = options.doc_stride or DOC_STRIDE
-        s["n_best"] = options.n_best or N_BEST
-        s["max_answer_length"] = options.max_answer_length or MAX_ANSWER_LENGTH
-        s["version_2"] = bool(options.version_2)
-        s["null_threshold"] = float(options.null_threshold or 0.0)
-        if s["doc_stride"] >= s["max_length"] // 2:
-            raise ConfigError(f"--doc-stride {s['doc_stride']} must be well below --max-length {s['max_length']} "
+        s = QASettings(**self.common_settings(options), doc_stride=options.doc_stride or DOC_STRIDE,
+                       n_best=options.n_best or N_BEST,
+                       max_answer_length=options.max_answer_length or MAX_ANSWER_LENGTH,
+                       version_2=bool(options.version_2), null_threshold=float(options.null_threshold or 0.0))
+        if s.doc_stride >= s.max_length // 2:
+            raise ConfigError(f"--doc-stride {s.doc_stride} must be well below --max-length {s.max_length} "
                               "(it is the overlap between windows)")
         return s
 
-    def read(self, path: str | os.PathLike, settings: Settings, labelled: bool = True) -> list[QAExample]:
-        examples = read_squad(path, labelled)
-        if any(ex.is_impossible for ex in examples):
-            settings["version_2"] = True
-        return examples
+    def default_settings(self, config: Any) -> QASettings:
+        """A QA head bertkit did not fine-tune: windows up to the model's position limit, overlapping by the
+        reference's stride (a quarter of the window when that is shorter)."""
+        n = config.max_position_embeddings
+        return QASettings(max_length=n, doc_stride=min(DOC_STRIDE, n // 4))
 
-    def fit_labels(self, examples: Sequence[QAExample], settings: Settings) -> Settings:
-        settings["main_metric"] = "f1"
-        return settings
+    def read(self, path: str | os.PathLike, settings: QASettings, labelled: bool = True) -> list[QAExample]:
+        return read_squad(path, labelled)
+
+    def fit_labels(self, examples: Sequence[QAExample], settings: QASettings) -> QASettings:
+        """SQuAD v2.0 when a training question has no answer; F1 picks the best checkpoint."""
+        return dataclasses.replace(settings, main_metric="f1",
+                                   version_2=settings.version_2 or any(ex.is_impossible for ex in examples))
 
     def features(self, examples: Sequence[QAExample], tokenizer: Any, settings: Settings,
                  training: bool) -> list[Feature]:
         out = []
         for n, ex in enumerate(examples):
-            enc = tokenizer.encode(ex.question, ex.context, max_length=settings["max_length"],
-                                   truncation="only_second", stride=settings["doc_stride"], return_overflowing=True)
+            enc = tokenizer.encode(ex.question, ex.context, max_length=settings.max_length,
+                                   truncation="only_second", stride=settings.doc_stride, return_overflowing=True)
             windows = [enc, *enc.overflowing]
             offsets = [context_offsets(w) for w in windows]
             flags = max_context_flags(offsets)
@@ -273,14 +336,49 @@ class QATask(Task):
         for feature, out in zip(features, outputs):
             per_example[feature["example"]].append({**out, "offsets": feature["offsets"],
                                                     "max_context": feature["max_context"]})
-        return [decode_answer(ex.context, windows, settings["n_best"], settings["max_answer_length"],
-                              settings["version_2"], settings["null_threshold"])[0]
+        return [decode_answer(ex.context, windows, settings.n_best, settings.max_answer_length,
+                              settings.version_2, settings.null_threshold)[0]
                 for ex, windows in zip(examples, per_example)]
+
+    def request_examples(self, request: QARequest, settings: QASettings, tokenizer: Any) -> list[QAExample]:
+        return [QAExample("request", request.question, request.context)]
+
+    def request_texts(self, request: QARequest, examples: Sequence[QAExample]) -> list[str]:
+        return [request.question, request.context]
+
+    def serve_features(self, example: QAExample, tokenizer: Any, settings: QASettings) -> list[Feature]:
+        """The question's windows, as `predict` makes them; ValueError saying which part is at fault when no piece
+        of the context fits beside the question, or the context has no text at all."""
+        try:
+            features = self.features([example], tokenizer, settings, training=False)
+        except TokenizerError:
+            n = len(tokenizer.tokenize(example.question))
+            raise ValueError(f"the question has {n} word pieces; with the context's it must fit in "
+                             f"{settings.max_length} (3 go to [CLS] and [SEP], and a window keeps more than "
+                             f"{settings.doc_stride} of the context's): send a shorter question") from None
+        if not any(o is not None for f in features for o in f["offsets"]):
+            raise ValueError("the context has no text left once tokenized (only spaces, control or zero-width "
+                             "characters?): send a context with words in it")
+        return features
+
+    def answer(self, example: QAExample, features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]],
+               settings: QASettings) -> dict[str, Any]:
+        """The answer `decode` gives, with its score and where it lies in the context ("" at 0 when none)."""
+        windows = [{**out, "offsets": f["offsets"], "max_context": f["max_context"]}
+                   for f, out in zip(features, outputs)]
+        candidates, null_score = ranked_spans(windows, settings.n_best, settings.max_answer_length)
+        if not candidates or null_wins(candidates, null_score, settings.version_2, settings.null_threshold):
+            return {"answer": "", "score": null_score, "start_char": 0, "end_char": 0}
+        score, a, b = candidates[0]
+        return {"answer": example.context[a:b], "score": score, "start_char": a, "end_char": b}
+
+    def respond(self, request: QARequest, results: list) -> dict[str, Any]:
+        return results[0]
 
     def score(self, examples: Sequence[QAExample], predictions: Sequence[str], settings: Settings) -> dict[str, float]:
         refs = {ex.id: [] if ex.is_impossible else [text for text, _ in ex.answers] for ex in examples}
         preds = {ex.id: p for ex, p in zip(examples, predictions)}
-        return metrics.squad_scores(preds, refs, version_2=settings.get("version_2", False))
+        return metrics.squad_scores(preds, refs, version_2=_scored_as_v2(examples, settings))
 
     def paired_test(self, examples: Sequence[QAExample], predictions_a: Sequence[str], predictions_b: Sequence[str],
                     settings: Settings, seed: int = 0) -> significance.PairedTest:
@@ -289,7 +387,7 @@ class QATask(Task):
 
         def per_question(predictions: Sequence[str]) -> np.ndarray:
             scores = metrics.squad_question_scores({ex.id: p for ex, p in zip(examples, predictions)}, refs,
-                                                   settings.get("version_2", False))
+                                                   _scored_as_v2(examples, settings))
             return np.array([[scores[ex.id][1]] for ex in examples], dtype=np.float64).reshape(-1, 1)
 
         n = len(examples)
@@ -299,3 +397,9 @@ class QATask(Task):
     def write_predictions(self, path: str | os.PathLike, examples: Sequence[QAExample], predictions: Sequence[str],
                           settings: Settings) -> None:
         atomic_write_json(path, {ex.id: p for ex, p in zip(examples, predictions)})
+
+
+def _scored_as_v2(examples: Sequence[QAExample], settings: QASettings) -> bool:
+    """Whether questions are scored as SQuAD v2.0 (a "" answer to an unanswerable one is right): the model's setting,
+    or a file holding unanswerable questions."""
+    return settings.version_2 or any(ex.is_impossible for ex in examples)
