@@ -10,7 +10,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the export-onnx verb."""
     p = subparsers.add_parser("export-onnx", help="export a model folder (any head) to ONNX",
                               description="Export DIR's model (the head its config.json names) to ONNX with "
-                              "dynamic batch and sequence axes; inputs input_ids, attention_mask, token_type_ids.")
+                              "dynamic batch and sequence axes; inputs input_ids, attention_mask, token_type_ids, "
+                              "and every other input the folder's task gives its head (a classifier's "
+                              "numeric_features and categorical_ids).")
     p.add_argument("model", metavar="DIR")
     p.add_argument("-o", "--output", required=True, metavar="MODEL.onnx")
     p.add_argument("--opset", type=int, default=17)
@@ -19,13 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def export_onnx_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit export-onnx`."""
-    from bertkit.inference.onnx_export import export_onnx
+    from bertkit.inference.onnx_export import export_folder
     from bertkit.io import check_output_file
-    from bertkit.model.checkpoint import load_model
-    from bertkit.tasks import task_model_class
 
     check_output_file(args.output)
-    model = load_model(args.model, task_model_class(args.model))
-    names = export_onnx(model, args.output, args.opset)
+    model, names = export_folder(args.model, args.output, args.opset)
     print(f"wrote {args.output} ({type(model).__name__}; outputs: {', '.join(names)})", file=sys.stderr)
     return 0

@@ -146,6 +146,11 @@ class MultipleChoiceTask(Task):
                              f"{want or 'two or more'}")
         return [ChoiceExample(0, "request", request.context, request.question, list(request.choices), None)]
 
+    def example_requests(self, settings: MultipleChoiceSettings) -> list[dict[str, Any]]:
+        """The declared examples with as many choices as the model takes."""
+        n = settings.num_choices or 2
+        return [{**body, "choices": (body["choices"] * n)[:n]} for body in super().example_requests(settings)]
+
     def request_texts(self, request: ChooseRequest, examples: Sequence[ChoiceExample]) -> list[str]:
         return [request.context, *request.choices]
 
