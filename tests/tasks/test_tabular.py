@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -15,13 +16,15 @@ from bertkit.cli import main
 from bertkit.errors import ConfigError, DataError
 from bertkit.tasks.classification import (
     UNKNOWN_CATEGORY,
-    ClassificationSettings,
     ClassificationTask,
     category_ids,
     numeric_vector,
     render_template,
     template_columns,
 )
+
+if TYPE_CHECKING:
+    from bertkit.tasks.classification import ClassificationSettings
 
 HEADER = ["Age", "Department Name", "Title", "Review Text", "Rating", "Recommended IND"]
 ROWS = [  # multi-line quoted texts, commas, quotes and empty fields, as in the clothing reviews

@@ -1,0 +1,256 @@
+"""Issue 26 item 1 (and the attack report's N4): every task's endpoint answers what `bertkit predict` answers for the
+same folder, on inputs longer than the fine-tuning length (the server read up to the model's position limit and
+decoded QA itself); frozen NER and multiple choice are served too; ONNX export reads the task's inputs, so a
+classifier with numeric/categorical columns exports and equals PyTorch.
+
+Each model is MiniLM or a tiny random BERT fine-tuned for a few steps on real data: what matters is that two paths
+agree, not what they answer. The figures (n of n equal) are printed."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.cli import main
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tasks"))
+pytest.importorskip("fastapi", reason="the server tests need fastapi (pip install 'bertkit[serve]')")
+try:
+    from fastapi.testclient import TestClient
+except RuntimeError as e:  # starlette's TestClient says so when its HTTP client is missing
+    pytest.skip(f"fastapi's TestClient cannot run here: {e}", allow_module_level=True)
+
+from bertkit.serve import ServeSettings, create_app  # noqa: E402
+
+FAST = ["--no-progress", "--epochs", "1", "--batch-size", "8", "--seed", "1"]
+
+
+def finetune(tiny_dir: Path, out: Path, task: str, train: Path, *options: str) -> Path:
+    """`bertkit finetune` of the tiny model; the best folder."""
+    assert main(["finetune", "--task", task, "--model", str(tiny_dir), "--train", str(train), "--dev", str(train),
+                 "--output", str(out), *FAST, *options]) == 0
+    return out / "best"
+
+
+def client(folder: Path) -> TestClient:
+    return TestClient(create_app(folder, ServeSettings(precision="fp32")))
+
+
+def pieces(tokenizer, text: str, pair: str | None = None) -> int:  # noqa: ANN001
+    return len(tokenizer.encode(text, pair, truncation=False).input_ids)
+
+
+# --- /classify ---------------------------------------------------------------------------------------------------
+def test_n4_classify_of_a_regression_model_equals_predict_beyond_its_length(tmp_path: Path, minilm_dir: Path,
+                                                                            data_dir: Path, tokenizer) -> None:
+    """N4: a regression classifier fine-tuned at --max-length 32: /classify's value equals `bertkit predict`'s on
+    40 reviews, most of them longer than 32 word pieces (the server read 512 of them: 4 of 40 differed)."""
+    with open(data_dir / "clothing_reviews" / "train.csv", newline="", encoding="utf-8") as f:
+        reviews = [r for r in csv.DictReader(f) if r["Review Text"].strip()]
+    train = tmp_path / "train.csv"
+    with open(train, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([["Review Text", "Rating"], *[[r["Review Text"], r["Rating"]] for r in reviews[:48]]])
+    best = finetune(minilm_dir, tmp_path / "run", "classification", train, "--text-column", "Review Text",
+                    "--label-column", "Rating", "--regression", "--max-length", "32")
+    texts = [r["Review Text"] for r in reviews[100:140]]
+    assert sum(pieces(tokenizer, t) > 32 for t in texts) >= 20
+    source = tmp_path / "texts.csv"
+    with open(source, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([["Review Text"], *[[t] for t in texts]])
+    assert main(["predict", "--model", str(best), "--input", str(source), "--output", str(tmp_path / "p.csv")]) == 0
+    with open(tmp_path / "p.csv", newline="", encoding="utf-8") as f:
+        predicted = [float(row["prediction"]) for row in csv.DictReader(f)]
+    with client(best) as c:
+        r = c.post("/classify", json={"texts": texts})
+    assert r.status_code == 200, r.text
+    served = [x["value"] for x in r.json()["results"]]
+    equal = sum(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(served, predicted))  # predict writes 6 digits
+    print(f"/classify (regression, fine-tuned at 32 pieces) equals predict on {equal} of {len(texts)} texts")
+    assert equal == len(texts) == 40
+    assert len({f"{v:.4g}" for v in served}) > 20  # the model's answers depend on the text
+
+
+# --- /ner --------------------------------------------------------------------------------------------------------
+def conll_file(path: Path, sentences: list[list[str]]) -> Path:
+    path.write_text("\n\n".join("\n".join(words) for words in sentences) + "\n", encoding="utf-8")
+    return path
+
+
+def predicted_tags(path: Path) -> list[list[str]]:
+    return [[line.split("\t")[1] for line in block.splitlines()]
+            for block in path.read_text(encoding="utf-8").strip().split("\n\n")]
+
+
+def long_sentences(data_dir: Path, n: int, words: int) -> list[str]:
+    """The first n CoNLL-2003 dev sentences of at least `words` words, as texts."""
+    from bertkit.tasks.ner import read_conll
+
+    return [" ".join(s.words) for s in read_conll(data_dir / "conll2003" / "valid.txt") if len(s.words) >= words][:n]
+
+
+def check_ner_parity(folder: Path, texts: list[str], tmp_path: Path, max_length: int, tokenizer) -> int:  # noqa: ANN001
+    """/ner against `bertkit predict` on the same words (those the server splits each text into): the tags equal,
+    and a word beyond the fine-tuning length is "O" with probability 1 in both (predict never reads it)."""
+    words = [[w for w, _, _ in tokenizer.words(t)] for t in texts]
+    source = conll_file(tmp_path / "words.txt", words)
+    assert main(["predict", "--model", str(folder), "--input", str(source), "--output", str(tmp_path / "p.txt")]) == 0
+    want = predicted_tags(tmp_path / "p.txt")
+    with client(folder) as c:
+        r = c.post("/ner", json={"texts": texts})
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert [[t["token"] for t in tagged] for tagged in results] == words
+    equal = sum([t["label"] for t in tagged] == tags for tagged, tags in zip(results, want))
+    beyond = 0
+    for sentence, tagged in zip(words, results):
+        used = 0  # word pieces between [CLS] and [SEP]
+        for word, t in zip(sentence, tagged):
+            n = len(tokenizer.tokenize(word)) or 1
+            if used + n > max_length - 2:  # no room: predict reads the word as "O"
+                beyond += 1
+                assert (t["label"], t["probability"]) == ("O", 1.0)
+            else:
+                used += n
+    assert beyond >= len(texts)  # every sentence has words past the length
+    return equal
+
+
+def test_n4_ner_equals_predict_beyond_its_length(tmp_path: Path, minilm_dir: Path, data_dir: Path,
+                                                 tokenizer) -> None:
+    """N4: a tagger fine-tuned at --max-length 16: /ner equals `bertkit predict` on 30 dev sentences of 12 words or
+    more (the server read 512 pieces: 8 of 30 differed)."""
+    train = tmp_path / "train.txt"
+    train.write_text("\n".join((data_dir / "conll2003" / "train.txt").read_text().splitlines()[:1500]) + "\n")
+    best = finetune(minilm_dir, tmp_path / "run", "ner", train, "--max-length", "16", "--lr", "1e-4")
+    texts = long_sentences(data_dir, 30, 12)
+    equal = check_ner_parity(best, texts, tmp_path, 16, tokenizer)
+    print(f"/ner (fine-tuned at 16 pieces) equals predict on {equal} of {len(texts)} sentences")
+    assert equal == len(texts) == 30
+
+
+def test_c7_frozen_ner_equals_predict_beyond_its_length(tmp_path: Path, tiny_dir: Path, data_dir: Path,
+                                                        tokenizer) -> None:
+    """A feature-based (--frozen) tagger fine-tuned at --max-length 16 is served (/ner) and answers what its
+    `bertkit predict` answers, past the length too."""
+    train = tmp_path / "train.txt"
+    train.write_text("\n".join((data_dir / "conll2003" / "train.txt").read_text().splitlines()[:600]) + "\n")
+    best = finetune(tiny_dir, tmp_path / "run", "ner", train, "--max-length", "16", "--frozen", "--tagger", "linear",
+                    "--frozen-features", "last", "--lr", "1e-2", "--feature-cache", str(tmp_path / "cache"))
+    texts = long_sentences(data_dir, 12, 12)
+    equal = check_ner_parity(best, texts, tmp_path, 16, tokenizer)
+    print(f"/ner of a frozen tagger (fine-tuned at 16 pieces) equals predict on {equal} of {len(texts)} sentences")
+    assert equal == len(texts)
+    config = json.loads((best / "config.json").read_text())  # the tagger is sized by its own config field
+    assert config["architectures"] == ["BertForFrozenTokenClassification"]
+    assert config["frozen_tagger"]["tagger"] == "linear" and config["task_settings"]["max_length"] == 16
+
+
+# --- /qa ---------------------------------------------------------------------------------------------------------
+def test_n4_qa_equals_predict_on_contexts_of_several_windows(tmp_path: Path, tiny_dir: Path, data_dir: Path,
+                                                              tokenizer) -> None:
+    """N4: a QA model fine-tuned with --max-length 128 --doc-stride 32: /qa equals `bertkit predict` on 27 SQuAD
+    dev questions whose contexts need several windows (the server read one window of 512 and decoded on its own:
+    8 of 27 equal)."""
+    from bertkit.tasks.qa import read_squad
+
+    squad = data_dir / "squad_v1.1" / "dev-v1.1.json"
+    best = finetune(tiny_dir, tmp_path / "run", "qa", Path(f"{squad}#0:1"), "--max-length", "128",
+                    "--doc-stride", "32", "--max-train-examples", "48")
+    questions = [q for q in read_squad(f"{squad}#1:3") if pieces(tokenizer, q.question, q.context) > 128][:27]
+    assert len(questions) == 27
+    subset = {"version": "1.1", "data": [{"title": "t", "paragraphs": [
+        {"context": q.context, "qas": [{"id": q.id, "question": q.question, "answers": []}]} for q in questions]}]}
+    source = tmp_path / "questions.json"
+    source.write_text(json.dumps(subset))
+    assert main(["predict", "--model", str(best), "--input", str(source), "--output", str(tmp_path / "p.json")]) == 0
+    predicted = json.loads((tmp_path / "p.json").read_text())
+    with client(best) as c:
+        served = [c.post("/qa", json={"question": q.question, "context": q.context}).json() for q in questions]
+    for q, s in zip(questions, served):
+        assert s["answer"] == q.context[s["start_char"]:s["end_char"]]
+    equal = sum(s["answer"] == predicted[q.id] for q, s in zip(questions, served))
+    print(f"/qa (fine-tuned at 128 pieces, doc stride 32) equals predict on {equal} of {len(questions)} questions")
+    assert equal == len(questions)
+
+
+# --- /choose -----------------------------------------------------------------------------------------------------
+CHOICES = [
+    {"context": "She opened the umbrella", "question": "because", "choices": ["it rained.", "it was sunny.",
+                                                                             "the cat slept."], "label": 0},
+    {"context": "The ice cream melted", "question": "because", "choices": ["it was cold.", "it was hot.",
+                                                                           "it was blue."], "label": 1},
+    {"context": "He put on his coat", "question": "since", "choices": ["winter had come.", "he was warm.",
+                                                                      "the sea was calm."], "label": 0},
+    {"context": "The library closed early on Tuesday", "question": "so",
+     "choices": ["the readers went home to finish their long novels by the fire.", "it opened.", "nobody cared."],
+     "label": 0},
+] * 4
+
+
+@pytest.fixture(scope="module")
+def choice_folder(tmp_path_factory: pytest.TempPathFactory, tiny_dir: Path) -> Path:
+    tmp = tmp_path_factory.mktemp("choice")
+    train = tmp / "train.jsonl"
+    train.write_text("".join(json.dumps(q) + "\n" for q in CHOICES))
+    return finetune(tiny_dir, tmp / "run", "multiple-choice", train, "--max-length", "24")
+
+
+def test_multiple_choice_is_served_as_predict_answers(choice_folder: Path, tmp_path: Path) -> None:
+    """Multiple choice was never served: /choose answers `bertkit predict`'s choice for each question (its
+    choices cut to the fine-tuning length as predict cuts them), with a probability per choice; a question with
+    another number of choices than the model was fine-tuned on is a 400 naming it."""
+    questions = [{**q, "label": None} for q in CHOICES[:4]]
+    source = tmp_path / "q.jsonl"
+    source.write_text("".join(json.dumps({k: v for k, v in q.items() if k != "label"}) + "\n" for q in questions))
+    assert main(["predict", "--model", str(choice_folder), "--input", str(source),
+                 "--output", str(tmp_path / "p.jsonl")]) == 0
+    want = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    with client(choice_folder) as c:
+        served = [c.post("/choose", json={k: q[k] for k in ("context", "question", "choices")}) for q in questions]
+        assert all(r.status_code == 200 for r in served), [r.text for r in served]
+        bad = c.post("/choose", json={"context": "x", "choices": ["a", "b"]})
+        assert bad.status_code == 400 and "choices has 2 entries; this model chooses among 3" in bad.text
+        assert "choose" in c.get("/health").json()["endpoints"]
+    answers = [r.json() for r in served]
+    assert [(a["label"], a["choice"]) for a in answers] == [(w["label"], w["choice"]) for w in want]
+    assert all(abs(sum(a["probabilities"]) - 1) < 1e-6 and len(a["probabilities"]) == 3 for a in answers)
+    print(f"/choose equals predict on {len(answers)} of {len(want)} questions")
+
+
+# --- ONNX with the task's inputs ---------------------------------------------------------------------------------
+def test_onnx_of_a_classifier_with_columns_equals_pytorch(tmp_path: Path, tiny_dir: Path, tokenizer) -> None:
+    """export-onnx raised on a classifier with numeric columns; now its graph takes numeric_features and
+    categorical_ids beside the text (the task's inputs), and equals PyTorch within 1e-4 on a batch unlike the
+    traced one (every category id, the unknown bucket included)."""
+    ort = pytest.importorskip("onnxruntime")
+    from test_tabular import OPTIONS, ROWS, write_csv
+
+    from bertkit.model import BertForSequenceClassification
+
+    train = write_csv(tmp_path / "train.csv", ROWS * 2)
+    best = finetune(tiny_dir, tmp_path / "run", "classification", train, "--max-length", "32",
+                    "--template", "{Title}. {Review Text}", "--label-column", "Recommended IND", *OPTIONS)
+    path = tmp_path / "m.onnx"
+    assert main(["export-onnx", str(best), "-o", str(path)]) == 0
+    model = BertForSequenceClassification.from_pretrained(str(best)).eval()
+    tabular = model.config.tabular_inputs
+    texts = ["Nice. Soft and warm", "Returned. Cheap fabric, thin and badly sewn at the seams", "Meh.", "Great fit"]
+    batch = tokenizer(texts, padding=True).to_tensors()
+    generator = torch.Generator().manual_seed(0)
+    batch["numeric_features"] = torch.randn(len(texts), tabular["numeric"], generator=generator)
+    batch["categorical_ids"] = torch.tensor([[k % n for n in tabular["categories"]] for k in range(len(texts))])
+    session = ort.InferenceSession(str(path))
+    names = [i.name for i in session.get_inputs()]
+    assert names == ["input_ids", "attention_mask", "token_type_ids", "numeric_features", "categorical_ids"]
+    (got,) = session.run(None, {n: batch[n].numpy() for n in names})
+    with torch.no_grad():
+        want = model(**{n: batch[n] for n in names}).logits.numpy()
+    diff = float(np.abs(got - want).max())
+    print(f"ONNX of a classifier with columns: max |diff| {diff:.2e} on {len(texts)} rows")
+    assert diff <= 1e-4
