@@ -46,8 +46,8 @@ def cpu_summary() -> str:
 
 
 def train_teacher(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    from bertkit.jobs.finetune import FinetuneConfig, finetune, finetune_training
     from bertkit.tasks import get_task
-    from bertkit.tasks.runner import FinetuneConfig, finetune, finetune_training
 
     training = finetune_training(get_task("classification"), dict(
         output_dir=str(out), epochs=1.0, batch_size=32, lr=1e-4, progress_bar=False))
@@ -57,14 +57,15 @@ def train_teacher(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
 
 def train_student(args: argparse.Namespace, teacher: Path, out: Path, distil: bool) -> dict[str, Any]:
-    from bertkit.tasks.distill import DistillConfig, distill
+    from bertkit.jobs import distill
+    from bertkit.jobs.distill import DistillConfig
 
     config = DistillConfig.from_dict(dict(
         teacher=str(teacher), train=str(args.data / "train.tsv"), dev=str(args.data / "dev.tsv"), student_layers=3,
         max_train_examples=args.transfer_examples, temperature=2.0,
         **({} if distil else {"alpha_ce": 0.0, "alpha_cos": 0.0}),
         training=dict(output_dir=str(out), epochs=1.0, batch_size=32, lr=1e-4, progress_bar=False)))
-    return distill(config)
+    return distill.run(config)
 
 
 def median_rate(n: int, times: list[float]) -> float:
@@ -85,7 +86,8 @@ def main() -> int:
     print(cpu_summary(), flush=True)
 
     from bertkit.inference.encoder import Encoder
-    from bertkit.tasks.runner import _load_finetuned, evaluate
+    from bertkit.jobs import evaluate
+    from bertkit.jobs.finetune import _load_finetuned
 
     teacher_dir, student_dir, baseline_dir = (args.out / n for n in ("teacher", "student", "baseline"))
     run_stage("teacher", teacher_dir, lambda: train_teacher(args, teacher_dir))
@@ -98,7 +100,7 @@ def main() -> int:
     if not args.skip_baseline:
         rows.append(("student, no teacher", baseline_dir))
     dev = str(args.data / "dev.tsv")
-    accuracy = {name: evaluate(str(d / "best"), dev)["accuracy"] for name, d in rows}
+    accuracy = {name: evaluate.run(evaluate.EvaluateConfig(str(d / "best"), dev))["accuracy"] for name, d in rows}
 
     # Speed: the teacher and the distilled student, alternately, on the dev sentences.
     timed = rows[:2]

@@ -33,8 +33,8 @@ PAPER_NOTE = {"sum_last_four": " (weighted sum of the last four)", "weighted_sum
 
 def finetune_run(args: argparse.Namespace, out: Path, training: dict[str, Any], options: dict[str, Any]) -> dict:
     """One `bertkit finetune --task ner` run through its Python API."""
+    from bertkit.jobs.finetune import FinetuneConfig, finetune, finetune_training
     from bertkit.tasks import get_task
-    from bertkit.tasks.runner import FinetuneConfig, finetune, finetune_training
 
     config = FinetuneConfig(task="ner", model=args.model, train=str(args.data / "train.txt"),
                             dev=str(args.data / "valid.txt"), max_train_examples=args.max_train_examples,

@@ -5,7 +5,7 @@
     python3 benchmarks/glue_table.py --dry-run --out /tmp/glue-dry      # tiny model, a few examples per task
 
 Every start gets the same budget per task (below), the same LR sweep and the same seeds; each is scored at the LR
-whose mean over the seeds is best (bertkit.tasks.payoff.compare_starts, which also reads finished runs back, so an
+whose mean over the seeds is best (bertkit.jobs.payoff.run, which also reads finished runs back, so an
 interrupted table resumes). Metrics are GLUE's: Matthews correlation (CoLA), accuracy (SST-2, QNLI, RTE), F1 and
 accuracy (MRPC, averaged as GLUE averages them); the mean is over the tasks. Writes OUT/glue.md and OUT/glue.json.
 
@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from bertkit.io import atomic_write_json, atomic_write_text
-from bertkit.tasks.payoff import FinetuneBudget, StartResult, compare_starts, paired_tests, random_init_twin
+from bertkit.jobs import payoff
+from bertkit.jobs.payoff import FinetuneBudget, PayoffConfig, StartResult, paired_tests, random_init_twin
 
 DATA = Path(os.environ.get("DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 TRAIN_EXAMPLES = 4000
@@ -152,8 +153,9 @@ def main(argv: list[str] | None = None) -> dict:
         budget = FinetuneBudget(task="classification", train=train, dev=dev, lrs=args.lrs, seeds=args.seeds,
                                 epochs=args.epochs, batch_size=32, max_length=task.max_length,
                                 max_train_examples=args.train_examples)
-        results = compare_starts(starts, budget, out / task.name, on_run=lambda s, lr, seed, score, t=task.name: print(
-            f"  {t:5} {s:24} lr {lr:g} seed {seed}: {score:.4f}", flush=True))
+        results = payoff.run(PayoffConfig(starts, budget, out / task.name),
+                             on_run=lambda s, lr, seed, score, t=task.name: print(
+                                 f"  {t:5} {s:24} lr {lr:g} seed {seed}: {score:.4f}", flush=True))
         for r in results:
             rows[r.name][task.name] = task_score(r, task)
         if "random init" in starts:

@@ -448,7 +448,7 @@ def section_embed(suite: Suite) -> dict:
 
 
 def section_finetune(suite: Suite) -> dict:
-    from bertkit.tasks.runner import FinetuneConfig, finetune
+    from bertkit.jobs.finetune import FinetuneConfig, finetune
 
     sst2 = suite.data / "sst2"
     epochs = 1.0 if suite.dry else 3.0

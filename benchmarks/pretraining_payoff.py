@@ -31,9 +31,10 @@ from pathlib import Path
 
 import torch
 
-from bertkit.tasks.payoff import (
+from bertkit.jobs import payoff
+from bertkit.jobs.payoff import (
     FinetuneBudget,
-    compare_starts,
+    PayoffConfig,
     markdown_table,
     plot_comparison,
     random_init_twin,
@@ -113,9 +114,9 @@ def main() -> None:
     if args.lrs:
         spec["lrs"] = args.lrs
     budget = FinetuneBudget(**{k: str(v) if isinstance(v, Path) else v for k, v in spec.items()}, seeds=args.seeds)
-    results = compare_starts(starts, budget, args.out / args.task,
-                             on_run=lambda s, lr, seed, score: print(f"  {s:24} lr {lr:g} seed {seed}: {score:.4f}",
-                                                                     flush=True))
+    results = payoff.run(PayoffConfig(starts, budget, args.out / args.task),
+                         on_run=lambda s, lr, seed, score: print(f"  {s:24} lr {lr:g} seed {seed}: {score:.4f}",
+                                                                 flush=True))
     table = markdown_table(results, metric, baseline="random init" if args.random_twin else None)
     lines = [table, "", grid_table(results, budget.lrs, metric)]
     if args.random_twin:

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from bertkit.io import atomic_write_json
+from bertkit.jobs.finetune import FinetuneConfig, finetune, finetune_training
 from bertkit.tasks import get_task
 from bertkit.tasks.base import read_table
-from bertkit.tasks.runner import FinetuneConfig, finetune, finetune_training
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "clothing_reviews"
 TEXT = "{Title}. {Review Text}"

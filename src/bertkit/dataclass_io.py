@@ -105,7 +105,17 @@ def config_from_dict(cls: type[T], d: dict[str, Any], where: str | None = None) 
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """The docstring under each field of a dataclass (for generated command-line help)."""
+    """The docstring under each field of a dataclass, the fields it inherits included (for generated command-line
+    help)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):  # a base's docs first, a subclass's where it redefines a field
+        if dataclasses.is_dataclass(klass):
+            docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
+    """The docstrings under the fields written in `cls`'s own class body."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (OSError, TypeError):

@@ -312,8 +312,8 @@ def test_c3_qa_context_without_text_says_so(context: str, tmp_path: Path) -> Non
 
 def test_c7_frozen_ner_folder_is_served_as_predict_answers(tmp_path: Path) -> None:
     """C7: a feature-based (--frozen) NER folder gets /ner (was 404), tagging each word as `bertkit predict` does."""
+    from bertkit.jobs import predict
     from bertkit.model.heads import BertForFrozenTokenClassification
-    from bertkit.tasks.runner import predict
 
     labels = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
     settings = {"max_length": 64, "label_names": labels, "frozen": True, "frozen_features": "weighted_sum",
@@ -326,7 +326,7 @@ def test_c7_frozen_ner_folder_is_served_as_predict_answers(tmp_path: Path) -> No
     sentences = ["john smith lives in paris near the river", "the committee met in london on tuesday",
                  "unbelievably", "angela merkel visited new york and washington last week"]
     (tmp_path / "in.txt").write_text("\n\n".join("\n".join(s.split()) for s in sentences) + "\n")
-    predict(str(folder), str(tmp_path / "in.txt"), str(tmp_path / "out.txt"))
+    predict.run(predict.PredictConfig(str(folder), str(tmp_path / "in.txt"), str(tmp_path / "out.txt")))
     blocks = (tmp_path / "out.txt").read_text().strip().split("\n\n")
     want = [[line.split("\t") for line in block.splitlines()] for block in blocks]
     with Server(folder) as server:

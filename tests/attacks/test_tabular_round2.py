@@ -100,13 +100,15 @@ def test_n3_huge_values_at_predict_time_are_refused_or_clipped_never_nan(run: Pa
     """N3: Age 1e300 at predict time gave logits [-inf, +inf], a NaN softmax and label "0" for every row; 1e30
     gave probability 1.0 without a word. Values no column takes are refused naming file:line:column; values
     beyond the training range (ages 25..60) are read as its nearest end, with a warning."""
-    from bertkit.tasks.runner import _load_finetuned, predict
+    from bertkit.jobs import predict
+    from bertkit.jobs.finetune import _load_finetuned
 
     for age, message in (("1e300", r"'1e300' is beyond \+-1e\+100"), ("1e30", r"1e\+30 lies outside")):
         rows = [list(r) for r in ROWS]
         rows[2][0] = age
         with pytest.raises(DataError, match=rf"p\.csv:5: column 'Age': {message}"):
-            predict(str(run), str(write_csv(tmp_path / "p.csv", rows)), str(tmp_path / "pred.csv"))
+            predict.run(predict.PredictConfig(str(run), str(write_csv(tmp_path / "p.csv", rows)),
+                                              str(tmp_path / "pred.csv")))
     config = json.loads((run / "config.json").read_text(), parse_constant=lambda c: pytest.fail(c))
     assert config["task_settings"]["numeric_range"]["Age"] == [25.0, 60.0]
 
@@ -306,7 +308,7 @@ def test_c8_underscored_numbers_objects_as_values_and_the_label_as_input_are_err
 def test_n13_classify_refuses_pairs_booleans_and_unknown_columns(run: Path) -> None:
     """N13: on a template model, `pairs` were used as a second segment though it was trained without pairs,
     "Age": true was read as 1, and an extra key ("age" beside "Age") was ignored. Each is a 400 naming the field."""
-    from bertkit.tasks.runner import _load_finetuned
+    from bertkit.jobs.finetune import _load_finetuned
 
     _, s, _, _ = _load_finetuned(str(run))
     with pytest.raises(DataError, match=r"columns\[0\]: a pair \(second text\) was sent, but this model was trained "

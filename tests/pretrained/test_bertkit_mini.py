@@ -62,7 +62,7 @@ def test_fill_mask_answers_with_words_that_fit() -> None:
 def test_heldout_mlm_accuracy_is_what_the_readme_says(tmp_path: Path, data_dir: Path) -> None:
     """Masked-LM accuracy on WikiText-2 test (never trained on) recomputed here, at the paper's 15% / 80-10-10."""
     from bertkit.data import PretrainingDataConfig, PretrainingDataset, prepare_pretraining
-    from bertkit.training.pretrain import PretrainConfig, make_evaluate, pretraining_collator
+    from bertkit.jobs.pretrain import PretrainConfig, make_evaluate, pretraining_collator
 
     tok = bertkit.BertTokenizer.from_pretrained("bertkit-mini")
     cfg = PretrainingDataConfig(instances="full_sentences", dupe_factor=1)

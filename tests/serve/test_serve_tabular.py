@@ -39,7 +39,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_classify_reads_the_columns_as_predict_does(folder: Path) -> None:
-    from bertkit.tasks.runner import _load_finetuned
+    from bertkit.jobs.finetune import _load_finetuned
 
     task, settings, model, tokenizer = _load_finetuned(str(folder))
     rows = [COLUMNS, {**COLUMNS, "Age": "", "Department Name": "Swim", "Rating": 1}]  # empty age, unseen category

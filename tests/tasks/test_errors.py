@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from bertkit.errors import CheckpointError, DataError
+from bertkit.jobs import evaluate
+from bertkit.jobs.finetune import FinetuneConfig, finetune
 from bertkit.tasks import get_task
-from bertkit.tasks.runner import FinetuneConfig, evaluate, finetune
 
 
 def finetune_config(task: str, model: Path, train: Path, dev: Path, output: Path, **options: str) -> FinetuneConfig:
@@ -111,13 +112,13 @@ def test_head_weights_that_do_not_match_config(tmp_path: Path, tokenizer) -> Non
     (folder / "config.json").write_text(json.dumps(cfg))
     (tmp_path / "dev.tsv").write_text("sentence\tlabel\ngood\t1\n")
     with pytest.raises(CheckpointError, match=r"classifier\.weight.*\(2, 32\) in the file, \(3, 32\) expected"):
-        evaluate(str(folder), str(tmp_path / "dev.tsv"))
+        evaluate.run(evaluate.EvaluateConfig(str(folder), str(tmp_path / "dev.tsv")))
 
 
 def test_evaluate_needs_a_finetuned_folder(tmp_path: Path, minilm_dir: Path) -> None:
     (tmp_path / "dev.tsv").write_text("sentence\tlabel\ngood\t1\n")
     with pytest.raises(CheckpointError, match=r"no bertkit task"):
-        evaluate(str(minilm_dir), str(tmp_path / "dev.tsv"))
+        evaluate.run(evaluate.EvaluateConfig(str(minilm_dir), str(tmp_path / "dev.tsv")))
 
 
 def test_cli_prints_the_error_not_a_traceback(tmp_path: Path, minilm_dir: Path, capsys) -> None:

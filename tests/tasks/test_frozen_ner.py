@@ -12,11 +12,11 @@ import torch
 
 from bertkit.cli import main
 from bertkit.errors import ConfigError
+from bertkit.jobs.finetune import FinetuneConfig, finetune, finetune_training
 from bertkit.model import BertModel
 from bertkit.model.heads import BertForFrozenTokenClassification
 from bertkit.tasks import get_task
 from bertkit.tasks.feature_cache import CACHED_KEY, with_cached_layers
-from bertkit.tasks.runner import FinetuneConfig, finetune, finetune_training
 
 
 def test_cached_features_equal_the_encoders_hidden_states(tmp_path, data_dir, tiny_dir, tokenizer) -> None:

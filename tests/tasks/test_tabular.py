@@ -139,7 +139,7 @@ def tabular_run(tmp_path_factory: pytest.TempPathFactory, tiny_dir: Path) -> Pat
 
 
 def test_the_transforms_round_trip_through_the_model_folder(tabular_run: Path) -> None:
-    from bertkit.tasks.runner import _load_finetuned
+    from bertkit.jobs.finetune import _load_finetuned
 
     task, saved, model, tokenizer = _load_finetuned(str(tabular_run / "run" / "best"))
     fresh = settings(template="{Title}. {Review Text}", numeric_columns=["Age", "Rating"],
@@ -159,7 +159,7 @@ def test_the_transforms_round_trip_through_the_model_folder(tabular_run: Path) -
 def test_predict_applies_the_saved_statistics_not_the_files(tabular_run: Path, monkeypatch) -> None:
     """predict's logits are the model's on the row standardised with the training statistics saved in the folder,
     and measurably not those a refit on the file would give (the label alone is the same either way most runs)."""
-    from bertkit.tasks.runner import _load_finetuned
+    from bertkit.jobs.finetune import _load_finetuned
 
     best = tabular_run / "run" / "best"
     _, saved, model, tokenizer = _load_finetuned(str(best))

@@ -123,7 +123,7 @@ def test_example_configs_load_and_cli_overrides_apply() -> None:
     from pathlib import Path
 
     from bertkit.cli import pretrain as cli_pretrain
-    from bertkit.training.pretrain import PretrainConfig
+    from bertkit.jobs.pretrain import PretrainConfig
 
     root = Path(__file__).resolve().parents[2] / "configs"
     base = PretrainConfig.load(root / "pretrain-base-gpu.yaml")

@@ -1,32 +1,182 @@
-"""Command-line options generated from config dataclasses, so each default and help text is written once (on the
-dataclass field). A field at `path` (dotted for nested configs: `training.lr`) becomes `--training.lr`, its flat
-`--lr` when no other field has that name, and the dashed spellings of both. Values are read as YAML scalars
-(numbers, true/false, null, [lists], {mappings}) and checked against the field's type when the config is built.
+"""Command-line options generated from config dataclasses: every verb with a config (pretrain, finetune, distill,
+prepare-pretraining, serve, demo) gets its options here, so each option's name, help and default are written once,
+on the dataclass field, and the CLI mirrors the config one to one.
+
+Three steps, the same for every verb:
+- `config_fields(cls, nested)` lists a dataclass's fields, the nested configs named in `nested` expanded (the
+  field `lr` of `training` is `training.lr`); `task_option_fields()` lists every task's options (a FinetuneConfig's
+  `options.*`), which finetune and distill show as a group of their own;
+- `add_config_options(group, fields)` adds one option per field;
+- `apply_overrides(d, args)` writes the options given on the command line into a config dict (a --config file's, or
+  an empty one), which the config's own `from_dict` / `config_from_dict` then checks: a wrong value is a
+  ConfigError naming the field.
+
+Names: a field at `path` is `--path`, also its flat `--name` when no other field of the verb has that name, and the
+dashed spelling of each (`--training.lr`, `--lr`; `--eval-batch-size`, `--eval_batch_size`). Values: a string
+field takes the text as written (a path like data.json#38: is not YAML; 'null' is None where the field allows it),
+a list of strings a YAML list or names separated by commas, any other field a YAML value (numbers, true/false,
+null, [lists], {mappings}). A boolean field takes a value (`--shuffle false`), or with `switches=True` is a switch
+(`--whole-word-mask`, `--no-whole-word-mask`). A field's default is the config's: an option not given is not set.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, TypeVar
 
-from bertkit.dataclass_io import dump_config, field_docs, read_config_file
+from bertkit.dataclass_io import coerce_value, config_from_dict, dump_config, field_docs, read_config_file
+from bertkit.errors import ConfigError
 
-PREFIX = "override:"
+PREFIX = "override:"  # argparse dest prefix of every generated option: PREFIX + the field's path
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ConfigField:
+    """One generated option: where its value goes in the config dict, the field's type and the help text."""
+
+    path: str
+    """Dotted place in the config dict: `lr` of `training` is 'training.lr', a task option 'options.max_length'."""
+    type: Any
+    """The field's annotation (resolved), which decides how the command-line text is read."""
+    help: str = ""
+    name: str = ""
+    """The option's name when it is not the path (a task option: 'max_length' for 'options.max_length')."""
+
+
+def config_fields(cls: type, nested: dict[str, type] | None = None, skip: tuple[str, ...] = (),
+                  defaults: Any = None) -> list[ConfigField]:
+    """Every field of dataclass `cls` but those in `skip`; a field named in `nested` (field name -> its dataclass)
+    stands for that dataclass's fields. With `defaults` (an instance of `cls`) each help ends with the default."""
+    nested = nested or {}
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    out: list[ConfigField] = []
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        if f.name in nested:
+            inner = config_fields(nested[f.name], defaults=getattr(defaults, f.name, None))
+            out += [dataclasses.replace(g, path=f"{f.name}.{g.path}") for g in inner]
+            continue
+        text = docs.get(f.name, "")
+        if defaults is not None:
+            text = f"{text} (default {shown(getattr(defaults, f.name))})".strip()
+        out.append(ConfigField(f.name, hints[f.name], text))
+    return out
+
+
+def shown(value: Any) -> str:
+    """A default as the help shows it ('' for the empty string, null for None)."""
+    if value is None:
+        return "null"
+    return repr(value) if value == "" else str(value)
+
+
+def task_option_fields() -> list[ConfigField]:
+    """Every task's options as `options.NAME` fields spelled `--NAME`, each once (TaskOptions' own first); the help of
+    an option that only some tasks have names them."""
+    from bertkit.tasks import TASKS
+
+    owners = task_option_owners()
+    first: dict[str, ConfigField] = {}
+    for task_cls in TASKS.values():
+        for f in config_fields(task_cls.options_class):
+            first.setdefault(f.path, f)
+    out = []
+    for name, f in first.items():
+        tasks = "" if len(owners[name]) == len(TASKS) else f" [{', '.join(owners[name])}]"
+        out.append(dataclasses.replace(f, path=f"options.{name}", name=name, help=f.help + tasks))
+    return out
+
+
+def task_option_owners() -> dict[str, list[str]]:
+    """Task option name -> the tasks that have it, in the registry's order."""
+    from bertkit.tasks import TASKS
+
+    owners: dict[str, list[str]] = {}
+    for task, task_cls in TASKS.items():
+        for f in dataclasses.fields(task_cls.options_class):
+            owners.setdefault(f.name, []).append(task)
+    return owners
+
+
+def check_task_options(args: argparse.Namespace, task: str | None) -> None:
+    """ConfigError naming the flag and the tasks that have it when a task option given on the command line is not
+    an option of `task` (the registry's name or alias; None: not known yet, nothing to check)."""
+    if not task:
+        return
+    from bertkit.tasks import get_task
+
+    name = get_task(task).name
+    owners = task_option_owners()
+    for path in given_options(args):
+        option = path.removeprefix("options.")
+        if path.startswith("options.") and name not in owners[option]:
+            raise ConfigError(f"--{option.replace('_', '-')} is an option of {', '.join(owners[option])}, "
+                              f"not of --task {name}")
 
 
 def option_names(path: str, flat: bool, aliases: tuple[str, ...] = ()) -> list[str]:
-    """'training.lr' -> ['--training.lr', '--lr'] (flat when unambiguous), plus dashed spellings and aliases."""
+    """'training.lr' -> ['--training.lr', '--lr'] (flat when unambiguous), plus aliases, each dashed (shown first)
+    and as written: 'eval_batch_size' -> ['--eval-batch-size', '--eval_batch_size']."""
     names = [path] + ([path.split(".")[-1]] if flat else []) + list(aliases)
     out: list[str] = []
     for n in names:
-        for spelling in (n, n.replace("_", "-")):
+        for spelling in (n.replace("_", "-"), n):
             if f"--{spelling}" not in out:
                 out.append(f"--{spelling}")
     return out
 
 
-STRING_TYPES = ("str", "str | None")  # fields whose command-line value is taken as written, never YAML-parsed
+def add_config_options(group: argparse.ArgumentParser | argparse._ArgumentGroup, fields: Iterable[ConfigField],
+                       aliases: dict[str, tuple[str, ...]] | None = None,
+                       choices: dict[str, tuple[str, ...]] | None = None, switches: bool = False,
+                       required: tuple[str, ...] = ()) -> None:
+    """One option per field, named and read as the module's docstring says; `aliases` and `choices` are keyed by
+    the field's path, `required` names the paths argparse itself requires (a verb without --config). An option not
+    given is not set, so the config's own default applies."""
+    fields = list(fields)
+    names = [f.name or f.path for f in fields]
+    top = {n for n in names if "." not in n}
+    for f, name in zip(fields, names):
+        flat = "." in name and name.split(".")[-1] not in top
+        kwargs: dict[str, Any] = {"dest": PREFIX + f.path, "default": argparse.SUPPRESS,
+                                  "help": f.help.replace("%", "%%") or None, "required": f.path in required}
+        if switches and f.type is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif choices and f.path in choices:
+            kwargs.update(type=value_reader(f.type), choices=choices[f.path])
+        else:
+            kwargs.update(type=value_reader(f.type), metavar="VALUE")
+        group.add_argument(*option_names(name, flat, (aliases or {}).get(f.path, ())), **kwargs)
+
+
+def value_reader(tp: Any) -> Callable[[str], Any]:
+    """How an option's text becomes a value, by its field's type: a string as written, a list of strings from a YAML
+    list or commas, anything else as YAML (a scalar already converted to the field's type where it fits)."""
+    optional = typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
+    kinds = [a for a in typing.get_args(tp) if a is not type(None)] if optional else [tp]
+    if kinds == [str]:
+        return string_or_none if optional else str
+    if kinds == [list[str]]:
+        return string_list
+
+    def typed_value(text: str) -> Any:
+        value = parse_value(text)
+        if value is None or isinstance(value, (str, int, float, bool)):
+            try:
+                return coerce_value(value, tp, "")  # '3e-4' for a float field -> 0.0003
+            except ConfigError:
+                pass  # left as read: the config's check names the field
+        return value
+
+    typed_value.__name__ = getattr(tp, "__name__", str(tp))  # argparse names the type in its messages
+    return typed_value
 
 
 def string_or_none(text: str) -> str | None:
@@ -34,46 +184,19 @@ def string_or_none(text: str) -> str | None:
     return None if text in ("null", "~") else text
 
 
-def string_list(text: str) -> list[str]:
-    """A list option's value: a YAML list ('[Age, Rating]') or names separated by commas ('Age,Rating')."""
+def string_list(text: str) -> list[str] | None:
+    """A list option's value: a YAML list ('[Age, Rating]'), names separated by commas ('Age,Rating'), or null."""
     if text.lstrip().startswith("["):
         value = parse_value(text)
         if isinstance(value, list):
             return [str(v) for v in value]
+    if text in ("null", "~"):
+        return None
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def dataclass_fields(cls: type, nested: dict[str, type], skip: tuple[str, ...] = ()) -> list[tuple[str, str, bool]]:
-    """(dotted path, help, whether it is a string field) of every field of `cls` and of the nested configs named
-    in `nested` (field name -> class)."""
-    out = []
-    docs = field_docs(cls)
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        if f.name in nested:
-            sub_docs = field_docs(nested[f.name])
-            out += [(f"{f.name}.{g.name}", sub_docs.get(g.name, ""), str(g.type) in STRING_TYPES)
-                    for g in dataclasses.fields(nested[f.name])]
-        else:
-            out.append((f.name, docs.get(f.name, ""), str(f.type) in STRING_TYPES))
-    return out
-
-
-def add_config_options(group: argparse._ArgumentGroup, fields: list[tuple[str, str, bool]],
-                       aliases: dict[str, tuple[str, ...]] | None = None) -> None:
-    """One option per field; nested fields also get their flat name when no top-level field has it. String fields
-    keep the text as written (a path like data.json#38: is not YAML); the others are read as YAML values."""
-    top = {path for path, _, _ in fields if "." not in path}
-    for path, doc, is_string in fields:
-        flat = "." in path and path.split(".")[-1] not in top
-        group.add_argument(*option_names(path, flat, (aliases or {}).get(path, ())), dest=PREFIX + path,
-                           type=string_or_none if is_string else parse_value, default=argparse.SUPPRESS,
-                           metavar="VALUE", help=doc.replace("%", "%%") or None)
-
-
 def parse_value(text: str) -> Any:
-    """A command-line value as YAML reads it ('3e-4' -> 0.0003, 'null' -> None, '{a: 1}' -> dict)."""
+    """A command-line value as YAML reads it ('3e-4' -> '3e-4', 'null' -> None, '{a: 1}' -> dict)."""
     import yaml
 
     try:
@@ -82,17 +205,31 @@ def parse_value(text: str) -> Any:
         return text
 
 
+def given_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Path -> value of every generated option the command line gave."""
+    return {k[len(PREFIX):]: v for k, v in vars(args).items() if k.startswith(PREFIX)}
+
+
 def apply_overrides(d: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    """The config dict `d` (from a file, or empty) with every option given on the command line set in it."""
-    for key, value in vars(args).items():
-        if not key.startswith(PREFIX):
-            continue
-        path = key[len(PREFIX):].split(".")
+    """The config dict `d` (from a file, or empty) with every option given on the command line set in it; a whole
+    mapping (`--options '{...}'`) is set before the keys given into it (`--max-length 64`)."""
+    for path, value in sorted(given_options(args).items(), key=lambda kv: kv[0].count(".")):
+        *parents, last = path.split(".")
         target = d
-        for part in path[:-1]:
-            target = target.setdefault(part, {})
-        target[path[-1]] = value
+        for part in parents:
+            if target.get(part) is None:
+                target[part] = {}
+            if not isinstance(target[part], dict):
+                raise ConfigError(f"{part}: expected a mapping to set --{path} in, found {target[part]!r}")
+            target = target[part]
+        target[last] = value
     return d
+
+
+def config_from_options(cls: type[T], args: argparse.Namespace, where: str, base: dict[str, Any] | None = None) -> T:
+    """Dataclass `cls` built from `base` (its defaults when None) with the options given on the command line set,
+    checked field by field (ConfigError naming the field): the config of a verb without --config."""
+    return config_from_dict(cls, apply_overrides(dict(base or {}), args), where)
 
 
 def add_run_options(parser: argparse.ArgumentParser, config_name: str) -> None:
@@ -106,7 +243,7 @@ def add_run_options(parser: argparse.ArgumentParser, config_name: str) -> None:
 def config_dict(args: argparse.Namespace) -> dict[str, Any]:
     """The --config file's dict (or an empty one) with the command-line options applied; --no-progress turns the
     trainer's progress bar off."""
-    d: dict[str, Any] = read_config_file(args.config) if args.config else {}
+    d: dict[str, Any] = read_config_file(args.config) if getattr(args, "config", None) else {}
     apply_overrides(d, args)
     if not getattr(args, "progress", True):
         d.setdefault("training", {})["progress_bar"] = False

@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 from pathlib import Path
 
+from bertkit.cli.config_options import PREFIX, add_config_options, config_fields, config_from_options
 from bertkit.data.config import (
     BAD_UTF8_POLICIES,
     INSTANCE_FORMATS,
     LAYOUTS,
     PretrainingDataConfig,
 )
-from bertkit.dataclass_io import field_docs
 from bertkit.io import check_output_dir
 from bertkit.pretrained import resolve_model_dir
 
-_DEFAULTS = PretrainingDataConfig()
 _CHOICES = {"instances": INSTANCE_FORMATS, "layout": LAYOUTS, "on_bad_utf8": BAD_UTF8_POLICIES}
-_ALIASES = {"max_length": ("--max-seq-length",)}  # google-research/bert's create_pretraining_data.py spelling
+_ALIASES = {"max_length": ("max_seq_length",)}  # google-research/bert's create_pretraining_data.py spelling
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,26 +35,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=1, help="parallel processes (the output does not depend on it)")
     p.add_argument("--overwrite", action="store_true",
                    help="write into an output folder that holds other files (a dataset folder of its own is rebuilt)")
-    p.add_argument("--reference-nsp", dest="balanced_nsp", action="store_false",
+    p.add_argument("--reference-nsp", dest=PREFIX + "balanced_nsp", action="store_false", default=argparse.SUPPRESS,
                    help="one-sentence chunks always get a random B, exactly as google-research/bert (~56%% random); "
                    "the same as --no-balanced-nsp")
     # Every PretrainingDataConfig field is an option, with its docstring as help: one source of truth.
-    docs = field_docs(PretrainingDataConfig)
-    for f in dataclasses.fields(PretrainingDataConfig):
-        default = getattr(_DEFAULTS, f.name)
-        extra: dict = {"choices": _CHOICES[f.name]} if f.name in _CHOICES else {}
-        if isinstance(default, bool):
-            extra["action"] = argparse.BooleanOptionalAction
-        else:
-            extra["type"] = type(default)
-        names = [f"--{f.name.replace('_', '-')}", *_ALIASES.get(f.name, ())]
-        p.add_argument(*names, dest=f.name, default=default,
-                       help=docs.get(f.name, "").replace("%", "%%") + " (default %(default)s)", **extra)
+    add_config_options(p, config_fields(PretrainingDataConfig, defaults=PretrainingDataConfig()), aliases=_ALIASES,
+                       choices=_CHOICES, switches=True)
     p.set_defaults(func=prepare_pretraining_command)
 
 
 def _config_from_args(args: argparse.Namespace) -> PretrainingDataConfig:
-    return PretrainingDataConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PretrainingDataConfig)})
+    return config_from_options(PretrainingDataConfig, args, "bertkit prepare-pretraining")
 
 
 def _check_output(folder: Path, overwrite: bool) -> None:

@@ -1,5 +1,6 @@
 """Verb `distill`: DistilBERT-style distillation of a teacher folder into a student with fewer of its layers.
-Options are generated from DistillConfig and TrainingConfig (bertkit.cli.config_options), as finetune's are."""
+Options are generated from DistillConfig, TrainingConfig and every task's options (bertkit.cli.config_options), as
+finetune's are."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from bertkit.cli.config_options import (
     add_config_options,
     add_run_options,
     config_dict,
-    dataclass_fields,
+    config_fields,
     printed_config,
+    task_option_fields,
 )
-from bertkit.tasks.distill import DistillConfig
+from bertkit.jobs.distill import DistillConfig
 from bertkit.training.config import TrainingConfig
 
 
@@ -23,13 +25,13 @@ def resolve_distill_config(args: argparse.Namespace) -> DistillConfig:
 
 
 def _distill(args: argparse.Namespace) -> int:
-    from bertkit.tasks.distill import distill
-    from bertkit.tasks.runner import format_metrics
+    from bertkit.jobs import distill
+    from bertkit.jobs.finetune import format_metrics
 
     config = resolve_distill_config(args)
     if printed_config(args, config):
         return 0
-    summary = distill(config, resume=args.resume)
+    summary = distill.run(config, resume=args.resume)
     d = summary["distillation"]
     print(f"student: teacher layers {d['teacher_layers']} of {d['teacher_depth']} ({d['mode']} distillation)")
     print(f"best: {format_metrics(summary.get('best_metrics') or summary.get('final_metrics') or {})}")
@@ -47,6 +49,9 @@ def register(subparsers: Any) -> None:
         "pre-trained one on data from `bertkit prepare-pretraining` (masked LM; set --max-steps).")
     add_run_options(p, "DistillConfig")
     group = p.add_argument_group("the run (YAML values)")
-    add_config_options(group, dataclass_fields(DistillConfig, {"training": TrainingConfig}),
+    add_config_options(group, config_fields(DistillConfig, {"training": TrainingConfig}),
                        aliases={"training.output_dir": ("output",)})
+    tasks = p.add_argument_group("task options (task-specific distillation: changed from the teacher's, as in "
+                                 "--options; [names] marks an option only those tasks have)")
+    add_config_options(tasks, task_option_fields(), switches=True)
     p.set_defaults(func=_distill)

@@ -1,8 +1,9 @@
 """`bertkit pretrain --config CONFIG.yaml`: the pre-training job; every config field is also a command-line option.
 
-Options are generated from the PretrainConfig and TrainingConfig dataclasses: `--training.lr 1e-4` or the flat
-`--lr 1e-4`, `--eval_data DIR` (or `--eval-data`), `--model_overrides '{hidden_dropout_prob: 0}'`. Values are
-read as YAML scalars (numbers, true/false, null, [lists], {mappings}) and checked against the field's type.
+Options are generated from the PretrainConfig and TrainingConfig dataclasses (bertkit.cli.config_options):
+`--training.lr 1e-4` or the flat `--lr 1e-4`, `--eval_data DIR` (or `--eval-data`), `--model_overrides
+'{hidden_dropout_prob: 0}'`. Values are read as YAML scalars (numbers, true/false, null, [lists], {mappings}) and
+checked against the field's type.
 """
 
 from __future__ import annotations
@@ -10,9 +11,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from bertkit.cli.config_options import add_config_options, config_dict, dataclass_fields, printed_config
+from bertkit.cli.config_options import (
+    add_config_options,
+    add_run_options,
+    config_dict,
+    config_fields,
+    printed_config,
+)
+from bertkit.jobs.pretrain import PretrainConfig
 from bertkit.training.config import TrainingConfig
-from bertkit.training.pretrain import PretrainConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,11 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "`bertkit prepare-pretraining`, in one or two phases (seq 128 then 512) under one LR schedule. Any config "
         "field can be overridden: --training.lr 1e-4 (or --lr 1e-4), --phases '[{data: d128, max_steps: 900}]'.",
     )
-    p.add_argument("--config", metavar="CONFIG.yaml", help="YAML or JSON PretrainConfig (see configs/)")
-    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
-    p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
+    add_run_options(p, "PretrainConfig (see configs/)")
     group = p.add_argument_group("config overrides (YAML values)")
-    add_config_options(group, dataclass_fields(PretrainConfig, {"training": TrainingConfig}))
+    add_config_options(group, config_fields(PretrainConfig, {"training": TrainingConfig}, defaults=PretrainConfig()))
     p.set_defaults(func=pretrain_command)
 
 
@@ -42,9 +47,9 @@ def pretrain_command(args: argparse.Namespace) -> int:
     config = resolve_config(args)
     if printed_config(args, config):
         return 0
-    from bertkit.training.pretrain import run_pretraining
+    from bertkit.jobs import pretrain
 
-    result = run_pretraining(config, resume=args.resume)
+    result = pretrain.run(config, resume=args.resume)
     if result.interrupted:
         return 128 + int(result.signal or 0)
     if result.final_dir is not None:  # rank 0

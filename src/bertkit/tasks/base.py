@@ -3,7 +3,7 @@ batched inference.
 
 A task module (classification, ner, qa, multiple_choice) subclasses `Task` and supplies its reader, its feature
 conversion, its decoding of model outputs into one prediction per example, its metric and its prediction file.
-The runner (`bertkit.tasks.runner`) and the one Trainer do everything else.
+The fine-tuning job (`bertkit.jobs.finetune`) and the one Trainer do everything else.
 
 Settings: every task keeps its choices (label names, max length, columns, doc stride, ...) in one JSON-ready dict
 that is stored in the fine-tuned model's `config.task_settings`, so `evaluate` and `predict` read a file exactly as
@@ -62,7 +62,7 @@ class Task:
     per_token_outputs: bool = False  # outputs are (seq, ...) per feature (tagging, QA) rather than per sequence
     options_class: type[TaskOptions] = TaskOptions  # the task's typed options
 
-    # --- what the runner calls, in order ---------------------------------------------------------------------
+    # --- what the fine-tuning job calls, in order --------------------------------------------------------------
     def options(self, values: dict[str, Any] | None = None, where: str = "options") -> TaskOptions:
         """The task's typed options from a dict (a config file's `options:`); a key the task does not have is a
         ConfigError naming it and the task."""

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from bertkit.jobs import payoff
+from bertkit.jobs.payoff import FinetuneBudget, PayoffConfig, StartResult, markdown_table, random_init_twin, verdict
 from bertkit.model import BertForPreTraining
-from bertkit.tasks import payoff
-from bertkit.tasks.payoff import FinetuneBudget, StartResult, compare_starts, markdown_table, random_init_twin, verdict
 
 
 def test_random_init_twin_keeps_architecture_and_vocabulary(tmp_path: Path, tiny_dir: Path) -> None:
@@ -39,11 +39,11 @@ def test_best_lr_is_chosen_by_the_mean_over_seeds(tmp_path: Path, monkeypatch: p
         (Path(t.output_dir) / "results.json").write_text(json.dumps(summary))
         return summary
 
-    import bertkit.tasks.runner as runner
+    import bertkit.jobs.finetune as finetune_job
 
-    monkeypatch.setattr(runner, "finetune", fake_finetune)
+    monkeypatch.setattr(finetune_job, "run", fake_finetune)
     budget = FinetuneBudget(task="classification", train="t", dev="d", lrs=[1.0, 2.0], seeds=[1, 2])
-    results = compare_starts({"a": "a", "b": "b"}, budget, tmp_path)
+    results = payoff.run(PayoffConfig({"a": "a", "b": "b"}, budget, tmp_path))
     assert len(calls) == 8
     a, b = results
     assert a.best_lr == 2.0 and a.best_scores == [0.8, 0.8] and a.mean == pytest.approx(0.8)
@@ -51,7 +51,7 @@ def test_best_lr_is_chosen_by_the_mean_over_seeds(tmp_path: Path, monkeypatch: p
     saved = json.loads((tmp_path / payoff.SUMMARY_NAME).read_text())
     assert saved["starts"][0]["scores"]["1"] == {"1": 0.9, "2": 0.5}
     # finished runs are read back, not run again
-    assert [r.mean for r in compare_starts({"a": "a", "b": "b"}, budget, tmp_path)] == [a.mean, b.mean]
+    assert [r.mean for r in payoff.run(PayoffConfig({"a": "a", "b": "b"}, budget, tmp_path))] == [a.mean, b.mean]
     assert len(calls) == 8
 
 

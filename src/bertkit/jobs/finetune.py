@@ -1,10 +1,12 @@
-"""Fine-tune, evaluate and predict: the functions behind `bertkit finetune | evaluate | predict`.
+"""Fine-tuning: the job behind `bertkit finetune` (`run(FinetuneConfig)`, also named `finetune`), and the opening of
+a fine-tuned folder that the evaluate and predict jobs (`bertkit.jobs.evaluate`, `bertkit.jobs.predict`) and the
+payoff comparison share.
 
-`finetune(FinetuneConfig)` runs one fine-tuning; the CLI's options are generated from that config. Training is the one Trainer's
-(AdamW with decoupled weight decay, linear warm-up and decay, gradient clipping at 1.0, bf16 autocast where
-supported, evaluation every epoch or every N steps, `best/` kept by the task's main metric, metrics.jsonl,
-resume); this module only wires a task's data, head and metric into it. The fine-tuned folder (`OUTPUT/best`)
-loads with `from_pretrained` and carries the tokenizer, the label names, the task and its settings.
+Training is the one Trainer's (AdamW with decoupled weight decay, linear warm-up and decay, gradient clipping at
+1.0, bf16 autocast where supported, evaluation every epoch or every N steps, `best/` kept by the task's main
+metric, metrics.jsonl, resume); this module only wires a task's data, head and metric into it. The fine-tuned
+folder (`OUTPUT/best`) loads with `from_pretrained` and carries the tokenizer, the label names, the task and its
+settings.
 """
 
 from __future__ import annotations
@@ -168,10 +170,10 @@ def finetune_fingerprint(config: FinetuneConfig, task: Task, model: str) -> dict
             "max_train_examples": config.max_train_examples, "max_eval_examples": config.max_eval_examples}
 
 
-def finetune(config: FinetuneConfig, resume: bool = False,
-             wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
-             fingerprint: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-             on_start: Callable[[], None] | None = None) -> dict[str, Any]:
+def run(config: FinetuneConfig, resume: bool = False,
+        wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+        fingerprint: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        on_start: Callable[[], None] | None = None) -> dict[str, Any]:
     """Fine-tune config.model on config.train, evaluating on config.dev; the best model -> OUTPUT/best.
 
     Returns the run's summary (also written to OUTPUT/results.json). `resume` continues OUTPUT's latest checkpoint.
@@ -250,6 +252,9 @@ def finetune(config: FinetuneConfig, resume: bool = False,
         return summary
 
 
+finetune = run  # the name the benchmarks, the tests and the README's example call it by
+
+
 def finetuned_task(model: str) -> tuple[Task, Settings, Any]:
     """Task, settings and BertConfig of a fine-tuned folder (its config.json only; no weights are read)."""
     config = read_folder_config(model)
@@ -277,33 +282,6 @@ def _load_finetuned(model: str) -> tuple[Task, Settings, Any, Any]:
     return t, settings, net, opened.tokenizer
 
 
-def evaluate(model: str, input: str, output: str | None = None, batch_size: int = 64,
-             max_examples: int | None = None, seed: int = 42) -> dict[str, float]:
-    """Score a fine-tuned folder on a labelled file; the metrics are returned and written as JSON to `output`."""
-    t, settings, net, tokenizer = _load_finetuned(model)
-    examples = t.read(input, settings)
-    require_examples(examples, input)
-    t.check_examples(examples, settings, input)
-    examples = subset(examples, max_examples, seed)
-    features = t.features(examples, tokenizer, settings, training=False)
-    result = t.evaluate(net, examples, features, settings, batch_size, tokenizer)
-    result = {**result, "examples": len(examples)}
-    if output:
-        atomic_write_json(output, result)
-    return result
-
-
-def predict(model: str, input: str, output: str, batch_size: int = 64) -> int:
-    """Write the predictions of a fine-tuned folder for every example of `input`; returns how many."""
-    t, settings, net, tokenizer = _load_finetuned(model)
-    examples = t.read(input, settings, labelled=False)
-    require_examples(examples, input)
-    features = t.features(examples, tokenizer, settings, training=False)
-    predictions = t.predict(net, examples, features, settings, batch_size, tokenizer)
-    t.write_predictions(output, examples, predictions, settings)
-    return len(predictions)
-
-
 def predictions_on(model: str, input: str, batch_size: int = 64) -> tuple[Task, Settings, list, list]:
     """A fine-tuned folder's task and settings, the labelled examples of `input`, and its prediction for each
     (what a paired significance test of two models compares)."""
@@ -326,4 +304,4 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False, default=str)
 
 
-__all__ = ["ConfigError", "evaluate", "finetune", "predict"]
+__all__ = ["FinetuneConfig", "finetune", "run"]

@@ -2,7 +2,7 @@
 
 Unmarked: a tiny random model on a few real examples (the pipeline, files and formats; seconds each).
 MiniLM weights on small real subsets, asserting the metric is well above chance: a short SST-2, CoNLL and
-multiple-choice run in CI, longer ones (and SQuAD's) are marked slow (`python3 -m pytest -m slow tests/tasks`).
+multiple-choice run in CI, longer ones (and SQuAD's) are marked slow (`python3 -m pytest -m slow tests/jobs`).
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def _resolve(*argv: str):  # noqa: ANN202
 def test_finetune_config_defaults_round_trip_and_task_options(tmp_path: Path) -> None:
     from bertkit.dataclass_io import dump_config, read_config_file
     from bertkit.errors import ConfigError
-    from bertkit.tasks.runner import FinetuneConfig
+    from bertkit.jobs.finetune import FinetuneConfig
 
     base = ["--model", "m", "--train", "data.json#:38", "--dev", "data.json#38:", "--output", "out"]
     ner = _resolve("--task", "ner", *base)

@@ -1,9 +1,10 @@
-"""Distillation (DistilBERT, Sanh et al. 2019): the job behind `bertkit distill`, in two modes chosen by the teacher.
+"""Distillation (DistilBERT, Sanh et al. 2019): the job behind `bertkit distill` (`run(DistillConfig)`), in two
+modes chosen by the teacher.
 
 - Task-specific: the teacher is a fine-tuned folder (config.json names its task). The run is `finetune` of the
   teacher on the transfer set `train` with the teacher's task settings, its model wrapped in a Distiller: hard loss
   = the task's loss. OUTPUT/best is a normal fine-tuned folder that evaluate, predict and serve use.
-- Pre-training-time: any other folder is a masked-LM teacher; the run is `run_pretraining` on data prepared by
+- Pre-training-time: any other folder is a masked-LM teacher; the run is the pre-training job on data prepared by
   `bertkit prepare-pretraining`, wrapped the same way: hard loss = masked LM, without next-sentence prediction (as
   DistilBERT). OUTPUT/final is a pre-trained folder to fine-tune.
 
@@ -21,16 +22,11 @@ from typing import Any, Callable
 
 from bertkit.errors import ConfigError, Interrupted
 from bertkit.io import atomic_write_json
+from bertkit.jobs import finetune
+from bertkit.jobs.finetune import RESULTS_NAME, FinetuneConfig, finetune_training, read_folder_config
 from bertkit.pretrained import resolve_model_dir
 from bertkit.tasks import get_task
 from bertkit.tasks.base import check_positive
-from bertkit.tasks.runner import (
-    RESULTS_NAME,
-    FinetuneConfig,
-    finetune,
-    finetune_training,
-    read_folder_config,
-)
 from bertkit.training.config import TrainingConfig, save_config
 
 TASK, PRETRAINING = "task", "pretraining"
@@ -113,13 +109,15 @@ class DistillConfig:
 
         teacher = read_folder_config(resolve_model_dir(self.teacher))
         check_teacher(teacher, self.layers(teacher.num_hidden_layers), f"DistillConfig.teacher {self.teacher}")
+        if self.mode == TASK:  # an option the teacher's task does not have fails here, before any run starts
+            get_task(teacher.task).options(self.options, "DistillConfig.options")
         if self.training is None:
             self.training = self.default_training({})
 
     def default_training(self, overrides: dict[str, Any], where: str = "DistillConfig") -> TrainingConfig:
         """The mode's trainer defaults (fine-tuning's or pre-training's) with `overrides` applied."""
         from bertkit.dataclass_io import config_from_dict
-        from bertkit.training.pretrain import PretrainConfig
+        from bertkit.jobs.pretrain import PretrainConfig
 
         if self.mode == TASK:
             return finetune_training(get_task(read_folder_config(self.teacher).task), overrides, where)
@@ -188,7 +186,7 @@ def distill_fingerprint(config: DistillConfig, layers: list[int]) -> Callable[[d
     return adjust
 
 
-def distill(config: DistillConfig, resume: bool = False) -> dict[str, Any]:
+def run(config: DistillConfig, resume: bool = False) -> dict[str, Any]:
     """Distil config.teacher into a student; returns the run's summary (also OUTPUT/results.json).
 
     The teacher and its layers are checked (DistillConfig), and the output folder locked, before any data is
@@ -216,14 +214,15 @@ def distill(config: DistillConfig, resume: bool = False) -> dict[str, Any]:
                                  dev=config.dev, options=_task_options(config), eval_batch_size=config.eval_batch_size,
                                  max_train_examples=config.max_train_examples,
                                  max_eval_examples=config.max_eval_examples, training=config.training)
-            summary = finetune(job, resume, wrap_model=wrap, fingerprint=fingerprint, on_start=record)
+            summary = finetune.run(job, resume, wrap_model=wrap, fingerprint=fingerprint, on_start=record)
         else:
-            from bertkit.training.pretrain import PretrainConfig, run_pretraining
+            from bertkit.jobs import pretrain
+            from bertkit.jobs.pretrain import PretrainConfig
 
             job = PretrainConfig(model=config.teacher, train_data=config.train, eval_data=config.dev or None,
                                  eval_batch_size=config.eval_batch_size, next_sentence_prediction=False,
                                  training=config.training)
-            result = run_pretraining(job, resume, wrap_model=wrap, fingerprint=fingerprint, on_start=record)
+            result = pretrain.run(job, resume, wrap_model=wrap, fingerprint=fingerprint, on_start=record)
             if result.interrupted:
                 raise Interrupted(f"{output}: stopped at step {result.global_step} after writing a checkpoint; run "
                                   "again with resume (--resume) to continue", int(result.signal or 15))

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from bertkit.cli import main
-from bertkit.demo import DEMO_PRETRAINED, RANDOM_INIT, REFERENCE, SHIPPED, DemoReport, reading
+from bertkit.jobs.demo import DEMO_PRETRAINED, RANDOM_INIT, REFERENCE, SHIPPED, DemoReport, reading
 
 
 def test_quick_demo_writes_every_artefact(tmp_path, capsys):
@@ -94,7 +94,7 @@ def test_fill_mask_probes_are_held_out_sst2_dev_sentences() -> None:
     demo's pre-training text nor the shipped model's contains."""
     import re
 
-    from bertkit.demo import FILL_MASK_PROBES, PRETRAIN_FILES, SENTIMENT_DEV, bundled_file
+    from bertkit.jobs.demo import FILL_MASK_PROBES, PRETRAIN_FILES, SENTIMENT_DEV, bundled_file
 
     dev = [line.split("\t")[0].strip() for line in bundled_file(SENTIMENT_DEV).read_text(encoding="utf-8").splitlines()]
     assert SENTIMENT_DEV not in PRETRAIN_FILES

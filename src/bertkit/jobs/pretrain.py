@@ -1,4 +1,5 @@
-"""The pre-training job: BertForPreTraining on prepared shards (masked LM + next sentence), one or two phases.
+"""The pre-training job: BertForPreTraining on prepared shards (masked LM + next sentence), one or two phases;
+`run(PretrainConfig)` is `bertkit pretrain`.
 
 The paper (Devlin et al. 2019, appendix A.2) trains 90% of the steps at sequence length 128 and the last 10% at
 512, under one learning-rate schedule: here each phase names its own prepared folder, step count and batch size.
@@ -275,10 +276,10 @@ def pretrain_fingerprint(config: PretrainConfig, model_dir: Path | None, eval_ba
     return fp
 
 
-def run_pretraining(config: PretrainConfig, resume: bool = False,
-                    wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
-                    fingerprint: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-                    on_start: Callable[[], None] | None = None) -> TrainResult:
+def run(config: PretrainConfig, resume: bool = False,
+        wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+        fingerprint: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        on_start: Callable[[], None] | None = None) -> TrainResult:
     """Build model, data and evaluation from `config`, then train; final/ is a from_pretrained folder + tokenizer.
 
     `wrap_model` turns the built model into the module trained (distillation: the teacher in, a Distiller around

@@ -58,7 +58,7 @@ def test_task_distillation_writes_a_fine_tuned_folder(tmp_path: Path, data_dir: 
     assert best == {k: v for k, v in at_best.items() if k not in ("split", "epoch")}
     assert best["accuracy"] == max(r["accuracy"] for r in evals)
     from bertkit.dataclass_io import read_config_file
-    from bertkit.tasks.distill import DistillConfig
+    from bertkit.jobs.distill import DistillConfig
 
     assert DistillConfig.from_dict(read_config_file(out / "distill_config.yaml")).student_layers == 1  # the record
     student = load_model(out / "best")
@@ -160,7 +160,7 @@ def _resolve(*argv: str):
 def test_distill_config_round_trips_and_names_bad_fields(tmp_path: Path, teacher: Path,
                                                          mlm_teacher: dict[str, Path]) -> None:
     from bertkit.dataclass_io import dump_config, read_config_file
-    from bertkit.tasks.distill import DistillConfig
+    from bertkit.jobs.distill import DistillConfig
 
     config = _resolve("--teacher", str(teacher), "--train", "t.tsv", "--dev", "d.tsv", "--student-layers", "1",
                       "--alpha-ce", "3", "--lr", "1e-4", "--output", "o", "--options", "{max_length: 64}")

@@ -6,15 +6,18 @@ import gzip
 import importlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from trainer_toy import signal_at_first_eval
 
 import bertkit
 from bertkit.errors import ConfigError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+from trainer_toy import signal_at_first_eval  # noqa: E402  (the trainer tests' helper)
 
 DEMO = Path(bertkit.__file__).parent / "demo_data" / "shakespeare.txt.gz"
 # The classic test model of google-research/bert's modeling_test.py (vocab comes from the data's tokenizer).
@@ -100,7 +103,7 @@ def test_vocab_size_mismatch_is_a_clear_error(prepared, tmp_path: Path, monkeypa
     err = capsys.readouterr().err
     assert "vocab_size is 99" in err and "30522" in err and "vocab.txt" in err
     with pytest.raises(ConfigError, match="train_data or phases"):
-        from bertkit.training.pretrain import PretrainConfig
+        from bertkit.jobs.pretrain import PretrainConfig
 
         PretrainConfig(train_data="a", phases=[{"data": "b"}]).phase_list()
 
@@ -108,9 +111,9 @@ def test_vocab_size_mismatch_is_a_clear_error(prepared, tmp_path: Path, monkeypa
 def test_bert_pretraining_resume_is_bitwise(prepared, tmp_path: Path) -> None:
     """BertForPreTraining with dropout and dynamic masking: interrupted at step 2 and resumed == straight 4."""
     from bertkit.data import PretrainingDataset
+    from bertkit.jobs.pretrain import PretrainConfig, make_evaluate, pretraining_collator
     from bertkit.model import BertConfig, BertForPreTraining
     from bertkit.training import Trainer, TrainingConfig
-    from bertkit.training.pretrain import PretrainConfig, make_evaluate, pretraining_collator
 
     ds, ev = PretrainingDataset(prepared["train"]), PretrainingDataset(prepared["eval"])
 
@@ -163,7 +166,7 @@ def test_mlm_only_recipe_end_to_end(prepared, tmp_path: Path, monkeypatch) -> No
 
 def test_masking_override_sets_the_realised_rate(prepared) -> None:
     from bertkit.data import PretrainingDataset
-    from bertkit.training.pretrain import PretrainConfig, pretraining_collator
+    from bertkit.jobs.pretrain import PretrainConfig, pretraining_collator
 
     ds = PretrainingDataset(prepared["full"])
     items = [ds[i] for i in range(len(ds))]
@@ -205,9 +208,9 @@ def test_mlm_only_loss_is_the_masked_cross_entropy() -> None:
 def test_continued_pretraining_starts_from_a_shipped_model_by_name(tmp_path: Path) -> None:
     """PretrainConfig.model may name a shipped model (ladder row D continues bertkit-mini): its weights, not a
     fresh init; an unknown name is a ConfigError saying what it may be."""
+    from bertkit.jobs.pretrain import PretrainConfig, build_model
     from bertkit.model import BertForPreTraining
     from bertkit.pretrained import shipped_dir
-    from bertkit.training.pretrain import PretrainConfig, build_model
 
     config = PretrainConfig(model="bertkit-mini", train_data=str(tmp_path))
     model = build_model(config, 8192, tmp_path / "vocab.txt", 128)
@@ -219,7 +222,7 @@ def test_continued_pretraining_starts_from_a_shipped_model_by_name(tmp_path: Pat
 
 
 def test_a_gpu_run_without_loader_workers_gets_a_hint() -> None:
-    from bertkit.training.pretrain import loader_note
+    from bertkit.jobs.pretrain import loader_note
 
     assert "training.num_workers" in loader_note(torch.device("cuda"), 0)
     assert loader_note(torch.device("cuda"), 4) is None

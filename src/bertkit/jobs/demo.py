@@ -168,8 +168,9 @@ def show_pair(tokenizer: Any, report: DemoReport) -> None:
 def pretrain(cfg: DemoConfig, tokenizer: Any, out: Path, report: DemoReport) -> Path:
     """Make MLM + NSP instances from the corpus and pre-train a small BERT; returns its final/ folder."""
     from bertkit.data import PretrainingDataConfig, prepare_pretraining
+    from bertkit.jobs import pretrain as pretrain_job
+    from bertkit.jobs.pretrain import PretrainConfig
     from bertkit.training import TrainingConfig
-    from bertkit.training.pretrain import PretrainConfig, run_pretraining
 
     data_cfg = PretrainingDataConfig(max_length=cfg.max_length, dupe_factor=cfg.dupe_factor, seed=cfg.seed,
                                      max_predictions_per_seq=max(1, round(cfg.max_length * 0.15)))
@@ -184,9 +185,9 @@ def pretrain(cfg: DemoConfig, tokenizer: Any, out: Path, report: DemoReport) -> 
         batch_size=cfg.pretrain_batch_size, eval_every=max(1, cfg.pretrain_steps // 4), save_every=None,
         log_every=10, seed=cfg.seed, metric_for_best="loss", greater_is_better=False,
     )
-    result = run_pretraining(PretrainConfig(model=cfg.model, train_data=str(out / "data" / "train"),
-                                            eval_data=str(out / "data" / "heldout"), eval_batches=20,
-                                            training=training))
+    result = pretrain_job.run(PretrainConfig(model=cfg.model, train_data=str(out / "data" / "train"),
+                                             eval_data=str(out / "data" / "heldout"), eval_batches=20,
+                                             training=training))
     if result.interrupted:  # Ctrl-C stops the demo, not just its pre-training
         raise Interrupted(f"{out}: the demo was stopped during pre-training", result.signal or 2)
     report.pretraining = {"steps": result.global_step, "instances": train.shards.instances,
@@ -271,7 +272,8 @@ def finetune_sentiment(cfg: DemoConfig, pretrained_dir: Path, shipped: Path | No
                        out: Path, report: DemoReport) -> None:
     """Fine-tune on the SST-2 sample from (a) random weights, (b) this demo's model, (c) the shipped model and
     (d) a fully pre-trained one, with one budget; report dev accuracy, a plot and the computed verdict."""
-    from bertkit.tasks.payoff import FinetuneBudget, compare_starts, paired_tests, plot_comparison, random_init_twin
+    from bertkit.jobs import payoff
+    from bertkit.jobs.payoff import FinetuneBudget, PayoffConfig, paired_tests, plot_comparison, random_init_twin
 
     # (a): the architecture and vocabulary of the longer-pretrained model it is compared with, untrained weights.
     twin_of = shipped if shipped is not None else pretrained_dir
@@ -285,8 +287,8 @@ def finetune_sentiment(cfg: DemoConfig, pretrained_dir: Path, shipped: Path | No
                             dev=str(bundled_file(SENTIMENT_DEV)), lrs=[cfg.finetune_lr], seeds=[cfg.seed],
                             epochs=cfg.finetune_epochs, batch_size=32, max_length=cfg.finetune_max_length,
                             max_train_examples=cfg.finetune_examples)
-    results = compare_starts(starts, budget, out / "sentiment",
-                             on_run=lambda name, lr, seed, score: _say(f"-- {name}: dev accuracy {score:.3f}"))
+    results = payoff.run(PayoffConfig(starts, budget, out / "sentiment"),
+                         on_run=lambda name, lr, seed, score: _say(f"-- {name}: dev accuracy {score:.3f}"))
     baseline = next(r for r in results if r.name == RANDOM_INIT)
     for r in results:
         report.finetuning[r.name] = {"dev_accuracy": round(r.mean, 4), "model": r.model,
@@ -408,7 +410,7 @@ def print_table(rows: list[tuple[str, str]]) -> None:
     _say("-" * (width + 14))
 
 
-def run_demo(cfg: DemoConfig) -> DemoReport:
+def run(cfg: DemoConfig) -> DemoReport:
     """Run every step in order and write the report; returns what was measured."""
     out = Path(cfg.output_dir)
     make_dir(out)

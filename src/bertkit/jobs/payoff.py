@@ -5,6 +5,7 @@ random initialisation. An honest test gives every start (a pre-trained folder, t
 weights, a published checkpoint) the same task, data, epochs, batch and sequence length, the same small LR grid
 and the same seeds; each start is scored at the LR whose mean over the seeds is best (the paper picks the best
 fine-tuning LR on dev per task). Runs already finished are read back, so an interrupted comparison resumes.
+`run(PayoffConfig)` is the job: the starts, the `FinetuneBudget` each gets, and the folder the runs go to.
 
 Two starts are compared by a paired significance test on the same dev examples (`paired_tests`,
 `tasks.significance`); each run's best model predicts the dev set once for it (`dev_predictions.json` in its folder).
@@ -13,6 +14,7 @@ Two starts are compared by a paired significance test on the same dev examples (
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,6 +53,20 @@ class FinetuneBudget:
     def __post_init__(self) -> None:
         if not self.lrs or not self.seeds:
             raise ConfigError("FinetuneBudget: lrs and seeds must each hold at least one value")
+
+
+@dataclass
+class PayoffConfig:
+    """One comparison: the starts, the budget every one of them gets, and where the runs go."""
+
+    starts: dict[str, str | os.PathLike]
+    """Start name -> model folder (or a shipped model's name), fine-tuned in this order."""
+    budget: FinetuneBudget
+    """The task and the fine-tuning budget, the same for every start."""
+    output_dir: str | os.PathLike
+    """Each run goes to OUTPUT/START/lrLR-seedSEED, the summary to OUTPUT/comparison.json."""
+    progress: bool = False
+    """Show each fine-tuning run's progress bar."""
 
 
 @dataclass
@@ -97,7 +113,7 @@ def _run_dir(out: Path, name: str, lr: float, seed: int) -> Path:
 
 def dev_predictions(run: str | Path, dev: str) -> list:
     """The predictions of a finished run's best model on every dev example, computed once and kept in the run."""
-    from bertkit.tasks.runner import RESULTS_NAME, predictions_on
+    from bertkit.jobs.finetune import RESULTS_NAME, predictions_on
 
     run = Path(run)
     cached = run / PREDICTIONS_NAME
@@ -114,7 +130,7 @@ def dev_predictions(run: str | Path, dev: str) -> list:
 def paired_tests(baseline: StartResult, other: StartResult, budget: FinetuneBudget) -> list[PairedTest]:
     """`other` against `baseline` on the dev examples, one paired test per seed (each start at its best LR, runs
     paired by seed), by the task's main metric."""
-    from bertkit.tasks.runner import RESULTS_NAME, finetuned_task
+    from bertkit.jobs.finetune import RESULTS_NAME, finetuned_task
 
     tests = []
     for seed, (run_a, run_b) in zip(budget.seeds, zip(baseline.best_runs, other.best_runs)):
@@ -126,38 +142,33 @@ def paired_tests(baseline: StartResult, other: StartResult, budget: FinetuneBudg
     return tests
 
 
-def compare_starts(
-    starts: dict[str, str | Path],
-    budget: FinetuneBudget,
-    output_dir: str | Path,
-    progress: bool = False,
-    on_run: Callable[[str, float, int, float], None] | None = None,
-) -> list[StartResult]:
+def run(config: PayoffConfig, on_run: Callable[[str, float, int, float], None] | None = None) -> list[StartResult]:
     """Fine-tune every start over the LR grid and seeds; write OUTPUT/comparison.json; return one result per start.
 
     `on_run(start, lr, seed, score)` is called after each run (finished or read back).
     """
-    from bertkit.tasks.runner import RESULTS_NAME, FinetuneConfig, finetune
+    from bertkit.jobs import finetune
+    from bertkit.jobs.finetune import RESULTS_NAME, FinetuneConfig
 
-    out = Path(output_dir)
+    budget, out = config.budget, Path(config.output_dir)
     results = []
-    for name, model in starts.items():
+    for name, model in config.starts.items():
         scores: dict[str, dict[str, float]] = {}
         dev_examples = None
         for lr in budget.lrs:
             for seed in budget.seeds:
-                run = _run_dir(out, name, lr, seed)
-                if (run / RESULTS_NAME).is_file():
-                    summary = json.loads((run / RESULTS_NAME).read_text(encoding="utf-8"))
+                folder = _run_dir(out, name, lr, seed)
+                if (folder / RESULTS_NAME).is_file():
+                    summary = json.loads((folder / RESULTS_NAME).read_text(encoding="utf-8"))
                 else:
-                    config = FinetuneConfig.from_dict({
+                    job = FinetuneConfig.from_dict({
                         "task": budget.task, "model": str(model), "train": budget.train, "dev": budget.dev,
                         "options": {"max_length": budget.max_length},
                         "max_train_examples": budget.max_train_examples,
-                        "training": {"output_dir": str(run), "epochs": budget.epochs, "lr": lr,
+                        "training": {"output_dir": str(folder), "epochs": budget.epochs, "lr": lr,
                                      "batch_size": budget.batch_size, "seed": seed, "eval_every": budget.eval_every,
-                                     "progress_bar": progress}})
-                    summary = finetune(config, resume=(run / "checkpoints").is_dir())  # a stopped run continues
+                                     "progress_bar": config.progress}})
+                    summary = finetune.run(job, resume=(folder / "checkpoints").is_dir())  # a stopped run continues
                 score = float(summary["best_metrics"][summary["main_metric"]])
                 dev_examples = summary.get("dev_examples", dev_examples)
                 scores.setdefault(_lr_name(lr), {})[str(seed)] = score

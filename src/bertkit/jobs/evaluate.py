@@ -1,0 +1,59 @@
+"""Evaluation: the job behind `bertkit evaluate` (`run(EvaluateConfig)`): a fine-tuned folder scored on a labelled
+file with its task's metrics, the file read and tokenized exactly as fine-tuning read its dev file (the task's
+settings saved in the folder's config.json)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bertkit.errors import ConfigError
+from bertkit.io import atomic_write_json
+from bertkit.jobs.finetune import _load_finetuned, subset
+from bertkit.tasks.base import check_positive, require_examples
+
+
+@dataclass
+class EvaluateConfig:
+    """One evaluation: the fine-tuned folder, the labelled file and how much of it to score.
+
+    `bertkit evaluate`'s options are generated from these fields."""
+
+    model: str = ""
+    """Fine-tuned model folder (e.g. OUTPUT/best)."""
+    input: str = ""
+    """Labelled file in the task's format."""
+    output: str | None = None
+    """Write the metrics here as JSON (they are returned, and `bertkit evaluate` prints them, either way)."""
+    batch_size: int = 64
+    """Examples per forward pass."""
+    max_examples: int | None = None
+    """A seeded random subset of the file (None: all of it)."""
+    seed: int = 42
+    """Seed of that subset (fine-tuning's default seed, so max_eval_examples there picks the same examples)."""
+
+    def __post_init__(self) -> None:
+        for name in ("model", "input"):
+            if not getattr(self, name):
+                raise ConfigError(f"EvaluateConfig.{name} is required (--{name})")
+        for name in ("batch_size", "max_examples"):
+            check_positive(name, getattr(self, name))
+
+
+def run(config: EvaluateConfig) -> dict[str, float]:
+    """The metrics of config.model on config.input (and the number of examples scored); written as JSON to
+    config.output when given."""
+    c = config
+    t, settings, net, tokenizer = _load_finetuned(c.model)
+    examples = t.read(c.input, settings)
+    require_examples(examples, c.input)
+    t.check_examples(examples, settings, c.input)
+    examples = subset(examples, c.max_examples, c.seed)
+    features = t.features(examples, tokenizer, settings, training=False)
+    result = t.evaluate(net, examples, features, settings, c.batch_size, tokenizer)
+    result = {**result, "examples": len(examples)}
+    if c.output:
+        atomic_write_json(c.output, result)
+    return result
+
+
+__all__ = ["EvaluateConfig", "run"]
