@@ -1,0 +1,107 @@
+"""Typed saved settings (issue 26, item 1): each task's settings are a dataclass that round-trips through config.json
+as it is, folders written with older dict forms still load, reading a file never changes the settings (fitting
+returns new ones), and each task declares its head (class and sizes) in one place."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from bertkit.errors import ConfigError
+from bertkit.model import BertConfig
+from bertkit.tasks import TASKS, get_task
+
+
+def fitted_settings(name: str, data_dir: Path, tmp_path: Path):  # noqa: ANN201
+    """A task's settings fitted on a small real file, the file, and the settings before fitting."""
+    task = get_task(name)
+    if name == "classification":
+        path, options = data_dir / "mrpc" / "dev.tsv", {"max_length": 64}
+    elif name == "ner":
+        path = tmp_path / "iob1.txt"  # IOB1 tags: the scheme is recorded by fitting, not by reading
+        path.write_text("John I-PER\nSmith I-PER\nran O\n\nParis I-LOC\n", encoding="utf-8")
+        options = {"max_length": 32, "frozen": True, "tagger": "linear"}
+    elif name == "qa":
+        path, options = f"{data_dir / 'squad_v1.1' / 'dev-v1.1.json'}#0:1", {"max_length": 128, "doc_stride": 32}
+    else:
+        path = tmp_path / "mc.jsonl"
+        path.write_text('{"context": "a", "choices": ["x", "y", "z"], "label": 2}\n', encoding="utf-8")
+        options = {}
+    settings = task.settings(options)
+    return task, settings, path
+
+
+@pytest.mark.parametrize("name", ["classification", "ner", "qa", "multiple-choice"])
+def test_settings_round_trip_through_config_json_and_reading_changes_nothing(name: str, data_dir: Path,
+                                                                             tmp_path: Path) -> None:
+    task, settings, path = fitted_settings(name, data_dir, tmp_path)
+    before = copy.deepcopy(settings)
+    examples = task.read(path, settings)
+    assert settings == before  # reading leaves the settings as they were
+    fitted = task.fit_labels(examples, settings)
+    assert settings == before and fitted is not settings and type(fitted) is task.settings_class
+    written = json.loads(json.dumps(fitted.to_dict()))  # config.json's task_settings, as it is
+    assert task.load_settings(written) == fitted
+    # The head is declared once: its class and the BertConfig fields that size it, all of which BertConfig takes.
+    head = task.head(fitted)
+    assert head.class_name in task.head_classes
+    BertConfig(**{**head.config, "task": task.name, "task_settings": written})
+    if name == "classification":
+        assert (fitted.glue, fitted.main_metric, fitted.label_names) == ("mrpc", "f1", ["0", "1"])
+        assert head.config["problem_type"] == "single_label_classification" and head.config["num_labels"] == 2
+    elif name == "ner":
+        assert fitted.source_scheme == "iob1" and fitted.label_names == ["O", "B-LOC", "B-PER", "I-PER"]
+        assert head.class_name == "BertForFrozenTokenClassification" and head.config["frozen_tagger"]["tagger"] == \
+            "linear"
+    elif name == "multiple-choice":
+        assert fitted.num_choices == 3
+
+
+def test_old_dict_forms_load_and_bad_values_are_named(caplog: pytest.LogCaptureFixture) -> None:
+    """Folders written before the settings were typed: their task_settings dicts load (keys they lacked take the
+    defaults); a key this version does not know is left out with a warning naming it; a value of the wrong type is
+    a ConfigError naming the field."""
+    old_frozen = {"max_length": 64, "label_names": ["O", "B-X"], "frozen": True, "frozen_features": "last",
+                  "tagger": "bilstm", "tagger_hidden": 8, "tagger_dropout": 0.1, "encoder": "/some/folder"}
+    ner = get_task("ner").load_settings(old_frozen)
+    assert ner.frozen and ner.tagger_hidden == 8 and ner.encoder == "/some/folder"
+    old_tabular = {"max_length": 32, "template": "{Title}", "numeric_columns": ["Age"],
+                   "numeric_stats": {"Age": [40.0, 9.0]}, "label_names": ["0", "1"]}  # before numeric_range
+    cls = get_task("classification").load_settings(old_tabular)
+    assert cls.numeric_range is None and cls.pairs is None and cls.numeric_stats == {"Age": [40.0, 9.0]}
+    qa = get_task("qa").load_settings({"max_length": 384, "doc_stride": 128, "n_best": 20, "max_answer_length": 30,
+                                       "version_2": False, "null_threshold": 0.0, "main_metric": "f1"})
+    assert qa.doc_stride == 128
+    with caplog.at_level("WARNING"):
+        assert get_task("multiple-choice").load_settings({"max_length": 64, "shiny_new_option": 1}).max_length == 64
+    assert "shiny_new_option" in caplog.text
+    with pytest.raises(ConfigError, match=r"max_length.*expected an integer"):
+        get_task("qa").load_settings({"max_length": "long"})
+
+
+def test_a_frozen_folder_written_before_frozen_tagger_opens_with_its_tagger(tmp_path: Path) -> None:
+    """The frozen tagger is sized by BertConfig.frozen_tagger now; a folder written before (its sizes in
+    task_settings only) opens with the same tagger."""
+    from bertkit.model.heads import BertForFrozenTokenClassification
+
+    sizes = {"frozen_features": "last", "tagger": "bilstm", "tagger_hidden": 6, "tagger_dropout": 0.0}
+    tiny = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                num_labels=3)
+    new = BertForFrozenTokenClassification(BertConfig(**tiny, frozen_tagger=sizes))
+    old = BertForFrozenTokenClassification(BertConfig(**tiny, task_settings=sizes))
+    assert new.lstm.hidden_size == old.lstm.hidden_size == 6
+    with pytest.raises(ConfigError, match="frozen_tagger"):
+        BertForFrozenTokenClassification(BertConfig(**tiny, frozen_tagger={**sizes, "taggr": "linear"}))
+
+
+def test_every_registered_task_declares_its_contract() -> None:
+    """Each task: typed options and settings, a head, and a serving declaration whose example requests make
+    examples."""
+    for cls in TASKS.values():
+        task = cls()
+        assert task.serving is not None and task.settings_class is not None
+        settings = task.settings({})
+        assert task.head(settings).class_name == task.model_class_name
