@@ -134,8 +134,8 @@ class Task:
         return config_from_dict(self.options_class, dict(values or {}), f"{where} (task {self.name})")
 
     def settings(self, options: TaskOptions | dict[str, Any] | None = None) -> Settings:
-        """Task settings from its options (typed, or a dict of them): JSON-ready values, stored in the fine-tuned
-        model's config so that evaluate, predict and serve read inputs exactly as fine-tuning did."""
+        """Task settings (the task's `settings_class`) from its options (typed, or a dict of them), stored in the
+        fine-tuned model's config.json so that evaluate, predict and serve read inputs exactly as fine-tuning did."""
         if not isinstance(options, TaskOptions):
             options = self.options(options)
         return self.settings_from(options)
