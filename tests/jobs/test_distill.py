@@ -15,7 +15,7 @@ import torch
 import bertkit
 from bertkit.cli import main
 from bertkit.errors import ConfigError
-from bertkit.model.checkpoint import load_model
+from bertkit.model.folder import load_model
 
 DEMO = Path(bertkit.__file__).parent / "demo_data" / "shakespeare.txt.gz"
 

@@ -21,11 +21,11 @@ def export_onnx_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit export-onnx`."""
     from bertkit.inference.onnx_export import export_onnx
     from bertkit.io import check_output_file
-    from bertkit.model.checkpoint import load_model
-    from bertkit.tasks import task_model_class
+    import bertkit.tasks  # noqa: F401 (registers the tasks' heads: a config naming only its task opens)
+    from bertkit.model.folder import load_model
 
     check_output_file(args.output)
-    model = load_model(args.model, task_model_class(args.model))
+    model = load_model(args.model)
     names = export_onnx(model, args.output, args.opset)
     print(f"wrote {args.output} ({type(model).__name__}; outputs: {', '.join(names)})", file=sys.stderr)
     return 0

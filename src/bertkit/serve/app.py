@@ -31,11 +31,11 @@ from bertkit.inference.fill_mask import MASK, mask_ids, predict_masks
 from bertkit.inference.pooling import POOLINGS, folder_defaults, pad_batch
 from bertkit.inference.precision import DEFAULT_PRECISION
 from bertkit.model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bertkit.model.folder import open_folder
 from bertkit.model.heads import BertForFrozenTokenClassification
 from bertkit.runtime import release_free_memory
 from bertkit.serve.batching import DynamicBatcher, ItemError, QueueFull, RequestTimeout, prepare_each
 from bertkit.serve.settings import ServeSettings
-from bertkit.tasks import open_task_folder
 from bertkit.tasks.base import run_model
 from bertkit.tasks.classification import ClassificationTask, input_columns, read_logits, request_example
 from bertkit.tasks.ner import NerTask, TaggedSentence, word_tags
@@ -216,7 +216,7 @@ class Predictor:
     """The folder's model, tokenizer and encoder, and one batch function per endpoint."""
 
     def __init__(self, folder: str | Path, precision: str = DEFAULT_PRECISION) -> None:
-        opened = open_task_folder(folder)  # a hand-written config.json may name only its task
+        opened = open_folder(folder)  # a hand-written config.json naming only its task gets the task's head
         self.folder, self.model, self.tokenizer = opened.path, opened.model, opened.tokenizer
         # The folder's own embedding settings (pooling, normalisation, max length), as bertkit.load(folder) reads them.
         self.encoders = Encoders(self.model, self.tokenizer, folder_defaults(opened.path))

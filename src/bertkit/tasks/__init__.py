@@ -5,20 +5,19 @@ with a `name` defined in one is found here (with its `aliases`), so a new task i
 `bertkit.model.heads` when it needs a new one. The package holds tasks and what they share (base, metrics,
 significance, feature_cache) and nothing that imports this registry (the jobs that run tasks live in `bertkit.jobs`),
 so no module needs skipping; two tasks claiming one name or alias are an error here, not a silent overwrite.
+Each task's head is declared to the model floor at import (`bertkit.model.folder.TASK_HEADS`), so a folder whose
+config.json names only its task opens into that head wherever folders are opened, without the model floor importing
+this one.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from bertkit.errors import ConfigError
+from bertkit.model.folder import register_task_head
 from bertkit.tasks.base import Task
-
-if TYPE_CHECKING:
-    from bertkit.model.folder import ModelFolder
 
 
 def _discover() -> dict[str, type[Task]]:
@@ -47,27 +46,16 @@ def _aliases(tasks: dict[str, type[Task]]) -> dict[str, str]:
     return out
 
 
+def _declare_heads(tasks: dict[str, type[Task]]) -> None:
+    """Give the model floor each task's head under its name and aliases (`bertkit.model.folder.TASK_HEADS`), so a
+    config.json that names only its task opens into that head wherever a folder is opened."""
+    for name, cls in tasks.items():
+        register_task_head((name, *cls.aliases), cls().model_class)
+
+
 TASKS: dict[str, type[Task]] = _discover()
 ALIASES: dict[str, str] = _aliases(TASKS)
-
-
-def task_model_class(folder: str | Path) -> str | None:
-    """The head for a config.json that names a bertkit `task` but no `architectures` (a hand-written one): the
-    class its task fine-tunes, which only this registry knows. None when `architectures` decides (or no task)."""
-    from bertkit.model.checkpoint import read_config
-
-    config, raw = read_config(folder)
-    if raw.get("architectures") or not config.task:
-        return None
-    return get_task(config.task).model_class(dict(config.task_settings or {}))
-
-
-def open_task_folder(folder: str | Path, **kwargs: Any) -> ModelFolder:
-    """`open_folder` that also opens a config.json naming only its task (`task_model_class`): every floor above
-    the tasks opens folders through this."""
-    from bertkit.model.folder import open_folder
-
-    return open_folder(folder, task_model_class(folder), **kwargs)
+_declare_heads(TASKS)
 
 
 def get_task(name: str) -> Task:
@@ -78,4 +66,4 @@ def get_task(name: str) -> Task:
     return TASKS[key]()
 
 
-__all__ = ["ALIASES", "TASKS", "Task", "get_task", "open_task_folder", "task_model_class"]
+__all__ = ["ALIASES", "TASKS", "Task", "get_task"]
