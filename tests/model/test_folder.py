@@ -17,22 +17,11 @@ from bertkit.cli import main
 from bertkit.model.folder import FolderConfig, load_model, open_folder, read_folder
 
 
-@pytest.fixture(scope="module")
-def finetuned(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, tiny_dir: Path) -> Path:
-    """The tiny model fine-tuned on a few SST-2 sentences: a fine-tuned folder with its tokenizer."""
-    out = tmp_path_factory.mktemp("finetuned")
-    assert main(["finetune", "--task", "classification", "--model", str(tiny_dir), "--train",
-                 str(data_dir / "sst2/train.tsv"), "--dev", str(data_dir / "sst2/dev.tsv"), "--max-train-examples",
-                 "16", "--max-eval-examples", "8", "--max-length", "32", "--epochs", "1", "--batch-size", "8",
-                 "--output", str(out), "--no-progress"]) == 0
-    return out / "best"
-
-
 @pytest.fixture
 def parses(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path, Callable[[], object]], int]:
-    """How many times running `fn` parses `folder`/config.json. Every JSON file bertkit reads goes through
-    `Path.read_text` (`bertkit.io.read_json_object`), so counting those reads of the file counts its parses,
-    whoever does them (hashing a folder for provenance reads bytes, not text, and is no parse)."""
+    """How many times running `fn` (which must succeed) parses `folder`/config.json. Every JSON file bertkit reads
+    goes through `Path.read_text` (`bertkit.io.read_json_object`), so counting those reads of the file counts its
+    parses, whoever does them (hashing a folder for provenance reads bytes, not text, and is no parse)."""
     reads: Counter[str] = Counter()
     read_text = pathlib.Path.read_text
 
@@ -44,14 +33,16 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path, Callable[[], obje
 
     def count(folder: Path, fn: Callable[[], object]) -> int:
         reads.clear()
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            fn()
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            result = fn()
+        assert not isinstance(result, int) or result == 0, err.getvalue()  # a CLI verb's exit status
         return reads[str((folder / "config.json").resolve())]
 
     return count
 
 
-def test_every_opening_parses_config_json_once(finetuned: Path, tiny_dir: Path, data_dir: Path, tmp_path: Path,
+def test_every_opening_parses_config_json_once(finetuned_dir: Path, tiny_dir: Path, data_dir: Path, tmp_path: Path,
                                                 parses: Callable[[Path, Callable[[], object]], int]) -> None:
     """bertkit.load, Encoder(folder), the server's Predictor, `bertkit evaluate` / `predict` / `info` and a whole
     task distillation (the teacher's folder) each parse config.json once; before the door they took 6, 6, 6, 8, 8,
@@ -62,16 +53,17 @@ def test_every_opening_parses_config_json_once(finetuned: Path, tiny_dir: Path, 
     rows = (data_dir / "sst2/dev.tsv").read_text(encoding="utf-8").splitlines()[:5]
     (tmp_path / "in.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     openings: dict[str, tuple[Path, Callable[[], object]]] = {
-        "bertkit.load": (finetuned, lambda: bertkit.load(finetuned)),
+        "bertkit.load": (finetuned_dir, lambda: bertkit.load(finetuned_dir)),
         "Encoder(folder)": (tiny_dir, lambda: Encoder(tiny_dir, precision="fp32")),
-        "serve Predictor": (finetuned, lambda: Predictor(finetuned, precision="fp32")),
-        "bertkit evaluate": (finetuned, lambda: main(["evaluate", "--model", str(finetuned), "--input",
-                                                      str(tmp_path / "in.tsv")])),
-        "bertkit predict": (finetuned, lambda: main(["predict", "--model", str(finetuned), "--input",
-                                                     str(tmp_path / "in.tsv"), "--output", str(tmp_path / "p.tsv")])),
-        "bertkit info": (finetuned, lambda: main(["info", str(finetuned)])),
-        "bertkit distill": (finetuned, lambda: main([
-            "distill", "--teacher", str(finetuned), "--student-layers", "1", "--train", str(tmp_path / "in.tsv"),
+        "serve Predictor": (finetuned_dir, lambda: Predictor(finetuned_dir, precision="fp32")),
+        "bertkit evaluate": (finetuned_dir, lambda: main(["evaluate", "--model", str(finetuned_dir), "--input",
+                                                          str(tmp_path / "in.tsv")])),
+        "bertkit predict": (finetuned_dir, lambda: main(["predict", "--model", str(finetuned_dir), "--input",
+                                                         str(tmp_path / "in.tsv"), "--output",
+                                                         str(tmp_path / "p.tsv")])),
+        "bertkit info": (finetuned_dir, lambda: main(["info", str(finetuned_dir)])),
+        "bertkit distill": (finetuned_dir, lambda: main([
+            "distill", "--teacher", str(finetuned_dir), "--student-layers", "1", "--train", str(tmp_path / "in.tsv"),
             "--dev", str(tmp_path / "in.tsv"), "--epochs", "1", "--batch-size", "4", "--output",
             str(tmp_path / "student"), "--no-progress"])),
     }

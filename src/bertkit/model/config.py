@@ -237,7 +237,8 @@ class BertConfig:
         with one warning when the folder is bertkit's own (bertkit wrote every key it reads, so an extra one was
         added by hand or by a newer bertkit). A config.json of another model type (roberta, ...) is refused."""
         if d.get("model_type", "bert") not in ("bert", BERTKIT_MODEL_TYPE):
-            raise ConfigError(f"{source}: model_type is {d['model_type']!r}, expected 'bert' (or '{BERTKIT_MODEL_TYPE}')")
+            raise ConfigError(f"{source}: model_type is {d['model_type']!r}, expected 'bert' "
+                              f"(or '{BERTKIT_MODEL_TYPE}')")
         check_config_keys(d, source)
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in known}
