@@ -1,5 +1,5 @@
 """Fixtures every test folder shares: the real data sets beside the checkout, the MiniLM checkpoint and its tokenizer,
-and a tiny fine-tunable folder (the task tests and the jobs' tests use it)."""
+a tiny fine-tunable folder (the task tests and the jobs' tests use it) and that folder fine-tuned."""
 
 from __future__ import annotations
 
@@ -45,3 +45,17 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory, minilm_dir: Path, tokeniz
     BertModel(config).save_pretrained(str(folder))
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def finetuned_dir(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, tiny_dir: Path) -> Path:
+    """The tiny model fine-tuned for one epoch on 32 SST-2 sentences by the real CLI: a fine-tuned folder (config with
+    task and settings, head, tokenizer) for tests that read one (distillation's teacher, the folder door's counts)."""
+    from bertkit.cli import main
+
+    out = tmp_path_factory.mktemp("finetuned")
+    assert main(["finetune", "--task", "classification", "--model", str(tiny_dir), "--train",
+                 str(data_dir / "sst2/train.tsv"), "--dev", str(data_dir / "sst2/dev.tsv"), "--max-train-examples",
+                 "32", "--max-eval-examples", "16", "--max-length", "32", "--epochs", "1", "--batch-size", "8",
+                 "--output", str(out), "--no-progress"]) == 0
+    return out / "best"

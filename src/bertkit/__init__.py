@@ -25,7 +25,7 @@ _LAZY: dict[str, str] = {
     "BertForQuestionAnswering": "bertkit.model",
     "BertForMultipleChoice": "bertkit.model",
     "BertTokenizer": "bertkit.tokenizer",
-    "load_model": "bertkit.model.checkpoint",
+    "load_model": "bertkit.model.folder",
     "load": "bertkit.api",
     "Bert": "bertkit.api",
 }

@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
+import bertkit.tasks  # noqa: F401 (registers the tasks' heads: a config.json naming only its task opens into one)
 from bertkit.inference.encoder import Encoder, Encoders
 from bertkit.inference.pooling import folder_defaults
 from bertkit.inference.precision import DEFAULT_PRECISION
 from bertkit.model import BertPreTrainedModel
 from bertkit.model.checkpoint import save_pretrained
 from bertkit.model.folder import open_folder
-from bertkit.tasks import task_model_class
 
 
 @dataclass
@@ -71,6 +71,5 @@ def load(folder: str | os.PathLike, model_class: str | None = None, **kwargs: An
 
     kwargs go to from_pretrained (strict=, dtype=, config field overrides such as num_labels=).
     """
-    # a shipped model's name (bertkit.pretrained) works too; a config.json naming only its task gets the task's head
-    opened = open_folder(folder, model_class or task_model_class(folder), **kwargs)
+    opened = open_folder(folder, model_class, **kwargs)  # a shipped model's name (bertkit.pretrained) works too
     return Bert(opened.model, opened.tokenizer, folder_defaults(opened.path))

@@ -15,20 +15,15 @@ import torch
 import bertkit
 from bertkit.cli import main
 from bertkit.errors import ConfigError
-from bertkit.model.checkpoint import load_model
+from bertkit.model.folder import load_model
 
 DEMO = Path(bertkit.__file__).parent / "demo_data" / "shakespeare.txt.gz"
 
 
 @pytest.fixture(scope="module")
-def teacher(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, tiny_dir: Path) -> Path:
-    """The tiny model (2 layers) fine-tuned on a few SST-2 sentences: a fine-tuned teacher folder."""
-    out = tmp_path_factory.mktemp("teacher")
-    assert main(["finetune", "--task", "classification", "--model", str(tiny_dir), "--train",
-                 str(data_dir / "sst2/train.tsv"), "--dev", str(data_dir / "sst2/dev.tsv"), "--max-train-examples",
-                 "32", "--max-eval-examples", "16", "--max-length", "32", "--epochs", "1", "--batch-size", "8",
-                 "--output", str(out), "--no-progress"]) == 0
-    return out / "best"
+def teacher(finetuned_dir: Path) -> Path:
+    """The tiny model (2 layers) fine-tuned on a few SST-2 sentences (tests/conftest.py): a fine-tuned teacher."""
+    return finetuned_dir
 
 
 def _args(teacher: Path, data_dir: Path, out: Path, *extra: str) -> list[str]:

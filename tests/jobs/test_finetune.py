@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.cli import main
-from bertkit.model.checkpoint import load_model
+from bertkit.model.folder import load_model
 
 
 def finetune(model: Path, out: Path, *args: str) -> dict:

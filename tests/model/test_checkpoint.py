@@ -12,7 +12,8 @@ from safetensors.torch import load_file, save_file
 
 from bertkit.errors import CheckpointError
 from bertkit.model import MODEL_CLASSES, BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel
-from bertkit.model.checkpoint import load_model, save_pretrained
+from bertkit.model.checkpoint import save_pretrained
+from bertkit.model.folder import TASK_HEADS, load_model
 from model_helpers import TINY, write_vocab
 
 def tiny_config(**overrides) -> BertConfig:
@@ -133,18 +134,26 @@ def test_sharded_safetensors(tmp_path: Path) -> None:
     assert torch.equal(outputs(model, inputs())[0], outputs(loaded, inputs())[0])
 
 
-def test_load_model_reads_architectures_and_refuses_a_bare_task(tmp_path: Path) -> None:
-    """The class comes from `architectures`; a config.json naming only a task is refused with the fix (the task
-    registry, a floor up, opens it: tests/tasks/test_registry.py)."""
+def test_load_model_reads_architectures_else_the_task_head(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The class comes from `architectures`; a config.json naming only a task gets the head its task declared in
+    `TASK_HEADS` (given the folder's task settings; the task registry fills it: tests/tasks/test_registry.py); an
+    unregistered task and a foreign class are refused, naming the fix."""
     BertModel(tiny_config()).save_pretrained(tmp_path)
     d = json.loads((tmp_path / "config.json").read_text())
     d["architectures"] = ["BertForTokenClassification"]
     (tmp_path / "config.json").write_text(json.dumps(d))
     assert type(load_model(tmp_path)).__name__ == "BertForTokenClassification"
     del d["architectures"]
-    d["task"] = "ner"
+    d.update(task="toy", task_settings={"spans": True})
     (tmp_path / "config.json").write_text(json.dumps(d))
-    with pytest.raises(CheckpointError, match="names task 'ner' but no `architectures`; add"):
+    monkeypatch.setitem(TASK_HEADS, "toy", lambda settings: "BertForQuestionAnswering" if settings.get("spans")
+                        else "BertForSequenceClassification")
+    assert type(load_model(tmp_path)).__name__ == "BertForQuestionAnswering"
+    assert type(load_model(tmp_path, "BertModel")).__name__ == "BertModel"  # the class asked for comes first
+    d["task"] = "sentiment"
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    with pytest.raises(CheckpointError, match=r"config.json: names task 'sentiment' but no `architectures`, and no "
+                                              r"registered task has that name \(registered: .*toy.*\); add"):
         load_model(tmp_path)
     d["architectures"] = ["RobertaModel"]
     (tmp_path / "config.json").write_text(json.dumps(d))

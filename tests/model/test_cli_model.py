@@ -11,7 +11,7 @@ import torch
 
 import bertkit
 from bertkit.model import BertForSequenceClassification, BertModel
-from bertkit.model.checkpoint import load_model
+from bertkit.model.folder import load_model
 
 from model_helpers import TINY, run_cli, write_vocab
 

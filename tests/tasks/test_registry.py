@@ -1,5 +1,6 @@
 """The task registry: every task module found, each name and alias resolving to its task and its head, and a
-hand-written config.json that names only a task opening into that head (the registry is the one table of names)."""
+hand-written config.json that names only a task opening into that head wherever a folder is opened (the registry is
+the one table of names: it declares each task's head to the model floor, `bertkit.model.folder.TASK_HEADS`)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import bertkit
-from bertkit.errors import CheckpointError, ConfigError
+from bertkit.errors import ConfigError
 from bertkit.model import MODEL_CLASSES, BertConfig, BertModel
-from bertkit.model.checkpoint import load_model
-from bertkit.tasks import ALIASES, TASKS, get_task, open_task_folder
+from bertkit.model.folder import TASK_HEADS, load_model, open_folder
+from bertkit.tasks import ALIASES, TASKS, get_task
 
 
 def test_every_task_module_is_registered_in_order() -> None:
@@ -25,8 +26,9 @@ def test_each_name_and_alias_finds_its_task_and_its_head(name: str, tmp_path: Pa
     task = get_task(name)
     assert name in (task.name, *task.aliases)
     assert task.model_class_name in MODEL_CLASSES
-    # A folder whose config.json names only `task: name` (no `architectures`) opens into the head the task fine-tunes
-    # when opened as a fine-tuned folder; the model layer alone refuses it, naming the fix.
+    # A folder whose config.json names only `task: name` (no `architectures`) opens into the head the task fine-tunes,
+    # through every step of the door: the model floor has the head from the registry.
+    assert TASK_HEADS[name]({}) == task.model_class_name
     BertModel(BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                          intermediate_size=37)).save_pretrained(tmp_path)
     (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -35,10 +37,16 @@ def test_each_name_and_alias_finds_its_task_and_its_head(name: str, tmp_path: Pa
     del config["architectures"]
     config["task"] = name
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert type(open_task_folder(tmp_path).model).__name__ == task.model_class_name
+    assert type(open_folder(tmp_path).model).__name__ == task.model_class_name
     assert type(bertkit.load(tmp_path).model).__name__ == task.model_class_name
-    with pytest.raises(CheckpointError, match=f"names task '{name}' but no `architectures`"):
-        load_model(tmp_path)
+    assert type(load_model(tmp_path)).__name__ == task.model_class_name
+
+
+def test_a_setting_that_picks_another_head_reaches_the_model_floor() -> None:
+    """NER's `frozen` setting picks the frozen tagger: the head the registry declared reads the folder's settings."""
+    for name in ("ner", *get_task("ner").aliases):
+        assert TASK_HEADS[name]({"frozen": True}) == "BertForFrozenTokenClassification"
+        assert TASK_HEADS[name]({}) == "BertForTokenClassification"
 
 
 def test_an_unknown_task_names_the_known_ones() -> None:

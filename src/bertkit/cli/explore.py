@@ -44,9 +44,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _load(folder: str):  # noqa: ANN202 (model, tokenizer)
-    from bertkit.tasks import open_task_folder
+    import bertkit.tasks  # noqa: F401 (registers the tasks' heads: a config naming only its task opens)
+    from bertkit.model.folder import open_folder
 
-    opened = open_task_folder(folder)
+    opened = open_folder(folder)
     return opened.model, opened.tokenizer
 
 

@@ -52,11 +52,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def describe_folder(folder: Path) -> dict[str, Any]:
     """What `info` shows: class, task, labels, parameter count, vocabulary, and whether the weights file holds
     every tensor of the config's model (the weights are read, so a truncated or mismatched folder is reported)."""
-    from bertkit.model.checkpoint import VOCAB_NAME, find_weights, load_model, read_config, read_vocab_size
-    from bertkit.tasks import task_model_class
+    import bertkit.tasks  # noqa: F401 (registers the tasks' heads: a config naming only its task opens)
+    from bertkit.model.checkpoint import VOCAB_NAME, find_weights, read_vocab_size
+    from bertkit.model.folder import load_model, read_folder
 
-    config, _ = read_config(folder)
-    model = load_model(folder, task_model_class(folder))  # reads every tensor: a truncated or wrong file is reported
+    read = read_folder(folder)
+    config = read.config
+    model = load_model(read)  # reads every tensor: a truncated or wrong file is reported
     cls = type(model)
     weights = find_weights(folder)
     vocab = folder / VOCAB_NAME
@@ -145,21 +147,19 @@ def _tokenizer_class() -> Any | None:
 
 def convert_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit convert`: load with every check, write the whole output folder atomically."""
+    import bertkit.tasks  # noqa: F401 (registers the tasks' heads: a config naming only its task opens)
     from bertkit.io import atomic_write_json
     from bertkit.model import MODEL_CLASSES
-    from bertkit.model.checkpoint import VOCAB_NAME, load_model, save_pretrained
-    from bertkit.tasks import task_model_class
+    from bertkit.model.checkpoint import VOCAB_NAME, save_pretrained
+    from bertkit.model.folder import load_model
 
     src = resolve_model_dir(args.from_hf or args.to_hf)
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CheckpointError(f"{out}: already exists and is not empty; choose a new output folder")
-    if args.model_class is not None:
-        if args.model_class not in MODEL_CLASSES:
-            raise CheckpointError(f"--class {args.model_class!r}: expected one of {', '.join(MODEL_CLASSES)}")
-        model = MODEL_CLASSES[args.model_class].from_pretrained(src, strict=args.strict)
-    else:
-        model = load_model(src, task_model_class(src), strict=args.strict)
+    if args.model_class is not None and args.model_class not in MODEL_CLASSES:
+        raise CheckpointError(f"--class {args.model_class!r}: expected one of {', '.join(MODEL_CLASSES)}")
+    model = load_model(src, args.model_class, strict=args.strict)
     if args.to_hf and not getattr(model, "in_transformers", True):
         raise CheckpointError(f"{src}: {type(model).__name__} is a bertkit-only head that transformers has no class "
                               "for; export its encoder with --class BertModel, or keep the bertkit folder")

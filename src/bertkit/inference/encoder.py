@@ -124,9 +124,10 @@ class Encoder:
         int8_min_cosine: float = DEFAULT_MIN_COSINE,
     ) -> None:
         if isinstance(model, (str, Path)):
-            from bertkit.tasks import open_task_folder  # the registry opens a config that names only its task
+            import bertkit.tasks  # noqa: F401 (registers the tasks' heads: a config naming only its task opens)
+            from bertkit.model.folder import open_folder
 
-            opened = open_task_folder(model)
+            opened = open_folder(model)
             tokenizer = tokenizer if tokenizer is not None else opened.tokenizer
             model = opened.model
             defaults = folder_defaults(opened.path) if defaults is None else defaults

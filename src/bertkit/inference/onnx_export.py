@@ -122,9 +122,10 @@ def export_folder(folder: str | Path, path: str | Path, opset: int = OPSET) -> t
     """Export a model folder to ONNX: with its task's inputs and outputs when a task serves its head (a fine-tuned
     folder, or a head a task fine-tunes), else as `export_onnx` exports a bare model. Returns the model and the
     graph's output names."""
-    from bertkit.tasks import open_task_folder, serving_task
+    from bertkit.model.folder import open_folder
+    from bertkit.tasks import serving_task
 
-    opened = open_task_folder(folder)
+    opened = open_folder(folder)
     model = opened.model
     task = serving_task(model.config, type(model).__name__)
     if task is None:

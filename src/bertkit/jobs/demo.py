@@ -202,15 +202,14 @@ def probe(model_dir: Path, shipped_dir: Path | None, report: DemoReport, seed: i
 
     from bertkit.data import split_sentences
     from bertkit.inference.fill_mask import fill_mask
-    from bertkit.model import BertForPreTraining
-    from bertkit.tokenizer import BertTokenizer
+    from bertkit.model.folder import open_folder
 
-    model = BertForPreTraining.from_pretrained(str(model_dir)).eval()
-    tokenizer = BertTokenizer.from_pretrained(str(model_dir))
+    opened = open_folder(model_dir, "BertForPreTraining")
+    model, tokenizer = opened.model, opened.tokenizer
     fillers = [(DEMO_PRETRAINED, model, tokenizer)]
     if shipped_dir is not None:
-        fillers.append((SHIPPED, BertForPreTraining.from_pretrained(str(shipped_dir)).eval(),
-                        BertTokenizer.from_pretrained(str(shipped_dir))))
+        shipped = open_folder(shipped_dir, "BertForPreTraining")
+        fillers.append((SHIPPED, shipped.model, shipped.tokenizer))
     for text in FILL_MASK_PROBES:
         answers = {}
         _say(text)

@@ -15,7 +15,6 @@ head (`bertkit.training.distill`); the one Trainer runs it, so checkpoints, resu
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -23,8 +22,8 @@ from typing import Any, Callable
 from bertkit.errors import ConfigError, Interrupted
 from bertkit.io import atomic_write_json
 from bertkit.jobs import finetune
-from bertkit.jobs.finetune import RESULTS_NAME, FinetuneConfig, finetune_training, read_folder_config
-from bertkit.pretrained import resolve_model_dir
+from bertkit.jobs.finetune import RESULTS_NAME, FinetuneConfig, finetune_training
+from bertkit.model.folder import Folder, read_folder
 from bertkit.tasks import get_task
 from bertkit.tasks.base import check_positive
 from bertkit.training.config import TrainingConfig, save_config
@@ -38,9 +37,9 @@ PRETRAINING_WEIGHTS = {"alpha_ce": 5.0, "alpha_hard": 2.0, "alpha_cos": 1.0}
 TASK_WEIGHTS = {"alpha_ce": 1.0, "alpha_hard": 1.0, "alpha_cos": 1.0}
 
 
-def distill_mode(teacher: str | os.PathLike) -> str:
+def distill_mode(teacher: Folder) -> str:
     """'task' for a fine-tuned folder (its config.json names a task), 'pretraining' for any other model folder."""
-    return TASK if read_folder_config(resolve_model_dir(teacher)).task else PRETRAINING
+    return TASK if read_folder(teacher).config.task else PRETRAINING
 
 
 @dataclass
@@ -97,7 +96,9 @@ class DistillConfig:
         if self.teacher_layers is not None and self.student_layers not in (None, len(self.teacher_layers)):
             raise ConfigError(f"DistillConfig.teacher_layers names {len(self.teacher_layers)} layers but "
                               f"student_layers is {self.student_layers}")
-        self.mode = distill_mode(self.teacher)
+        # The teacher's config.json, read once here and handed down to the run (`teacher_folder`, not a field).
+        self.teacher_folder = read_folder(self.teacher)
+        self.mode = distill_mode(self.teacher_folder)
         if self.mode == TASK and not self.dev:
             raise ConfigError("DistillConfig.dev is required (--dev) when the teacher is a fine-tuned folder")
         if self.mode == PRETRAINING:
@@ -107,7 +108,7 @@ class DistillConfig:
                                   f"{self.teacher} is not a fine-tuned folder")
         from bertkit.training.distill import check_teacher
 
-        teacher = read_folder_config(resolve_model_dir(self.teacher))
+        teacher = self.teacher_folder.config
         check_teacher(teacher, self.layers(teacher.num_hidden_layers), f"DistillConfig.teacher {self.teacher}")
         if self.mode == TASK:  # an option the teacher's task does not have fails here, before any run starts
             get_task(teacher.task).options(self.options, "DistillConfig.options")
@@ -120,7 +121,7 @@ class DistillConfig:
         from bertkit.jobs.pretrain import PretrainConfig
 
         if self.mode == TASK:
-            return finetune_training(get_task(read_folder_config(self.teacher).task), overrides, where)
+            return finetune_training(get_task(self.teacher_folder.config.task), overrides, where)
         base = dataclasses.asdict(PretrainConfig().training)
         return config_from_dict(TrainingConfig, {**base, **overrides}, f"{where}.training")
 
@@ -166,7 +167,7 @@ def make_distiller(teacher: Any, config: DistillConfig) -> Any:
 
 def _task_options(config: DistillConfig) -> dict[str, Any]:
     """The teacher's task options (from its stored settings), then the config's: the student reads as it did."""
-    folder = read_folder_config(config.teacher)
+    folder = config.teacher_folder.config
     names = {f.name for f in dataclasses.fields(get_task(folder.task).options_class)}
     return {**{k: v for k, v in (folder.task_settings or {}).items() if k in names}, **config.options}
 
@@ -200,9 +201,9 @@ def run(config: DistillConfig, resume: bool = False) -> dict[str, Any]:
     output = Path(config.training.output_dir)
     if not config.training.output_dir:
         raise ConfigError("DistillConfig.training.output_dir is required (--output)")
-    teacher = resolve_model_dir(config.teacher)
-    check_output_apart(output, teacher, "the teacher folder")
-    depth = read_folder_config(teacher).num_hidden_layers
+    teacher = config.teacher_folder
+    check_output_apart(output, teacher.path, "the teacher folder")
+    depth = teacher.config.num_hidden_layers
     layers = config.layers(depth)
     dist_info = setup_distributed(config.training.device)
     with output_lock(output, dist_info):
@@ -210,11 +211,12 @@ def run(config: DistillConfig, resume: bool = False) -> dict[str, Any]:
         fingerprint = distill_fingerprint(config, layers)
         record = lambda: save_config(config, output / CONFIG_COPY)  # the job writes its finetune/pretrain view too
         if config.mode == TASK:
-            job = FinetuneConfig(task=read_folder_config(teacher).task, model=config.teacher, train=config.train,
+            job = FinetuneConfig(task=teacher.config.task, model=config.teacher, train=config.train,
                                  dev=config.dev, options=_task_options(config), eval_batch_size=config.eval_batch_size,
                                  max_train_examples=config.max_train_examples,
                                  max_eval_examples=config.max_eval_examples, training=config.training)
-            summary = finetune.run(job, resume, wrap_model=wrap, fingerprint=fingerprint, on_start=record)
+            summary = finetune.run(job, resume, wrap_model=wrap, fingerprint=fingerprint, on_start=record,
+                                   model_folder=teacher)
         else:
             from bertkit.jobs import pretrain
             from bertkit.jobs.pretrain import PretrainConfig
@@ -222,7 +224,8 @@ def run(config: DistillConfig, resume: bool = False) -> dict[str, Any]:
             job = PretrainConfig(model=config.teacher, train_data=config.train, eval_data=config.dev or None,
                                  eval_batch_size=config.eval_batch_size, next_sentence_prediction=False,
                                  training=config.training)
-            result = pretrain.run(job, resume, wrap_model=wrap, fingerprint=fingerprint, on_start=record)
+            result = pretrain.run(job, resume, wrap_model=wrap, fingerprint=fingerprint, on_start=record,
+                                  model_folder=teacher)
             if result.interrupted:
                 raise Interrupted(f"{output}: stopped at step {result.global_step} after writing a checkpoint; run "
                                   "again with resume (--resume) to continue", int(result.signal or 15))

@@ -27,7 +27,8 @@ import torch
 from bertkit.errors import CheckpointError, ConfigError, Interrupted
 from bertkit.io import atomic_write_json
 from bertkit.pretrained import resolve_model_dir
-from bertkit.tasks import get_task, open_task_folder
+from bertkit.model.folder import Folder, FolderConfig, load_model, open_folder, read_folder
+from bertkit.tasks import get_task
 from bertkit.tasks.base import Task, TaskSettings, check_positive, require_examples
 from bertkit.tokenizer import BertTokenizer
 from bertkit.training.config import TrainingConfig
@@ -35,13 +36,6 @@ from bertkit.training.config import TrainingConfig
 logger = logging.getLogger(__name__)
 
 RESULTS_NAME = "results.json"
-
-
-def read_folder_config(folder: str | os.PathLike) -> Any:
-    """The BertConfig of a model folder (CheckpointError naming what is wrong)."""
-    from bertkit.model.checkpoint import read_config
-
-    return read_config(Path(folder))[0]
 
 
 def subset(examples: list, limit: int | None, seed: int) -> list:
@@ -74,14 +68,11 @@ def _check_head(task: Task, config: Any, settings: TaskSettings, folder: str | o
                               f"{sizes['num_labels']}")
 
 
-def build_model(task: Task, folder: str | os.PathLike, settings: TaskSettings) -> Any:
+def build_model(task: Task, folder: Folder, settings: TaskSettings) -> Any:
     """The task's head (`Task.head`) on the folder's weights, its config carrying the task, its settings (as
     config.json keeps them) and the head's sizes."""
-    from bertkit.model.folder import open_folder
-
     head = task.head(settings)
-    return open_folder(folder, head.class_name, task=task.name, task_settings=settings.to_dict(),
-                       **head.config).model
+    return load_model(folder, head.class_name, task=task.name, task_settings=settings.to_dict(), **head.config)
 
 
 @dataclass
@@ -170,13 +161,14 @@ def finetune_fingerprint(config: FinetuneConfig, task: Task, model: str) -> dict
 def run(config: FinetuneConfig, resume: bool = False,
         wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
         fingerprint: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-        on_start: Callable[[], None] | None = None) -> dict[str, Any]:
+        on_start: Callable[[], None] | None = None, model_folder: FolderConfig | None = None) -> dict[str, Any]:
     """Fine-tune config.model on config.train, evaluating on config.dev; the best model -> OUTPUT/best.
 
     Returns the run's summary (also written to OUTPUT/results.json). `resume` continues OUTPUT's latest checkpoint.
     `wrap_model` turns the task's head on config.model into the module trained (distillation: the fine-tuned
     teacher in, a Distiller around its student out); such a job also passes `fingerprint`, which turns this
-    job's fingerprint into its own, and `on_start`, which writes its record once the run starts.
+    job's fingerprint into its own, `on_start`, which writes its record once the run starts, and `model_folder`,
+    config.model's config.json as it read it (`read_folder`), so that it is not read again.
     """
     from bertkit.training import Trainer
     from bertkit.training.distributed import setup_distributed
@@ -189,13 +181,15 @@ def run(config: FinetuneConfig, resume: bool = False,
         raise ConfigError("FinetuneConfig.training.output_dir is required (--output)")
     started = time.perf_counter()
     model = str(resolve_model_dir(c.model))  # a shipped model's name works too
+    if model_folder is not None and model_folder.path != Path(model):
+        raise ValueError(f"model_folder {model_folder.path} is not config.model {model}")
     check_output_apart(cfg.output_dir, model, "the model folder")
     dist_info = setup_distributed(cfg.device)
     with output_lock(cfg.output_dir, dist_info):  # before anything is read: a second job stops at once
         train, dev, seed = c.train, c.dev, cfg.seed
         t = get_task(c.task)
-        folder_config = read_folder_config(model)
-        _check_same_task(t, folder_config, model)
+        start = read_folder(model_folder or model)  # config.json, read once: checked here, built on below
+        _check_same_task(t, start.config, model)
         settings = t.settings(c.options)
         tokenizer = BertTokenizer.from_pretrained(model)
 
@@ -203,7 +197,7 @@ def run(config: FinetuneConfig, resume: bool = False,
         require_examples(train_examples, train, "training examples")
         train_examples = subset(train_examples, c.max_train_examples, seed)
         settings = t.fit_labels(train_examples, settings)
-        _check_head(t, folder_config, settings, model)
+        _check_head(t, start.config, settings, model)
         dev_examples = t.read(dev, settings)
         require_examples(dev_examples, dev, "dev examples")
         t.check_examples(dev_examples, settings, dev)
@@ -213,7 +207,7 @@ def run(config: FinetuneConfig, resume: bool = False,
         dev_features = t.features(dev_examples, tokenizer, settings, training=False)
         with torch.random.fork_rng(devices=[]):  # the new head's initial weights are a function of the seed
             torch.manual_seed(seed)
-            net = build_model(t, model, settings)
+            net = build_model(t, start, settings)
         options = t.options(c.options)  # inputs the task computes once with the model (the frozen encoder's features)
         train_features = t.prepare_inputs(net, train_features, options, cfg.output_dir)
         dev_features = t.prepare_inputs(net, dev_features, options, cfg.output_dir)
@@ -252,20 +246,22 @@ def run(config: FinetuneConfig, resume: bool = False,
 finetune = run  # the name the benchmarks, the tests and the README's example call it by
 
 
-def finetuned_task(model: str) -> tuple[Task, TaskSettings, Any]:
-    """Task, settings and BertConfig of a fine-tuned folder (its config.json only; no weights are read)."""
-    config = read_folder_config(model)
+def finetuned_task(model: Folder) -> tuple[Task, TaskSettings, FolderConfig]:
+    """Task, settings and config.json (`read_folder`) of a fine-tuned folder; no weights are read."""
+    folder = read_folder(model)
+    config = folder.config
     if not config.task:
-        raise CheckpointError(f"{model}/config.json: no bertkit task; this is not a fine-tuned model folder "
+        raise CheckpointError(f"{folder.config_path}: no bertkit task; this is not a fine-tuned model folder "
                               "(fine-tune it first with `bertkit finetune`)")
     t = get_task(config.task)
-    return t, t.folder_settings(config), config
+    return t, t.folder_settings(config), folder
 
 
 def _load_finetuned(model: str) -> tuple[Task, TaskSettings, Any, Any]:
-    """Task, settings, model and tokenizer of a fine-tuned folder."""
-    t, settings, config = finetuned_task(model)
-    opened = open_task_folder(model)
+    """Task, settings, model and tokenizer of a fine-tuned folder, its config.json read once."""
+    t, settings, folder = finetuned_task(model)
+    config = folder.config
+    opened = open_folder(folder)
     net = opened.model
     head = t.head(settings)
     if type(net).__name__ != head.class_name:

@@ -89,7 +89,8 @@ def random_init_twin(folder: str | Path, out: str | Path, seed: int = 0) -> Path
     """The folder's architecture and vocabulary with freshly initialised weights (the random-init baseline)."""
     import torch
 
-    from bertkit.model import BertConfig, BertForPreTraining
+    from bertkit.model import BertForPreTraining
+    from bertkit.model.folder import read_folder
     from bertkit.tokenizer import BertTokenizer
 
     out = Path(out)
@@ -97,7 +98,7 @@ def random_init_twin(folder: str | Path, out: str | Path, seed: int = 0) -> Path
         return out
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = BertForPreTraining(BertConfig.load(folder))
+        model = BertForPreTraining(read_folder(folder).config)
     model.save_pretrained(str(out))
     BertTokenizer.from_pretrained(str(folder)).save_pretrained(str(out))
     return out

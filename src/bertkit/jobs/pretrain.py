@@ -14,7 +14,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -23,6 +23,9 @@ from bertkit.errors import ConfigError
 from bertkit.pretrained import resolve_model_dir
 from bertkit.training.config import TrainingConfig, config_from_dict, read_config_file, save_config
 from bertkit.training.trainer import Trainer, TrainPhase, TrainResult
+
+if TYPE_CHECKING:
+    from bertkit.model.folder import FolderConfig
 
 CONFIG_COPY = "pretrain_config.yaml"
 
@@ -168,18 +171,22 @@ def pretraining_collator(dataset: Any, seed: int, config: PretrainConfig, evalua
                                next_sentence=config.next_sentence_prediction)
 
 
-def build_model(config: PretrainConfig, vocab_size: int, vocab_source: Path, max_length: int):  # noqa: ANN201
-    """BertForPreTraining from a preset (vocab_size from the tokenizer) or a folder; checks vocab and length."""
+def build_model(config: PretrainConfig, vocab_size: int, vocab_source: Path, max_length: int,  # noqa: ANN201
+                model_folder: FolderConfig | None = None):
+    """BertForPreTraining from a preset (vocab_size from the tokenizer) or a folder (`model_folder`: its config.json
+    as the caller read it); checks vocab and length."""
     from bertkit.model import PRESETS, BertConfig, BertForPreTraining
+    from bertkit.model.folder import load_model, read_folder
 
     overrides = dict(config.model_overrides)
     if config.model in PRESETS:
         overrides.setdefault("vocab_size", vocab_size)
         model = BertForPreTraining(BertConfig.preset(config.model, **overrides))
         where = f"preset {config.model!r} with model_overrides"
-    elif resolve_model_dir(config.model).is_dir():  # a folder, or a shipped model's name: continued pre-training
-        model = BertForPreTraining.from_pretrained(config.model, **overrides)
-        where = f"{resolve_model_dir(config.model)}/config.json"
+    elif model_folder is not None or resolve_model_dir(config.model).is_dir():  # a folder, or a shipped model's
+        folder = read_folder(model_folder or config.model)  # name: continued pre-training (or distillation)
+        model = load_model(folder, BertForPreTraining.__name__, **overrides)
+        where = str(folder.config_path)
     else:
         raise ConfigError(f"PretrainConfig.model = {config.model!r}: neither a preset ({', '.join(PRESETS)}), "
                           "a model folder nor a shipped model's name")
@@ -279,13 +286,14 @@ def pretrain_fingerprint(config: PretrainConfig, model_dir: Path | None, eval_ba
 def run(config: PretrainConfig, resume: bool = False,
         wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
         fingerprint: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-        on_start: Callable[[], None] | None = None) -> TrainResult:
+        on_start: Callable[[], None] | None = None, model_folder: FolderConfig | None = None) -> TrainResult:
     """Build model, data and evaluation from `config`, then train; final/ is a from_pretrained folder + tokenizer.
 
     `wrap_model` turns the built model into the module trained (distillation: the teacher in, a Distiller around
     its student out); evaluation and best/ / final/ then see that module. A wrapping job also passes `fingerprint`,
     which turns this job's fingerprint into its own (distillation names the model the teacher and adds its
-    settings), and `on_start`, which writes its record once the run starts (after pretrain_config.yaml)."""
+    settings), `on_start`, which writes its record once the run starts (after pretrain_config.yaml), and
+    `model_folder`, config.model's config.json as it read it (`read_folder`), so that it is not read again."""
     from bertkit.model import PRESETS
     from bertkit.tokenizer import BertTokenizer
     from bertkit.training.distributed import setup_distributed
@@ -313,7 +321,7 @@ def run(config: PretrainConfig, resume: bool = False,
         tokenizer = BertTokenizer.from_pretrained(tok_dir)
         torch.manual_seed(t.seed)  # the initial weights are a function of the seed
         max_len = max(ds.config.max_length for ds in datasets)
-        model = build_model(config, tokenizer.vocab_size, tok_dir / "vocab.txt", max_len)
+        model = build_model(config, tokenizer.vocab_size, tok_dir / "vocab.txt", max_len, model_folder)
         if model_dir is not None:  # continued pre-training (or distillation) from a folder: the same vocabulary
             check_same_vocabulary(model_dir, tok_dir / "vocab.txt")
         if wrap_model is not None:

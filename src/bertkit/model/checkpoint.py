@@ -29,8 +29,7 @@ from torch import Tensor
 
 from bertkit.errors import BertkitError, CheckpointError
 from bertkit.io import atomic_path, atomic_write_json, make_dir, read_json_object
-from bertkit.model.bert import BertModel, BertPreTrainedModel
-from bertkit.model.heads import MODEL_CLASSES
+from bertkit.model.bert import BertPreTrainedModel
 from bertkit.model.config import BertConfig
 from bertkit.pretrained import resolve_model_dir
 
@@ -256,8 +255,9 @@ def check_vocab(folder: Path, config: BertConfig) -> None:
                         path, size, config.vocab_size)
 
 
-def read_config(folder: Path) -> tuple[BertConfig, dict[str, Any]]:
-    """The BertConfig of a folder (or a shipped model's name) and the raw config.json dict (for `architectures`)."""
+def read_config(folder: str | os.PathLike) -> tuple[BertConfig, dict[str, Any]]:
+    """The BertConfig of a folder (or a shipped model's name) and the raw config.json dict (for `architectures`),
+    from one parse of the file."""
     folder = resolve_model_dir(folder)
     path = folder / CONFIG_NAME
     if not folder.exists():
@@ -268,7 +268,7 @@ def read_config(folder: Path) -> tuple[BertConfig, dict[str, Any]]:
         raise CheckpointError(f"{path}: missing (a model folder needs config.json next to its weights)")
     raw = read_json_object(path, CheckpointError)
     try:
-        return BertConfig.load(path), raw
+        return BertConfig.from_dict(raw, source=str(path)), raw
     except BertkitError as e:
         raise CheckpointError(str(e)) from None
 
@@ -401,17 +401,20 @@ def load_pretrained(
     folder: str | os.PathLike,
     *,
     config: BertConfig | None = None,
+    config_source: str | None = None,
     strict: bool = False,
     dtype: torch.dtype | None = None,
     **config_overrides: Any,
 ) -> M:
     """Build `cls` from a bertkit or Hugging Face folder; the result is in eval mode and carries `load_report`.
 
-    config_overrides change config fields before the model is built (e.g. num_labels=3 for a new classifier).
-    With strict=True any tensor missing from the file or left unused raises CheckpointError.
+    config: the folder's BertConfig when the caller has read it already (`bertkit.model.folder.open_folder` reads
+    config.json once and hands it down; `config_source` then names where it came from in error messages), else
+    config.json is read here. config_overrides change config fields before the model is built (e.g. num_labels=3
+    for a new classifier). With strict=True any tensor missing from the file or left unused raises CheckpointError.
     """
     folder = resolve_model_dir(folder)
-    origin = str(folder / CONFIG_NAME) if config is None else "the config given to from_pretrained"
+    origin = str(folder / CONFIG_NAME) if config is None else config_source or "the config given to from_pretrained"
     if config is None:
         config, _ = read_config(folder)
         check_vocab(folder, config)
@@ -441,37 +444,6 @@ def load_pretrained(
         model.to(dtype)
     model.load_report = report
     return model.eval()
-
-
-def model_class_for(raw_config: dict[str, Any], source: str = CONFIG_NAME) -> type[BertPreTrainedModel]:
-    """The class a config.json names in `architectures`, else BertModel. A config that names only a bertkit `task`
-    (hand-written: bertkit writes `architectures` in every folder) is refused here: the task registry, a floor up,
-    knows which head serves a task (`bertkit.tasks.task_model_class`)."""
-    names = raw_config.get("architectures") or []
-    for name in names:
-        if name in MODEL_CLASSES:
-            return MODEL_CLASSES[name]
-    if names:
-        raise CheckpointError(f"{source}: architectures {names} names no BERT class bertkit has "
-                              f"({', '.join(MODEL_CLASSES)})")
-    task = raw_config.get("task")
-    if task:
-        raise CheckpointError(f"{source}: names task {task!r} but no `architectures`; add \"architectures\": "
-                              f"[\"<class>\"] with one of {', '.join(MODEL_CLASSES)}, or open it as a fine-tuned "
-                              "folder (`bertkit evaluate`, `predict`, `serve`), which pick the task's head")
-    return BertModel
-
-
-def load_model(folder: str | os.PathLike, model_class: str | None = None, **kwargs: Any) -> BertPreTrainedModel:
-    """Load a folder into `model_class`, else the class its config.json names in `architectures`; kwargs as for
-    from_pretrained."""
-    folder = Path(folder)
-    if model_class is not None:
-        if model_class not in MODEL_CLASSES:
-            raise CheckpointError(f"unknown model class {model_class!r}; expected one of {', '.join(MODEL_CLASSES)}")
-        return MODEL_CLASSES[model_class].from_pretrained(folder, **kwargs)
-    _, raw = read_config(folder)
-    return model_class_for(raw, str(folder / CONFIG_NAME)).from_pretrained(folder, **kwargs)
 
 
 # ----------------------------------------------------------------------------------------------------------------

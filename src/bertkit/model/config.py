@@ -242,7 +242,10 @@ class BertConfig:
         Keys that would make the model compute something bertkit does not implement (rotary or relative positions,
         a decoder) are refused; other unknown keys are ignored, as Hugging Face configs carry many harmless ones,
         with one warning when the folder is bertkit's own (bertkit wrote every key it reads, so an extra one was
-        added by hand or by a newer bertkit)."""
+        added by hand or by a newer bertkit). A config.json of another model type (roberta, ...) is refused."""
+        if d.get("model_type", "bert") not in ("bert", BERTKIT_MODEL_TYPE):
+            raise ConfigError(f"{source}: model_type is {d['model_type']!r}, expected 'bert' "
+                              f"(or '{BERTKIT_MODEL_TYPE}')")
         check_config_keys(d, source)
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in known}
@@ -268,10 +271,7 @@ class BertConfig:
             path = path / "config.json"
         if not path.is_file():
             raise ConfigError(f"{path}: no such file (expected a BERT config.json)")
-        d = read_json_object(path, ConfigError)
-        if d.get("model_type", "bert") not in ("bert", BERTKIT_MODEL_TYPE):
-            raise ConfigError(f"{path}: model_type is {d['model_type']!r}, expected 'bert' (or '{BERTKIT_MODEL_TYPE}')")
-        return cls.from_dict(d, source=str(path))
+        return cls.from_dict(read_json_object(path, ConfigError), source=str(path))
 
 
 # --- config.json keys bertkit does not read -----------------------------------------------------------------------

@@ -37,7 +37,8 @@ from bertkit.inference.precision import DEFAULT_PRECISION
 from bertkit.runtime import release_free_memory
 from bertkit.serve.batching import DynamicBatcher, ItemError, QueueFull, RequestTimeout, prepare_each
 from bertkit.serve.settings import ServeSettings
-from bertkit.tasks import TASKS, Serving, open_task_folder, serving_task
+from bertkit.model.folder import open_folder
+from bertkit.tasks import TASKS, Serving, serving_task
 
 logger = logging.getLogger("bertkit.serve")
 BUILT_IN = ("health", "embed", "fill-mask")  # the endpoints that are not a task's
@@ -167,7 +168,7 @@ class Predictor:
     of the task that serves the folder's head (`bertkit.tasks.serving_task`), with the settings `predict` uses."""
 
     def __init__(self, folder: str | Path, precision: str = DEFAULT_PRECISION) -> None:
-        opened = open_task_folder(folder)  # a hand-written config.json may name only its task
+        opened = open_folder(folder)  # a hand-written config.json naming only its task gets the task's head
         self.folder, self.model, self.tokenizer = opened.path, opened.model, opened.tokenizer
         # The folder's own embedding settings (pooling, normalisation, max length), as bertkit.load(folder) reads them.
         self.encoders = Encoders(self.model, self.tokenizer, folder_defaults(opened.path))

@@ -7,21 +7,21 @@ with a `name` defined in one is found here (with its `aliases`), so a new task i
 
 The package holds tasks and what they share (base, metrics, significance, feature_cache) and nothing that imports
 this registry (the jobs that run tasks live in `bertkit.jobs`), so no module needs skipping; two tasks claiming one
-name or alias are an error here, not a silent overwrite.
+name or alias are an error here, not a silent overwrite. Each task's head is declared to the model floor
+(`bertkit.model.folder.TASK_HEADS`), so a folder whose config.json names only its task opens into that head wherever
+folders are opened, without the model floor importing this one.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from bertkit.errors import ConfigError
+from bertkit.model.folder import register_task_head
 from bertkit.tasks.base import Serving, Task
-
-if TYPE_CHECKING:
-    from bertkit.model.folder import ModelFolder
 
 
 def _discover() -> dict[str, type[Task]]:
@@ -50,6 +50,21 @@ def _aliases(tasks: dict[str, type[Task]]) -> dict[str, str]:
     return out
 
 
+def _declare_heads(tasks: dict[str, type[Task]]) -> None:
+    """Give the model floor each task's head under its name and aliases (`bertkit.model.folder.TASK_HEADS`), so a
+    config.json that names only its task opens into that head wherever a folder is opened."""
+    for name, cls in tasks.items():
+        register_task_head((name, *cls.aliases), _head_of(cls))
+
+
+def _head_of(cls: type[Task]) -> Callable[[dict[str, Any]], str]:
+    """The head class name a fine-tuned folder of task `cls` holds, from its config.json `task_settings`."""
+    def head(raw: dict[str, Any]) -> str:
+        task = cls()
+        return task.head(task.load_settings(raw, "config.json task_settings")).class_name
+    return head
+
+
 TASKS: dict[str, type[Task]] = _discover()
 ALIASES: dict[str, str] = _aliases(TASKS)
 
@@ -70,6 +85,7 @@ def register_task(cls: type[Task]) -> type[Task]:
     aliases = _aliases(tasks)  # checks the new aliases before anything changes
     for head in cls.own_heads:
         register_head(head)
+    register_task_head((cls.name, *cls.aliases), _head_of(cls))
     TASKS.clear()
     TASKS.update(tasks)
     ALIASES.clear()
@@ -85,24 +101,7 @@ def serving_task(config: Any, head: str) -> Task | None:
     return next((cls() for cls in candidates if cls.serving is not None and head in cls().head_classes), None)
 
 
-def task_model_class(folder: str | Path) -> str | None:
-    """The head for a config.json that names a bertkit `task` but no `architectures` (a hand-written one): the
-    class its task fine-tunes, which only this registry knows. None when `architectures` decides (or no task)."""
-    from bertkit.model.checkpoint import read_config
-
-    config, raw = read_config(folder)
-    if raw.get("architectures") or not config.task:
-        return None
-    task = get_task(config.task)
-    return task.head(task.load_settings(config.task_settings, f"{folder}/config.json task_settings")).class_name
-
-
-def open_task_folder(folder: str | Path, **kwargs: Any) -> ModelFolder:
-    """`open_folder` that also opens a config.json naming only its task (`task_model_class`): every floor above
-    the tasks opens folders through this."""
-    from bertkit.model.folder import open_folder
-
-    return open_folder(folder, task_model_class(folder), **kwargs)
+_declare_heads(TASKS)
 
 
 def get_task(name: str) -> Task:
@@ -113,5 +112,4 @@ def get_task(name: str) -> Task:
     return TASKS[key]()
 
 
-__all__ = ["ALIASES", "TASKS", "Serving", "Task", "get_task", "open_task_folder", "register_task", "serving_task",
-           "task_model_class"]
+__all__ = ["ALIASES", "TASKS", "Serving", "Task", "get_task", "register_task", "serving_task"]
