@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from bertkit.io import atomic_write_json
 from bertkit.jobs import payoff
 from bertkit.jobs.payoff import (
     FinetuneBudget,
@@ -77,11 +78,32 @@ def grid_table(results: list, lrs: list[float], metric: str) -> str:
     return f"{metric}, every LR of the grid:\n\n" + "\n".join(rows)
 
 
-def main() -> None:
+def paired_lines(results: list, baseline: str, budget: FinetuneBudget, out: Path) -> list[str]:
+    """Each start against `baseline` by the task's paired test on the same dev examples, one per seed (both at
+    their best LR); the tests are also written to OUT/TASK/paired.json."""
+    by = {r.name: r for r in results}
+    if baseline not in by:
+        raise SystemExit(f"--baseline {baseline!r} is not a start ({', '.join(by)})")
+    lines, record = [], {}
+    for r in results:
+        if r.name == baseline:
+            continue
+        tests = payoff.paired_tests(by[baseline], r, budget)
+        record[r.name] = [t.to_dict() for t in tests]
+        for seed, t in zip(budget.seeds, tests):
+            lines.append(f"- {r.name} vs {baseline}, seed {seed}: {100 * t.score_b:.2f} vs {100 * t.score_a:.2f}, "
+                         f"{t.outcome} ({t.evidence(baseline, r.name)})")
+    atomic_write_json(out / "paired.json", {"baseline": baseline, "seeds": budget.seeds, "tests": record})
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", choices=sorted(BUDGETS), required=True)
     p.add_argument("--start", action="append", default=[], metavar="NAME=FOLDER", help="a start to fine-tune")
     p.add_argument("--random-twin", metavar="NAME", help="add 'random init': NAME's architecture, random weights")
+    p.add_argument("--baseline", metavar="NAME", help="the start every other is compared with by a paired test "
+                                                      "(default: 'random init' with --random-twin)")
     p.add_argument("--out", type=Path, required=True, help="output folder (runs, comparison.json, table.md)")
     p.add_argument("--lrs", type=float, nargs="+", help="the LR grid (default: the task's)")
     p.add_argument("--seeds", type=int, nargs="+", default=[42, 43])
@@ -90,7 +112,7 @@ def main() -> None:
     p.add_argument("--dropout", type=float, help="fine-tune every start with this dropout (default: the folder's)")
     p.add_argument("--pooling", choices=["cls", "mean"],
                    help="what every start's classifier reads: [CLS] or the mean of the tokens (default: the folder's)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     print(f"CPU: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
           f"capability {torch.backends.cpu.get_cpu_capability()}, threads {torch.get_num_threads()}")
@@ -117,10 +139,13 @@ def main() -> None:
     results = payoff.run(PayoffConfig(starts, budget, args.out / args.task),
                          on_run=lambda s, lr, seed, score: print(f"  {s:24} lr {lr:g} seed {seed}: {score:.4f}",
                                                                  flush=True))
-    table = markdown_table(results, metric, baseline="random init" if args.random_twin else None)
+    baseline = args.baseline or ("random init" if args.random_twin else None)
+    table = markdown_table(results, metric, baseline=baseline)
     lines = [table, "", grid_table(results, budget.lrs, metric)]
-    if args.random_twin:
+    if args.random_twin and baseline == "random init":
         lines += ["", verdict(results, args.random_twin, "random init", metric, args.task)]
+    if baseline is not None:
+        lines += ["", *paired_lines(results, baseline, budget, args.out / args.task)]
     (args.out / args.task / "table.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     plot_comparison(results, args.out / args.task / "comparison.png",
                     f"{args.task}: fine-tuned from each start (best LR, mean of {len(args.seeds)} seeds)", metric)
