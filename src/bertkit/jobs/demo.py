@@ -34,7 +34,7 @@ SENTIMENT_TRAIN = "sst2_train_sample.tsv"
 SENTIMENT_DEV = "sst2_dev.tsv"
 
 # Held-out sentences for fill-mask, from the bundled SST-2 dev set: neither this demo's pre-training (three novels
-# and the plays) nor the shipped model's (README, "Pre-training that pays off") read them. The masked word is what the
+# and the plays) nor the shipped model's (docs/guide/pretraining.md, "Recipes that pay off on a small budget") read them. The masked word is what the
 # reviewer wrote.
 FILL_MASK_PROBES = [
     "the movie fails to live up to the [MASK] of its parts .",
@@ -359,7 +359,7 @@ def reading(report: DemoReport) -> str:
         text += (f" This demo's own pre-training is minutes long{mlm_text}: masked LM is still on its plateau, "
                  "predicting frequent tokens, while a randomly initialised BERT averages its input (attention near "
                  "uniform, or local with ALiBi), a strong bag-of-words baseline for sentiment. Leaving the plateau "
-                 "takes far more pre-training (README, 'Pre-training that pays off').")
+                 "takes far more pre-training (docs/guide/pretraining.md, 'Recipes that pay off on a small budget').")
     return text
 
 
