@@ -249,8 +249,9 @@ def configs_page() -> str:
             "settings are what a fine-tuned folder keeps in config.json's `task_settings` (the options' resolved "
             "values and what fitting on the training data learned).", ""]
     seen: set[type] = set()
-    for name, task_cls in TASKS.items():
-        for cls, base in ((task_cls.options_class, TaskOptions), (task_cls.settings_class, TaskSettings)):
+    owners = [("", TaskOptions, TaskSettings)] + [(n, t.options_class, t.settings_class) for n, t in TASKS.items()]
+    for name, options_class, settings_class in owners:  # the shared base classes first
+        for cls, base in ((options_class, TaskOptions), (settings_class, TaskSettings)):
             if cls in seen:
                 continue
             seen.add(cls)
