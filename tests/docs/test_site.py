@@ -27,8 +27,9 @@ def test_site_builds_strictly(tmp_path: Path) -> None:
     """The checkout's docs build without a warning, and every page of the nav is in the site."""
     done = build(ROOT, tmp_path / "site")
     assert done.returncode == 0, done.stdout + done.stderr
-    for page in ("index.html", "guide/embeddings.html", "results/index.html",
-                 "results/pretraining-ladder-epyc-avx2-h100-2026-11-24.html", "design.html"):
+    for page in ("index.html", "guide/embeddings.html", "guide/pretraining.html", "guide/finetuning.html",
+                 "guide/serving.html", "reference/cli.html", "reference/configs.html", "reference/api.html",
+                 "results/index.html", "results/pretraining-ladder-epyc-avx2-h100-2026-11-24.html", "design.html"):
         assert (tmp_path / "site" / page).is_file(), page
     ladder = (tmp_path / "site" / "results" / "pretraining-ladder-epyc-avx2-h100-2026-11-24.html").read_text()
     assert "<table>" in ladder and "+3.50" in ladder
@@ -44,3 +45,17 @@ def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
     done = build(project, tmp_path / "site")
     assert done.returncode != 0
     assert "missing-page.md" in done.stdout + done.stderr
+
+
+def test_the_home_page_tour_is_the_readmes() -> None:
+    """docs/index.md shows the README's five-minute tour with its blocks skipped (the code-block test runs them in
+    README.md): the two must hold the same commands, so the site's copy cannot drift."""
+    import re
+
+    def tour_blocks(text: str) -> list[str]:
+        tour = text[text.index("## A five-minute tour"):text.index("## Measured results")]
+        return re.findall(r"^```\w+\n(.*?)^```$", tour, re.M | re.S)
+
+    readme = tour_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
+    home = tour_blocks((ROOT / "docs" / "index.md").read_text(encoding="utf-8"))
+    assert len(readme) >= 4 and home == readme

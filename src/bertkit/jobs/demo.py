@@ -34,8 +34,8 @@ SENTIMENT_TRAIN = "sst2_train_sample.tsv"
 SENTIMENT_DEV = "sst2_dev.tsv"
 
 # Held-out sentences for fill-mask, from the bundled SST-2 dev set: neither this demo's pre-training (three novels
-# and the plays) nor the shipped model's (README, "Pre-training that pays off") read them. The masked word is what the
-# reviewer wrote.
+# and the plays) nor the shipped model's (docs/guide/pretraining.md) read
+# them. The masked word is what the reviewer wrote.
 FILL_MASK_PROBES = [
     "the movie fails to live up to the [MASK] of its parts .",
     "one of the smartest takes on singles culture i 've seen in a long [MASK] .",
@@ -77,8 +77,8 @@ class DemoConfig:
     """Sentiment training examples (from the bundled SST-2 sample)."""
     finetune_epochs: float = 2.0
     finetune_lr: float = 3e-4
-    """One LR for every start: the best for random initialisation in the README's SST-2 sweep (1e-4, 3e-4, 1e-3),
-    so the baseline is not handicapped."""
+    """One LR for every start: the best for random initialisation in the SST-2 sweep (1e-4, 3e-4, 1e-3) of
+    docs/results/pretraining-paper-recipe-*.md, so the baseline is not handicapped."""
     finetune_max_length: int = 64
     shipped_model: str = "bertkit-mini"
     """(c) in the comparison: a model pre-trained far longer than this demo can (a shipped name or a folder);
@@ -359,7 +359,7 @@ def reading(report: DemoReport) -> str:
         text += (f" This demo's own pre-training is minutes long{mlm_text}: masked LM is still on its plateau, "
                  "predicting frequent tokens, while a randomly initialised BERT averages its input (attention near "
                  "uniform, or local with ALiBi), a strong bag-of-words baseline for sentiment. Leaving the plateau "
-                 "takes far more pre-training (README, 'Pre-training that pays off').")
+                 "takes far more pre-training (docs/guide/pretraining.md).")
     return text
 
 

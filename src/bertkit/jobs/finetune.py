@@ -243,7 +243,7 @@ def run(config: FinetuneConfig, resume: bool = False,
         return summary
 
 
-finetune = run  # the name the benchmarks, the tests and the README's example call it by
+finetune = run  # the name the benchmarks, the tests and the guide's examples call it by
 
 
 def finetuned_task(model: Folder) -> tuple[Task, TaskSettings, FolderConfig]:

@@ -147,7 +147,7 @@ def loader_note(device: torch.device, num_workers: int) -> str | None:
         return None
     return ("note: training.num_workers is 0, so the batches (masks drawn in Python, about 0.5 M tokens/s per "
             "process) are built in the training process and can starve the GPU; set training.num_workers (12 "
-            "tripled bertkit-mini's throughput on an H100: README, 'On a GPU')")
+            "tripled bertkit-mini's throughput on an H100: docs/guide/pretraining.md, 'On a GPU, and on several')")
 
 
 def pretraining_collator(dataset: Any, seed: int, config: PretrainConfig, evaluation: bool = False):  # noqa: ANN202

@@ -11,7 +11,7 @@ two-class file; macro F1 for more classes), Matthews correlation for CoLA, Pears
 micro F1 for multi-label. Predictions: the input rows with one more column, the predicted label as it appeared in
 the training data (JSONL input: each object with a "prediction" field).
 
-Non-text columns, two ways (README: "Text with non-text columns"): `template` renders named columns into the text ("Age: {Age}.
+Non-text columns, two ways (docs/guide/columns.md): `template` renders named columns into the text ("Age: {Age}.
 {Review Text}"; an empty field is written as `empty_field`, "unknown"); `numeric_columns` / `categorical_columns`
 go to the head beside the pooled [CLS] vector: numbers standardised with the training data's mean and std (an
 empty field is the mean, with a missing flag set), categories as embeddings of ids from the training data's

@@ -56,7 +56,7 @@ class TrainingConfig:
     head_lr_scale: float = 1.0
     """Multiplier of `lr` for the parameters outside the pre-trained encoder (`bert.`): a new task head, and the
     embeddings of a classifier's non-text columns. 1.0 is the paper's single rate; a freshly initialised layer fed
-    by a few standardised numbers moves too slowly at a fine-tuning rate to use them (README: "Text with non-text columns")."""
+    by a few standardised numbers moves too slowly at a fine-tuning rate to use them (docs/guide/columns.md)."""
 
     # --- schedule ---
     warmup: float = 10_000
