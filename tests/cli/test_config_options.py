@@ -151,6 +151,7 @@ KEPT = [
     (["pretrain", "--max_steps", "5", "--output_dir", "out"], "training.max_steps", 5),
     (["pretrain", "--progress_bar", "false"], "training.progress_bar", False),
     (["finetune", "--output", "out"], "training.output_dir", "out"),
+    (["pretrain", "--output", "out"], "training.output_dir", "out"),
     (["finetune", "--max-length", "64"], "options.max_length", 64),
     (["finetune", "--frozen"], "options.frozen", True),
     (["finetune", "--frozen-features", "weighted_sum"], "options.frozen_features", "weighted_sum"),

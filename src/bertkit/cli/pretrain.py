@@ -33,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_run_options(p, "PretrainConfig (see configs/)")
     group = p.add_argument_group("config overrides (YAML values)")
-    add_config_options(group, config_fields(PretrainConfig, {"training": TrainingConfig}, defaults=PretrainConfig()))
+    add_config_options(group, config_fields(PretrainConfig, {"training": TrainingConfig}, defaults=PretrainConfig()),
+                       aliases={"training.output_dir": ("output",)})
     p.set_defaults(func=pretrain_command)
 
 
