@@ -141,13 +141,13 @@ MASKING_FIELDS = ("masked_lm_prob", "max_predictions_per_seq", "mask_token_prob"
 
 
 def loader_note(device: torch.device, num_workers: int) -> str | None:
-    """A hint when a GPU run builds its batches in the training process: the dynamic-masking collator is Python
-    (about 0.5 M tokens/s per process), which starves a GPU; None otherwise."""
+    """A hint when a GPU run builds its batches in the training process: then each batch is built while the GPU
+    waits (about 2 ms per 256 x 128 tokens, benchmarks/bench_loader.py) instead of during the previous step;
+    None otherwise."""
     if device.type != "cuda" or num_workers > 0:
         return None
-    return ("note: training.num_workers is 0, so the batches (masks drawn in Python, about 0.5 M tokens/s per "
-            "process) are built in the training process and can starve the GPU; set training.num_workers (12 "
-            "tripled bertkit-mini's throughput on an H100: README, 'On a GPU')")
+    return ("note: training.num_workers is 0, so the batches are built in the training process between steps while "
+            "the GPU waits; set training.num_workers to 1 or 2 to build them during the steps")
 
 
 def pretraining_collator(dataset: Any, seed: int, config: PretrainConfig, evaluation: bool = False):  # noqa: ANN202
@@ -211,7 +211,7 @@ def make_evaluate(dataset: Any, collate: Any, batch_size: int, max_batches: int)
         mlm_loss = mlm_correct = mlm_count = 0.0
         nsp_loss = nsp_correct = nsp_count = 0.0
         for start in range(0, n, batch_size):
-            batch = collate([dataset[i] for i in range(start, min(n, start + batch_size))])
+            batch = collate(dataset.__getitems__(range(start, min(n, start + batch_size))))
             batch = {k: v.to(device) for k, v in batch.items()}
             out = model(**batch)
             labels = batch["labels"][batch["labels"] != IGNORE_INDEX]  # the logits are at the masked positions only
