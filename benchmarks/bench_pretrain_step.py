@@ -8,8 +8,9 @@ tokens masked, NSP labels. Sizes: `bertkit-mini` (its shape: L4 H256 A4, FFN 102
 dense MLM logits, as transformers; +sparse MLM; +unpadded; all = the default; all+jagged: with jagged attention), each its
 own model from the same initial weights. The step functions take turns batch by batch in one process, under the
 same malloc setting (the one `bertkit pretrain` makes; --default-malloc: none); a round is one pass over the timed
-batches, and each row's best round counts (the machine is shared). Prints real tokens/s and the ratios to
-bertkit's plain path and to transformers.
+batches, and each row's best round counts (the machine is shared). Prints real tokens/s, the ratios to
+bertkit's plain path and to transformers, and the speed-up each row's work allows over transformers' (its model
+FLOPs per real token against the plain path's, `flops_per_token`).
 
     python benchmarks/bench_pretrain_step.py [--sizes bertkit-mini,base] [--steps 4] [--rounds 2] [--batch-size 32]
         [--levers plain,all] [--threads N] [--default-malloc] [--profile] [--json OUT]
@@ -60,6 +61,25 @@ def make_batches(n: int, batch: int, seq: int, vocab: int, seed: int = 0) -> lis
         out.append(dict(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels,
                         next_sentence_label=nsp))
     return out
+
+
+def flops_per_token(shape: dict[str, int], batches: list[dict[str, torch.Tensor]], sparse_mlm: bool,
+                    unpadded: bool) -> float:
+    """Model FLOPs of a training step (forward + backward = 3 x 2 per multiply-add) per real token: the encoder's
+    linear layers and the attention products at every position or the real tokens only, the MLM transform and
+    decoder at every position or the masked ones (embeddings, pooler, NSP and the optimizer left out). The
+    ratio of two rows' figures is the speed-up their work allows at equal kernel efficiency."""
+    L, H, inner, V = (shape[k] for k in ("num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size"))
+    total = 0.0
+    for b in batches:
+        lengths = b["attention_mask"].sum(1).double()
+        rows, width = b["input_ids"].shape
+        tokens = float(lengths.sum()) if unpadded else rows * width
+        attended = float((lengths**2).sum()) if unpadded else rows * width * width
+        predicted = float((b["labels"] != -100).sum()) if sparse_mlm else rows * width
+        total += (6 * L * (4 * H * H + 2 * H * inner) * tokens + 12 * L * H * attended
+                  + 6 * (H * H + H * V) * predicted)
+    return total / sum(float(b["attention_mask"].sum()) for b in batches)
 
 
 def build(lib: str, size: str) -> torch.nn.Module:
@@ -137,13 +157,17 @@ def main() -> None:
         rates = time_interleaved(steps, batches, rounds=a.rounds)
         best = {name: max(r) for name, r in rates.items()}
         plain = best.get("plain")
+        work = {name: flops_per_token(SIZES[size], batches[2:], **({k: LEVERS[name][k] for k in ("sparse_mlm", "unpadded")}
+                                                                 if name in LEVERS else dict(sparse_mlm=False, unpadded=False)))
+                for name in steps}
         print(f"\n{size} ({', '.join(f'{k}={v}' for k, v in SIZES[size].items())})")
-        print(f"{'row':24} {'tok/s':>9} {'rounds':>17} {'/ plain':>8} {'/ transformers':>15}")
+        print(f"{'row':24} {'tok/s':>9} {'rounds':>17} {'MFLOP/tok':>10} {'/ plain':>8} {'/ transformers':>15} "
+              f"{'work allows':>12}")
         for name, r in rates.items():
             vs_plain = f"{best[name] / plain:7.2f}x" if plain else ""
-            print(f"{name:24} {best[name]:9.0f} {' '.join(f'{x:.0f}' for x in r):>17} {vs_plain:>8} "
-                  f"{best[name] / best[REFERENCE]:14.2f}x")
-        report["sizes"][size] = {"shape": SIZES[size], "rounds": rates, "best": best}
+            print(f"{name:24} {best[name]:9.0f} {' '.join(f'{x:.0f}' for x in r):>17} {work[name] / 1e6:10.1f} "
+                  f"{vs_plain:>8} {best[name] / best[REFERENCE]:14.2f}x {work[REFERENCE] / work[name]:11.2f}x")
+        report["sizes"][size] = {"shape": SIZES[size], "rounds": rates, "best": best, "flops_per_token": work}
     if a.json:
         a.json.write_text(json.dumps(report, indent=2) + "\n")
     if a.profile:
