@@ -3,12 +3,12 @@
 drawn token by token in Python: `legacy_collate`, the code of commit ca5ad5c), batch by batch in turn.
 
 The shards are `bertkit prepare-pretraining` output (sentence pairs, length 128, dynamic masking) of WikiText-2
-valid, tiny Shakespeare and the Austen novels with bertkit-mini's tokenizer, made once into --work; --data names
-another prepared folder. The batches are an epoch's shuffled order, as the trainer reads it. Rounds alternate the
-loaders; the best round of each counts (the machine is shared). Real tokens (no padding) per second.
+valid, tiny Shakespeare and the Austen novels with bertkit-mini's tokenizer in 84 shards, made once into --work;
+--shards names another prepared folder. The batches are an epoch's shuffled order, as the trainer reads it. Rounds
+alternate the loaders; the best round of each counts (the machine is shared). Real tokens (no padding) per second.
 
     python3 benchmarks/bench_loader.py [--batch-size 256] [--rounds 5] [--batches 40] [--whole-word]
-                                       [--data FOLDER] [--work DIR] [--json OUT]
+                                       [--shards FOLDER] [--work DIR] [--json OUT]
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ def prepare(data: Path, work: Path) -> Path:
     out = work / "shards"
     if not (out / "index.json").is_file():
         files = [data / "wikitext2" / "valid.txt", data / "tiny_shakespeare" / "input.txt", data / "jane_austen"]
-        config = PretrainingDataConfig(max_length=128, dupe_factor=1, dynamic_masking=True)
+        # 4 documents per shard: 84 shards, so a batch meets about as many shards as one of a large corpus does
+        # (prepare's default shards of ~4 M tokens: the shared 53 M-word corpus at dupe_factor 5 makes ~90)
+        config = PretrainingDataConfig(max_length=128, dupe_factor=1, dynamic_masking=True, chunk_documents=4)
         prepare_pretraining(files, out, BertTokenizer.from_pretrained("bertkit-mini"), config, workers=2)
     return out
 
@@ -83,7 +85,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="the shared data folder")
     p.add_argument("--shards", type=Path, default=None, help="a prepared folder to read instead of making one")
-    p.add_argument("--work", type=Path, default=Path("/tmp/bertkit-bench-loader"))
+    p.add_argument("--work", type=Path, default=Path("/tmp/bertkit-bench-loader-84"))
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--rounds", type=int, default=5, help="rounds, each timing both loaders")
     p.add_argument("--batches", type=int, default=40, help="batches per round for bertkit's loader")

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from bertkit.data import PretrainingCollator, PretrainingDataConfig, PretrainingDataset, prepare_pretraining
+from bertkit.data.dataset import InstanceBatch
 from bertkit.data.pretraining import VocabInfo
 from bertkit.errors import ConfigError, DataError, OutputError, TokenizerError
 
@@ -94,6 +95,24 @@ def test_collator_pads_and_labels(static_dataset: PretrainingDataset) -> None:
     assert batch["next_sentence_label"].dtype == torch.long
     with pytest.raises(ConfigError, match="dynamic_masking=True but the dataset holds static masks"):
         PretrainingCollator(static_dataset.vocab_info(), dynamic_masking=True)(items)
+
+
+def test_batched_read_equals_the_items_across_shards(static_dataset: PretrainingDataset) -> None:
+    """__getitems__ (what the DataLoader calls) reads rows of several shards, in the order asked, static masks
+    included, as the items give them; its items are the dataset's."""
+    order = np.random.default_rng(0).permutation(len(static_dataset))[:40].tolist() + [-1, 0]
+    shards = np.searchsorted(static_dataset._starts, np.array(order) % len(static_dataset), side="right")
+    assert len(set(shards.tolist())) == 3
+    fetched = static_dataset.__getitems__(order)
+    items = [static_dataset[i] for i in order]
+    want = InstanceBatch.from_items(items)
+    for name in ("tokens", "lengths", "a_lengths", "is_random_next", "mask_counts", "masked_positions", "masked_labels"):
+        assert np.array_equal(getattr(fetched, name), getattr(want, name)), name
+    assert fetched.indices.tolist() == [i % len(static_dataset) for i in order]
+    for b in (0, 17, 41):
+        assert all(torch.equal(fetched[b][k], items[b][k]) for k in items[b] if k != "index")
+    with pytest.raises(IndexError, match="instance .* out of range"):
+        static_dataset.__getitems__([0, len(static_dataset)])
 
 
 def test_dataset_pickles_without_its_memory_maps(static_dataset: PretrainingDataset) -> None:

@@ -181,38 +181,49 @@ class PretrainingDataset(Dataset):
         if idx.min() < 0 or idx.max() >= n:
             raise IndexError(f"instance {int(idx.max() if idx.max() >= n else idx.min())} out of range for a "
                              f"dataset of {n}")
+        # The rows sorted by shard, so that each shard is read with a few array operations on one slice; the
+        # batch is put back in the order asked for at the end.
         shard_of = np.searchsorted(self._starts, idx, side="right") - 1
-        local = idx - self._starts[shard_of]
-        lengths = np.empty(len(idx), dtype=np.int64)
-        a_lengths, is_random_next, mask_counts = np.empty_like(lengths), np.empty_like(lengths), None
-        parts: list[tuple[np.ndarray, ShardArrays, np.ndarray]] = []
-        for k in np.unique(shard_of):
-            rows = np.flatnonzero(shard_of == k)
-            s, j = self._shard(int(k)), local[rows]
-            lengths[rows] = s.offsets[j + 1] - s.offsets[j]
-            a_lengths[rows] = s.a_lengths[j]
-            is_random_next[rows] = s.is_random_next[j]
-            parts.append((rows, s, j))
-        starts = np.cumsum(lengths) - lengths
-        tokens = np.empty(int(lengths.sum()), dtype=np.int64)
-        static = parts[0][1].mask_offsets is not None
-        if static:
-            mask_counts = np.empty_like(lengths)
-            for rows, s, j in parts:
-                mask_counts[rows] = s.mask_offsets[j + 1] - s.mask_offsets[j]
-            mask_starts = np.cumsum(mask_counts) - mask_counts
-            positions = np.empty(int(mask_counts.sum()), dtype=np.int64)
-            labels = np.empty_like(positions)
-        for rows, s, j in parts:  # one gather per shard: the rows' token runs, back to back
-            tokens[_runs(starts[rows], lengths[rows])] = s.input_ids[_runs(s.offsets[j], lengths[rows])]
+        order = np.argsort(shard_of, kind="stable")
+        by_shard = shard_of[order]
+        local = idx[order] - self._starts[by_shard]
+        cuts = np.flatnonzero(by_shard[1:] != by_shard[:-1]) + 1
+        blocks = [(self._shard(int(by_shard[lo])), lo, hi)
+                  for lo, hi in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(idx)]]))]
+        first, lengths = np.empty_like(idx), np.empty_like(idx)
+        a_lengths, is_random_next = np.empty_like(idx), np.empty_like(idx)
+        static = blocks[0][0].mask_offsets is not None
+        mask_first, mask_counts = (np.empty_like(idx), np.empty_like(idx)) if static else (None, None)
+        for s, lo, hi in blocks:
+            j = local[lo:hi]
+            first[lo:hi] = s.offsets[j]
+            lengths[lo:hi] = s.offsets[j + 1] - first[lo:hi]
+            a_lengths[lo:hi], is_random_next[lo:hi] = s.a_lengths[j], s.is_random_next[j]
             if static:
-                out = _runs(mask_starts[rows], mask_counts[rows])
-                src = _runs(s.mask_offsets[j], mask_counts[rows])
-                positions[out], labels[out] = s.masked_positions[src], s.masked_labels[src]
-        batch = InstanceBatch(tokens, lengths, a_lengths, is_random_next, idx)
+                mask_first[lo:hi] = s.mask_offsets[j]
+                mask_counts[lo:hi] = s.mask_offsets[j + 1] - mask_first[lo:hi]
+        back = np.empty_like(order)
+        back[order] = np.arange(len(idx))
+        tokens = _gather_runs(blocks, "input_ids", first, lengths, back)
+        batch = InstanceBatch(tokens, lengths[back], a_lengths[back], is_random_next[back], idx)
         if static:
-            batch.mask_counts, batch.masked_positions, batch.masked_labels = mask_counts, positions, labels
+            batch.mask_counts = mask_counts[back]
+            batch.masked_positions = _gather_runs(blocks, "masked_positions", mask_first, mask_counts, back)
+            batch.masked_labels = _gather_runs(blocks, "masked_labels", mask_first, mask_counts, back)
         return batch
+
+
+def _gather_runs(blocks: list[tuple[ShardArrays, int, int]], name: str, first: np.ndarray, counts: np.ndarray,
+                 back: np.ndarray) -> np.ndarray:
+    """Rows sorted by shard (`blocks`: shard, first row, end row), row r's run of array `name` starting at
+    first[r] in its shard: the runs back to back as int64, in the original row order (`back[i]`: row i's place)."""
+    src = _runs(first, counts)  # in each row's own shard
+    ends = np.cumsum(counts)
+    out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
+    for s, lo, hi in blocks:
+        a, b = (int(ends[lo - 1]) if lo else 0), int(ends[hi - 1])
+        out[a:b] = getattr(s, name)[src[a:b]]
+    return out[_runs((ends - counts)[back], counts[back])]
 
 
 def _runs(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

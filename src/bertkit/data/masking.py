@@ -143,12 +143,11 @@ def mask_batch(
         chosen = _choose_words(row_keys, ids, candidate, tables, k)
     else:
         chosen = _choose_tokens(_draws(row_keys[:, None], np.arange(ids.shape[1])), candidate, k)
-    rows, cols = np.nonzero(chosen)
-    originals = ids[rows, cols]
-    labels = np.full_like(ids, IGNORE_INDEX)
-    labels[rows, cols] = originals
+    labels = np.where(chosen, ids, IGNORE_INDEX)
+    where = np.flatnonzero(chosen)
+    originals = ids.ravel()[where]
     # One 64-bit draw per predicted token: the low 32 bits pick [MASK] / random / keep, the high 32 the random id.
-    bits = _draws(row_keys[rows], cols + _ACTION_STREAM)
+    bits = _draws(row_keys[where // ids.shape[1]], where % ids.shape[1] + _ACTION_STREAM)
     action = bits & np.uint64(0xFFFFFFFF)
     to_mask = np.uint64(round(mask_token_prob * 2**32))
     to_random = to_mask + np.uint64(round(random_token_prob * 2**32))
@@ -156,5 +155,5 @@ def mask_batch(
     replaced = np.where(action < to_mask, tables.mask_id,
                         np.where(action < to_random, tables.random_ids[pick.astype(np.int64)], originals))
     out = ids.copy()
-    out[rows, cols] = replaced
+    out.ravel()[where] = replaced
     return out, labels
