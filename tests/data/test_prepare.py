@@ -178,6 +178,22 @@ def test_dynamic_masks_change_per_epoch_and_reproduce(dynamic_dataset: Pretraini
     assert all(torch.equal(fetched[k], e0[k]) for k in e0)
 
 
+def test_loader_workers_give_the_same_batches(dynamic_dataset: PretrainingDataset) -> None:
+    """Through a DataLoader (batched reads), two worker processes give the batches one process gives: masks are a
+    function of (seed, epoch, index), so a run's data does not depend on training.num_workers."""
+    from torch.utils.data import DataLoader
+
+    c = PretrainingCollator(dynamic_dataset.vocab_info(), dynamic_masking=True, config=dynamic_dataset.config, seed=3)
+    c.set_epoch(2)
+    order = np.random.default_rng(1).permutation(len(dynamic_dataset))[:96].tolist()
+    batches = [order[i : i + 16] for i in range(0, 96, 16)]
+    runs = [list(DataLoader(dynamic_dataset, batch_sampler=batches, collate_fn=c, num_workers=w)) for w in (0, 2)]
+    assert len(runs[0]) == len(runs[1]) == 6
+    for a, b in zip(*runs):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert sum(int((x["labels"] != -100).sum()) for x in runs[0]) > 0
+
+
 def test_whole_word_masking_masks_all_pieces(dynamic_dataset: PretrainingDataset) -> None:
     vocab = dynamic_dataset.vocab_info()
     c = PretrainingCollator(vocab, dynamic_masking=True, config=dynamic_dataset.config, seed=1)
