@@ -249,3 +249,5 @@ def test_evaluation_is_the_same_with_dense_mlm_logits_and_every_attention(prepar
     assert default["mlm_accuracy"] >= 0 and default["nsp_accuracy"] >= 0
     with pytest.raises(ConfigError, match="PretrainConfig.attention = 'varlen': expected one of auto, padded, jagged"):
         PretrainConfig(attention="varlen")
+    with pytest.raises(ConfigError, match="'jagged' with training.activation_checkpointing"):
+        PretrainConfig.from_dict({"attention": "jagged", "training": {"activation_checkpointing": True}})

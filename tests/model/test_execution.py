@@ -102,3 +102,13 @@ def test_dense_logits_cover_every_position_and_the_folder_is_unchanged(tmp_path:
     for name in ("config.json", "model.safetensors"):
         assert (tmp_path / "before" / name).read_bytes() == (tmp_path / "after" / name).read_bytes(), name
     assert "sparse_mlm" not in json.loads((tmp_path / "after" / "config.json").read_text())
+
+
+def test_jagged_attention_refuses_activation_checkpointing() -> None:
+    model = BertForPreTraining(BertConfig(**TINY)).train()
+    set_execution(model, attention="jagged")
+    model.set_activation_checkpointing(True)
+    with pytest.raises(ConfigError, match="'jagged' cannot be recomputed by activation checkpointing"):
+        model(**padded_batch(99))
+    model.set_activation_checkpointing(False)
+    assert model(**padded_batch(99)).loss > 0

@@ -105,6 +105,9 @@ class PretrainConfig:
         if self.attention not in Packing.ATTENTION:
             raise ConfigError(f"PretrainConfig.attention = {self.attention!r}: expected one of "
                               f"{', '.join(Packing.ATTENTION)}")
+        if self.attention == "jagged" and self.training.activation_checkpointing:
+            raise ConfigError("PretrainConfig.attention = 'jagged' with training.activation_checkpointing: torch "
+                              "cannot recompute attention on nested tensors; choose one")
         from bertkit.model import BertConfig
 
         known = {f.name for f in dataclasses.fields(BertConfig)}

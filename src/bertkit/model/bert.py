@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit.errors import ConfigError
 from bertkit.model.config import BertConfig
 from bertkit.model.kernels import Dropout, Packing, dropout
 
@@ -240,6 +241,9 @@ class BertEncoder(nn.Module):
         self, x: Tensor, packing: Packing, output_hidden_states: bool = False, output_attentions: bool = False
     ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
         # x: packed (tokens, hidden)
+        if self.gradient_checkpointing and self.training and packing.offsets is not None:
+            raise ConfigError("attention 'jagged' cannot be recomputed by activation checkpointing (torch cannot "
+                              "save nested tensors for it); use attention 'auto' or turn activation_checkpointing off")
         hidden_states = [packing.unpack(x)] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for layer in [self.layer[0]] * self.depth if self.shared else self.layer:
