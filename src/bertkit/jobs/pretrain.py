@@ -89,7 +89,8 @@ class PretrainConfig:
     """Run the linear layers, LayerNorm and GELU on the real tokens only, not on padding (exact)."""
     attention: str = "auto"
     """Attention over a padded batch: "auto" (grouped by length on CPU), "padded", or "jagged" (PyTorch's
-    variable-length attention on nested tensors: flash / memory-efficient kernels on CUDA; slower on CPU; no ALiBi).
+    variable-length attention on nested tensors: flash / memory-efficient kernels on CUDA; slower on CPU; no ALiBi,
+    no activation checkpointing).
     These three choose how a step is computed, not the model: weights, config.json and the loss stay the same, so
     they live here, not in the model's config."""
     training: TrainingConfig = field(default_factory=_paper_training)
