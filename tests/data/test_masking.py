@@ -109,8 +109,9 @@ def _greedy_reference(ids: np.ndarray, keys: np.ndarray, k: np.ndarray) -> np.nd
     return chosen
 
 
-def test_whole_words_follow_the_greedy_rule() -> None:
-    ids, lengths = make_batch(300, 64, 3, pieces=0.45)
+@pytest.mark.parametrize("pieces", [0.45, 0.7])  # 0.7: long words, so some rows need the second, whole-row pass
+def test_whole_words_follow_the_greedy_rule(pieces: float) -> None:
+    ids, lengths = make_batch(300, 64, 3, pieces=pieces)
     ids[5, 1:4] = [1000, 1001, 1002]  # "##" pieces right after [CLS]: a word of their own
     keys = instance_keys(3, 1, np.arange(len(ids)))
     out, labels = mask_batch(ids, keys, TABLES, whole_word_mask=True)

@@ -99,25 +99,41 @@ def _choose_words(row_keys: np.ndarray, ids: np.ndarray, candidate: np.ndarray, 
     # in random word order, each word's pieces together, and the sorted keys still say where each piece is.
     key = (_draws(row_keys[:, None], first_col) & ~_POSITION_BITS) | cols.astype(np.uint64)
     s_col = (np.sort(np.where(candidate, key, _NONE), axis=1) & _POSITION_BITS).astype(np.intp)
-    cand = cols[None, :] < candidate.sum(1)[:, None]  # the candidates sort first
-    s_word = np.where(cand, np.take_along_axis(word, np.minimum(s_col, width - 1), axis=1), -1)
+    n_cand = candidate.sum(1)  # the candidates sort first
     sizes = np.bincount(word[candidate], minlength=1)
-    size = np.where(cand, sizes[np.maximum(s_word, 0)], 0)
-    last = cand & np.concatenate([s_word[:, 1:] != s_word[:, :-1], np.ones((batch, 1), bool)], axis=1)
     taken = np.zeros(len(sizes), dtype=bool)
     remaining = k.copy()
-    rows = np.arange(batch)
-    # Each round takes, per row, the longest run of the remaining words (in key order) that fits; the first word
-    # that did not fit is larger than what is left, so the next round skips it and goes on, as the greedy loop does.
-    # A row stays in the rounds while a word still fits; the first such word always does, so every round progresses.
-    cand &= size <= remaining[:, None]
-    while len(rows):
-        fits = cand & last & (np.cumsum(cand, axis=1) <= remaining[rows, None])
-        taken[s_word[fits]] = True
-        remaining[rows] -= np.where(fits, size, 0).sum(1)
+
+    def view(rows: np.ndarray, upto: int) -> tuple[np.ndarray, ...]:
+        """The first `upto` sorted places of `rows`: word number (-1: none), word size, last piece, candidate."""
+        ext = min(upto + 1, width)  # one place more tells whether the last one ends its word
+        cand = cols[None, :ext] < n_cand[rows, None]
+        s_word = np.where(cand, np.take_along_axis(word[rows], np.minimum(s_col[rows, :ext], width - 1), axis=1), -1)
+        last = cand & (s_word != np.concatenate([s_word[:, 1:], np.full((len(rows), 1), -1)], axis=1))
+        s_word, last, cand = s_word[:, :upto], last[:, :upto], cand[:, :upto]
+        return s_word, np.where(cand, sizes[np.maximum(s_word, 0)], 0), last, cand
+
+    def rounds(rows: np.ndarray, s_word: np.ndarray, size: np.ndarray, last: np.ndarray, cand: np.ndarray) -> None:
+        """Each round takes, per row, the longest run of the remaining words (in key order) that fits; the first
+        word that did not fit is larger than what is left, so the next round skips it and goes on, as the greedy
+        loop does. A row leaves when no word is taken (in a whole row: when none fits any more)."""
         cand &= ~taken[np.maximum(s_word, 0)] & (size <= remaining[rows, None])
-        more = cand.any(1)
-        rows, cand, size, last, s_word = rows[more], cand[more], size[more], last[more], s_word[more]
+        while len(rows):
+            fits = cand & last & (np.cumsum(cand, axis=1) <= remaining[rows, None])
+            taken[s_word[fits]] = True
+            remaining[rows] -= np.where(fits, size, 0).sum(1)
+            cand &= ~taken[np.maximum(s_word, 0)] & (size <= remaining[rows, None])
+            more = fits.any(1) & cand.any(1)
+            rows, cand, size, last, s_word = rows[more], cand[more], size[more], last[more], s_word[more]
+
+    # The greedy loop rarely reads far down a row: first the leading places of every row, then the whole of the
+    # few rows that still have budget and places left. Exact: the first pass decides a prefix of each row's words.
+    upto = min(width, 2 * int(k.max(initial=0)) + 16)
+    every = np.arange(batch)
+    rounds(every, *view(every, upto))
+    rest = np.flatnonzero((remaining > 0) & (n_cand > upto))
+    if len(rest):
+        rounds(rest, *view(rest, width))
     return candidate & taken[np.maximum(word, 0)]
 
 
