@@ -1,40 +1,56 @@
-"""One pre-training step (forward + backward + AdamW) of bertkit's BertForPreTraining vs transformers' (sdpa).
+"""One pre-training step (forward + backward + AdamW) of bertkit's BertForPreTraining, lever by lever, vs
+transformers' (sdpa).
 
-Same random batches for both: batch 32, length 128 with real lengths drawn from 64..128 (padded to the longest),
-15% of real tokens masked, NSP labels; models `mini` (L4 H256 A4) and MiniLM-sized (L6 H384 A12, FFN 1536).
-Prints tokens/s (real tokens) of each and the ratio bertkit / transformers last. The two take turns batch by
-batch, in one process under the same malloc setting (the one `bertkit pretrain` makes; --default-malloc: none).
+Same random batches for all: length 128 with real lengths drawn from 64..128 (padded to the longest), 15% of real
+tokens masked, NSP labels. Sizes: `bertkit-mini` (its shape: L4 H256 A4, FFN 1024, vocabulary 8,192), `base`
+(BERT-base: L12 H768 A12, FFN 3072, vocabulary 30,522), and the earlier report's `mini` (L4 H256 A4 with vocabulary
+30,522) and `minilm` (L6 H384 A12, FFN 1536). bertkit runs once per lever (common.LEVERS: plain = every position and
+dense MLM logits, as transformers; +sparse MLM; +unpadded; all = the default; all+jagged: with jagged attention), each its
+own model from the same initial weights. The step functions take turns batch by batch in one process, under the
+same malloc setting (the one `bertkit pretrain` makes; --default-malloc: none); a round is one pass over the timed
+batches, and each row's best round counts (the machine is shared). Prints real tokens/s, the ratios to
+bertkit's plain path and to transformers, and the speed-up each row's work allows over transformers' (its model
+FLOPs per real token against the plain path's, `flops_per_token`).
 
-    python benchmarks/bench_pretrain_step.py [--steps 8] [--threads N] [--default-malloc] [--profile]
+    python benchmarks/bench_pretrain_step.py [--sizes bertkit-mini,base] [--steps 4] [--rounds 2] [--batch-size 32]
+        [--levers plain,all] [--threads N] [--default-malloc] [--profile] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
 
-from common import make_step
+from common import LEVERS, cpu_line, make_step, with_levers
 
 from bertkit.runtime import keep_freed_memory
 
 SIZES = {
-    "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024),
-    "minilm": dict(num_hidden_layers=6, hidden_size=384, num_attention_heads=12, intermediate_size=1536),
+    "bertkit-mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024,
+                         vocab_size=8192),
+    "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072,
+                 vocab_size=30522),
+    "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024,
+                 vocab_size=30522),
+    "minilm": dict(num_hidden_layers=6, hidden_size=384, num_attention_heads=12, intermediate_size=1536,
+                   vocab_size=30522),
 }
-VOCAB = 30522
+REFERENCE = "transformers"
 
 
-def make_batches(n: int, batch: int, seq: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
-    """Random pre-training batches: lengths 64..seq, [MASK]-ed 15% of real tokens, NSP labels."""
+def make_batches(n: int, batch: int, seq: int, vocab: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    """Random pre-training batches: lengths seq/2..seq, [MASK]-ed 15% of real tokens, NSP labels."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(n):
         lengths = torch.randint(seq // 2, seq + 1, (batch,), generator=g)
         width = int(lengths.max())
-        ids = torch.randint(1000, VOCAB, (batch, width), generator=g)
+        ids = torch.randint(1000, vocab, (batch, width), generator=g)
         mask = (torch.arange(width)[None, :] < lengths[:, None]).long()
         ids[mask == 0] = 0
         types = (torch.arange(width)[None, :] >= (lengths // 2)[:, None]).long() * mask
@@ -47,71 +63,124 @@ def make_batches(n: int, batch: int, seq: int, seed: int = 0) -> list[dict[str, 
     return out
 
 
+def flops_per_token(shape: dict[str, int], batches: list[dict[str, torch.Tensor]], sparse_mlm: bool,
+                    unpadded: bool) -> float:
+    """Model FLOPs of a training step (forward + backward = 3 x 2 per multiply-add) per real token: the encoder's
+    linear layers and the attention products at every position or the real tokens only, the MLM transform and
+    decoder at every position or the masked ones (embeddings, pooler, NSP and the optimizer left out). The
+    ratio of two rows' figures is the speed-up their work allows at equal kernel efficiency."""
+    L, H, inner, V = (shape[k] for k in ("num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size"))
+    total = 0.0
+    for b in batches:
+        lengths = b["attention_mask"].sum(1).double()
+        rows, width = b["input_ids"].shape
+        tokens = float(lengths.sum()) if unpadded else rows * width
+        attended = float((lengths**2).sum()) if unpadded else rows * width * width
+        predicted = float((b["labels"] != -100).sum()) if sparse_mlm else rows * width
+        total += (6 * L * (4 * H * H + 2 * H * inner) * tokens + 12 * L * H * attended
+                  + 6 * (H * H + H * V) * predicted)
+    return total / sum(float(b["attention_mask"].sum()) for b in batches)
+
+
 def build(lib: str, size: str) -> torch.nn.Module:
+    """A freshly initialised BertForPreTraining of `size`, bertkit's or transformers'."""
     if lib == "bertkit":
         from bertkit.model import BertConfig, BertForPreTraining
 
-        return BertForPreTraining(BertConfig(vocab_size=VOCAB, **SIZES[size]))
+        return BertForPreTraining(BertConfig(**SIZES[size]))
     import transformers
 
-    cfg = transformers.BertConfig(vocab_size=VOCAB, **SIZES[size])
+    cfg = transformers.BertConfig(**SIZES[size])
     return transformers.BertForPreTraining._from_config(cfg, attn_implementation="sdpa")
 
 
-def time_interleaved(steps: dict[str, Callable], batches: list[dict[str, torch.Tensor]], warmup: int = 2) -> dict:
-    """Real tokens per second of each step function. After `warmup` untimed steps each, the libraries take turns
-    on every batch, so a change in the machine's speed during the run affects both alike."""
+def time_interleaved(steps: dict[str, Callable], batches: list[dict[str, torch.Tensor]], warmup: int = 2,
+                     rounds: int = 1) -> dict[str, list[float]]:
+    """Real tokens per second of each step function, per round. After `warmup` untimed steps each, the step
+    functions take turns on every batch, so a change in the machine's speed affects all alike."""
     for step in steps.values():
         for b in batches[:warmup]:
             step(b)
-    seconds = dict.fromkeys(steps, 0.0)
-    for b in batches[warmup:]:
-        for name, step in steps.items():
-            start = time.perf_counter()
-            step(b)
-            seconds[name] += time.perf_counter() - start
-    tokens = sum(int(b["attention_mask"].sum()) for b in batches[warmup:])
-    return {name: tokens / s for name, s in seconds.items()}
+    timed = batches[warmup:]
+    tokens = sum(int(b["attention_mask"].sum()) for b in timed)
+    rates: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        seconds = dict.fromkeys(steps, 0.0)
+        for b in timed:
+            for name, step in steps.items():
+                start = time.perf_counter()
+                step(b)
+                seconds[name] += time.perf_counter() - start
+        for name, s in seconds.items():
+            rates[name].append(tokens / s)
+    return rates
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=8, help="timed steps per model (plus 2 warm-up)")
+    p.add_argument("--steps", type=int, default=4, help="timed steps per round and row (plus 2 warm-up)")
+    p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--sizes", default="mini,minilm")
+    p.add_argument("--sizes", default="bertkit-mini,base")
+    p.add_argument("--levers", default=",".join(LEVERS), help=f"bertkit's rows, of: {', '.join(LEVERS)}")
     p.add_argument("--profile", action="store_true",
-                   help="afterwards, torch.profiler's top ops over two bertkit steps of the last size")
+                   help="afterwards, torch.profiler's top ops over two steps of bertkit's last row, last size")
     p.add_argument("--default-malloc", action="store_true",
                    help="leave glibc malloc as it is instead of bertkit's training setting (for both libraries)")
+    p.add_argument("--json", type=Path, default=None, help="write the figures here")
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
+    levers = a.levers.split(",")
+    unknown = sorted(set(levers) - set(LEVERS))
+    if unknown:
+        raise SystemExit(f"--levers: unknown {', '.join(unknown)}; choose from {', '.join(LEVERS)}")
     # The setting `bertkit pretrain` makes (bertkit.runtime): one process, so both libraries run under it.
     malloc = "glibc default" if a.default_malloc or not keep_freed_memory() else "freed memory kept (bertkit.runtime)"
-    batches = make_batches(a.steps + 2, a.batch_size, a.seq)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {a.batch_size} x seq {a.seq}, "
-          f"malloc: {malloc}")
-    print(f"{'model':8} {'bertkit tok/s':>14} {'transformers tok/s':>19} {'ratio':>7}")
+    print(cpu_line())
+    print(f"{torch.get_num_threads()} threads, batch {a.batch_size} x seq {a.seq}, malloc: {malloc}, "
+          f"{a.rounds} rounds of {a.steps} steps, best round")
+    report = {"cpu": cpu_line(), "capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+              "threads": torch.get_num_threads(), "batch_size": a.batch_size, "seq": a.seq, "malloc": malloc,
+              "steps": a.steps, "rounds": a.rounds, "sizes": {}}
+    steps: dict[str, Callable] = {}
     for size in a.sizes.split(","):
+        batches = make_batches(a.steps + 2, a.batch_size, a.seq, SIZES[size]["vocab_size"])
         steps = {}
-        for lib in ("bertkit", "transformers"):
+        for lever in levers:
             torch.manual_seed(0)
-            steps[lib] = make_step(build(lib, size))
-        rates = time_interleaved(steps, batches)
-        print(f"{size:8} {rates['bertkit']:14.0f} {rates['transformers']:19.0f} "
-              f"{rates['bertkit'] / rates['transformers']:6.2f}x")
+            steps[lever] = make_step(with_levers(build("bertkit", size), lever))
+        torch.manual_seed(0)
+        steps[REFERENCE] = make_step(build("transformers", size))
+        rates = time_interleaved(steps, batches, rounds=a.rounds)
+        best = {name: max(r) for name, r in rates.items()}
+        plain = best.get("plain")
+        work = {name: flops_per_token(SIZES[size], batches[2:], **({k: LEVERS[name][k] for k in ("sparse_mlm", "unpadded")}
+                                                                 if name in LEVERS else dict(sparse_mlm=False, unpadded=False)))
+                for name in steps}
+        print(f"\n{size} ({', '.join(f'{k}={v}' for k, v in SIZES[size].items())})")
+        print(f"{'row':24} {'tok/s':>9} {'rounds':>17} {'MFLOP/tok':>10} {'/ plain':>8} {'/ transformers':>15} "
+              f"{'work allows':>12}")
+        for name, r in rates.items():
+            vs_plain = f"{best[name] / plain:7.2f}x" if plain else ""
+            print(f"{name:24} {best[name]:9.0f} {' '.join(f'{x:.0f}' for x in r):>17} {work[name] / 1e6:10.1f} "
+                  f"{vs_plain:>8} {best[name] / best[REFERENCE]:14.2f}x {work[REFERENCE] / work[name]:11.2f}x")
+        report["sizes"][size] = {"shape": SIZES[size], "rounds": rates, "best": best, "flops_per_token": work}
+    if a.json:
+        a.json.write_text(json.dumps(report, indent=2) + "\n")
     if a.profile:
         from torch.profiler import ProfilerActivity, profile
 
+        step = steps[levers[-1]]
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for b in batches[:2]:
-                steps["bertkit"](b)
+                step(b)
         events = prof.key_averages()
         total = sum(e.self_cpu_time_total for e in events)
         linear = sum(e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm"))
-        print(f"\nwhere the bertkit {size} step spends its time (torch.profiler, self CPU time): "
+        print(f"\nwhere the bertkit {size} step ({levers[-1]}) spends its time (torch.profiler, self CPU time): "
               f"{linear / total:.0%} in matrix products of the linear layers (aten::mm, aten::addmm)")
         print(events.table(sort_by="self_cpu_time_total", row_limit=12))
 

@@ -46,6 +46,25 @@ def cpu_line() -> str:
             + f"; torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}")
 
 
+# The training-step levers of bertkit (bertkit.model.heads.set_execution), each a row of the step benchmarks:
+# the plain path computes what transformers computes (every position, dense MLM logits); "all" is the default.
+LEVERS = {
+    "plain": dict(sparse_mlm=False, unpadded=False, attention="auto"),
+    "+sparse MLM": dict(sparse_mlm=True, unpadded=False, attention="auto"),
+    "+unpadded": dict(sparse_mlm=False, unpadded=True, attention="auto"),
+    "all": dict(sparse_mlm=True, unpadded=True, attention="auto"),
+    "all+jagged": dict(sparse_mlm=True, unpadded=True, attention="jagged"),
+}
+
+
+def with_levers(model: torch.nn.Module, lever: str) -> torch.nn.Module:
+    """`model` set to compute its step as LEVERS[lever] says."""
+    from bertkit.model.heads import set_execution
+
+    set_execution(model, **LEVERS[lever])
+    return model
+
+
 def make_step(model: torch.nn.Module, autocast_device: str | None = None) -> Callable[[dict[str, torch.Tensor]], None]:
     """One training step of `model`: forward, backward, clipping, AdamW, as both trainers run it; under bf16
     autocast on `autocast_device` when given (the GPU suite)."""

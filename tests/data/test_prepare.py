@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from bertkit.data import PretrainingCollator, PretrainingDataConfig, PretrainingDataset, prepare_pretraining
+from bertkit.data.dataset import InstanceBatch
 from bertkit.data.pretraining import VocabInfo
 from bertkit.errors import ConfigError, DataError, OutputError, TokenizerError
 
@@ -96,6 +97,24 @@ def test_collator_pads_and_labels(static_dataset: PretrainingDataset) -> None:
         PretrainingCollator(static_dataset.vocab_info(), dynamic_masking=True)(items)
 
 
+def test_batched_read_equals_the_items_across_shards(static_dataset: PretrainingDataset) -> None:
+    """__getitems__ (what the DataLoader calls) reads rows of several shards, in the order asked, static masks
+    included, as the items give them; its items are the dataset's."""
+    order = np.random.default_rng(0).permutation(len(static_dataset))[:40].tolist() + [-1, 0]
+    shards = np.searchsorted(static_dataset._starts, np.array(order) % len(static_dataset), side="right")
+    assert len(set(shards.tolist())) == 3
+    fetched = static_dataset.__getitems__(order)
+    items = [static_dataset[i] for i in order]
+    want = InstanceBatch.from_items(items)
+    for name in ("tokens", "lengths", "a_lengths", "is_random_next", "mask_counts", "masked_positions", "masked_labels"):
+        assert np.array_equal(getattr(fetched, name), getattr(want, name)), name
+    assert fetched.indices.tolist() == [i % len(static_dataset) for i in order]
+    for b in (0, 17, 41):
+        assert all(torch.equal(fetched[b][k], items[b][k]) for k in items[b] if k != "index")
+    with pytest.raises(IndexError, match="instance .* out of range"):
+        static_dataset.__getitems__([0, len(static_dataset)])
+
+
 def test_dataset_pickles_without_its_memory_maps(static_dataset: PretrainingDataset) -> None:
     copy = pickle.loads(pickle.dumps(static_dataset))
     assert len(pickle.dumps(static_dataset)) < 100_000
@@ -150,12 +169,29 @@ def test_dynamic_masks_change_per_epoch_and_reproduce(dynamic_dataset: Pretraini
         non_special = n - 3
         assert int((labels[b] != -100).sum()) <= min(20, max(1, round(non_special * 0.15)))
         assert torch.equal(torch.where(labels[b, :n] != -100, labels[b, :n], e0["input_ids"][b, :n]), x["input_ids"])
-    g = torch.Generator().manual_seed(3)
-    c = PretrainingCollator(vocab, dynamic_masking=True, generator=g)
     no_index = [{k: v for k, v in x.items() if k != "index"} for x in items[:4]]
-    first = c(no_index)
-    c2 = PretrainingCollator(vocab, dynamic_masking=True, generator=torch.Generator().manual_seed(3))
-    assert torch.equal(c2(no_index)["labels"], first["labels"])
+    with pytest.raises(ConfigError, match="need an 'index'"):
+        PretrainingCollator(vocab, dynamic_masking=True)(no_index)
+    # the DataLoader's batched read gives the same batch as the items
+    c = PretrainingCollator(vocab, dynamic_masking=True, config=dynamic_dataset.config, seed=5)
+    fetched = c(dynamic_dataset.__getitems__(list(range(32))))
+    assert all(torch.equal(fetched[k], e0[k]) for k in e0)
+
+
+def test_loader_workers_give_the_same_batches(dynamic_dataset: PretrainingDataset) -> None:
+    """Through a DataLoader (batched reads), two worker processes give the batches one process gives: masks are a
+    function of (seed, epoch, index), so a run's data does not depend on training.num_workers."""
+    from torch.utils.data import DataLoader
+
+    c = PretrainingCollator(dynamic_dataset.vocab_info(), dynamic_masking=True, config=dynamic_dataset.config, seed=3)
+    c.set_epoch(2)
+    order = np.random.default_rng(1).permutation(len(dynamic_dataset))[:96].tolist()
+    batches = [order[i : i + 16] for i in range(0, 96, 16)]
+    runs = [list(DataLoader(dynamic_dataset, batch_sampler=batches, collate_fn=c, num_workers=w)) for w in (0, 2)]
+    assert len(runs[0]) == len(runs[1]) == 6
+    for a, b in zip(*runs):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert sum(int((x["labels"] != -100).sum()) for x in runs[0]) > 0
 
 
 def test_whole_word_masking_masks_all_pieces(dynamic_dataset: PretrainingDataset) -> None:
@@ -170,6 +206,8 @@ def test_whole_word_masking_masks_all_pieces(dynamic_dataset: PretrainingDataset
         word_start = None
         words: list[list[int]] = []
         for i, t in enumerate(ids):
+            if t in vocab.special_ids:  # [CLS]/[SEP] are never predicted and belong to no word
+                continue
             if t in vocab.continuation_ids and words and words[-1][-1] == i - 1:
                 words[-1].append(i)
             else:

@@ -227,3 +227,27 @@ def test_a_gpu_run_without_loader_workers_gets_a_hint() -> None:
     assert "training.num_workers" in loader_note(torch.device("cuda"), 0)
     assert loader_note(torch.device("cuda"), 4) is None
     assert loader_note(torch.device("cpu"), 0) is None
+
+
+def test_evaluation_is_the_same_with_dense_mlm_logits_and_every_attention(prepared) -> None:
+    """make_evaluate reads the MLM logits at the masked positions whether the model computed them there only
+    (sparse_mlm, the default) or at every position; the execution levers change no metric."""
+    from bertkit.data import PretrainingDataset
+    from bertkit.jobs.pretrain import PretrainConfig, make_evaluate, pretraining_collator
+    from bertkit.model import BertConfig, BertForPreTraining
+    from bertkit.model.heads import set_execution
+
+    ev = PretrainingDataset(prepared["eval"])
+    evaluate = make_evaluate(ev, pretraining_collator(ev, 0, PretrainConfig()), 8, 2)
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(vocab_size=30522, **TINY)).eval()
+    with torch.no_grad():
+        default = evaluate(model)
+        for levers in ({"sparse_mlm": False, "unpadded": False}, {"sparse_mlm": False, "attention": "jagged"}):
+            set_execution(model, **levers)
+            assert evaluate(model) == pytest.approx(default, rel=1e-5), levers
+    assert default["mlm_accuracy"] >= 0 and default["nsp_accuracy"] >= 0
+    with pytest.raises(ConfigError, match="PretrainConfig.attention = 'varlen': expected one of auto, padded, jagged"):
+        PretrainConfig(attention="varlen")
+    with pytest.raises(ConfigError, match="'jagged' with training.activation_checkpointing"):
+        PretrainConfig.from_dict({"attention": "jagged", "training": {"activation_checkpointing": True}})

@@ -1,8 +1,11 @@
-"""`PretrainingDataset`: a torch Dataset over a prepared folder of memory-mapped shards, O(1) per instance."""
+"""`PretrainingDataset`: a torch Dataset over a prepared folder of memory-mapped shards, O(1) per instance, and
+`InstanceBatch`, a batch of its instances read as contiguous token arrays (what the DataLoader fetches)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +24,83 @@ IGNORE_INDEX = -100
 word pieces after a word's first in NER, padding. bertkit's one definition; the model and the tasks import it."""
 
 
+@dataclass
+class InstanceBatch(Sequence):
+    """Instances of one batch, unpadded, back to back: instance b is tokens[starts[b] : starts[b] + lengths[b]].
+
+    Every array is numpy, int64 unless noted. Static masks (`mask_counts` not None): instance b's masked positions
+    and original ids are the next `mask_counts[b]` entries of `masked_positions` / `masked_labels`. Indexing gives
+    the item dicts `PretrainingDataset[i]` gives, for code that reads a batch as a list of items.
+    """
+
+    tokens: np.ndarray  # (total tokens,)
+    lengths: np.ndarray  # (batch,)
+    a_lengths: np.ndarray  # (batch,) tokens of [CLS] A [SEP] (token_type_ids 0)
+    is_random_next: np.ndarray  # (batch,)
+    indices: np.ndarray | None  # (batch,) dataset indices (they key dynamic masks); None if the items had none
+    mask_counts: np.ndarray | None = None
+    masked_positions: np.ndarray | None = None
+    masked_labels: np.ndarray | None = None
+
+    @property
+    def starts(self) -> np.ndarray:
+        """Where each instance begins in `tokens`."""
+        return np.cumsum(self.lengths) - self.lengths
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, b: int) -> dict[str, Any]:  # type: ignore[override]
+        start, n = int(self.starts[b]), int(self.lengths[b])
+        ids = torch.from_numpy(self.tokens[start : start + n].copy())
+        token_type_ids = torch.zeros_like(ids)
+        token_type_ids[int(self.a_lengths[b]) :] = 1
+        item: dict[str, Any] = {"input_ids": ids, "token_type_ids": token_type_ids,
+                                "attention_mask": torch.ones_like(ids),
+                                "next_sentence_label": torch.tensor(int(self.is_random_next[b]), dtype=torch.long)}
+        if self.indices is not None:
+            item["index"] = int(self.indices[b])
+        if self.mask_counts is not None:
+            lo = int(self.mask_counts[:b].sum())
+            hi = lo + int(self.mask_counts[b])
+            labels = torch.full_like(ids, IGNORE_INDEX)
+            labels[torch.from_numpy(self.masked_positions[lo:hi].copy())] = torch.from_numpy(self.masked_labels[lo:hi].copy())
+            item["masked_lm_labels"] = labels
+        return item
+
+    @classmethod
+    def from_items(cls, items: Sequence[Mapping[str, Any]]) -> "InstanceBatch":
+        """The batch of a list of item dicts (`PretrainingDataset[i]`'s, or any with the same keys)."""
+        if not items:
+            raise ValueError("empty batch")
+        ids = [np.asarray(x["input_ids"], dtype=np.int64) for x in items]
+        lengths = np.array([len(x) for x in ids], dtype=np.int64)
+        a_lengths = np.array([int(np.count_nonzero(np.asarray(x["token_type_ids"]) == 0)) for x in items])
+        batch = cls(
+            tokens=np.concatenate(ids), lengths=lengths, a_lengths=a_lengths,
+            is_random_next=np.array([int(x["next_sentence_label"]) for x in items], dtype=np.int64),
+            indices=np.array([int(x["index"]) for x in items]) if all("index" in x for x in items) else None,
+        )
+        statics = ["masked_lm_labels" in x for x in items]
+        if any(statics):
+            if not all(statics):
+                raise ValueError("a batch mixes items with and without static masks")
+            labels = [np.asarray(x["masked_lm_labels"], dtype=np.int64) for x in items]
+            positions = [np.flatnonzero(x != IGNORE_INDEX) for x in labels]
+            batch.mask_counts = np.array([len(p) for p in positions], dtype=np.int64)
+            batch.masked_positions = np.concatenate(positions).astype(np.int64)
+            batch.masked_labels = np.concatenate([x[p] for x, p in zip(labels, positions)])
+        return batch
+
+
 class PretrainingDataset(Dataset):
     """Instances of a `prepare_pretraining` folder. Item i is a dict of 1-D int64 tensors, unpadded:
     input_ids, token_type_ids, attention_mask, masked_lm_labels (static masks only; -100 where not masked),
     next_sentence_label (0 = B follows A, 1 = B is random, as in transformers' BertForPreTraining), and index.
 
     Shards are verified against index.json (sizes always, sha256 when `verify_checksums`) and memory-mapped
-    lazily in each process, so the dataset pickles cheaply into DataLoader workers.
+    lazily in each process, so the dataset pickles cheaply into DataLoader workers. A DataLoader fetches a whole
+    batch at once (`__getitems__`): an `InstanceBatch` of contiguous token arrays, read with array indexing.
     """
 
     def __init__(self, folder: str | os.PathLike, verify_checksums: bool = True) -> None:
@@ -66,7 +139,9 @@ class PretrainingDataset(Dataset):
 
     def _shard(self, k: int) -> ShardArrays:
         if self._shards is None:
-            self._shards = [open_shard(p, e) for p, e in zip(self._paths, self._entries)]
+            # plain ndarray views of the maps: np.memmap's own indexing costs a Python call per array read
+            self._shards = [ShardArrays(**{k: np.asarray(v) for k, v in open_shard(p, e).named().items()})
+                            for p, e in zip(self._paths, self._entries)]
         return self._shards[k]
 
     def __getitem__(self, i: int) -> dict[str, Any]:
@@ -95,3 +170,64 @@ class PretrainingDataset(Dataset):
             labels[positions] = torch.from_numpy(np.asarray(s.masked_labels[lo:hi], dtype=np.int64))
             item["masked_lm_labels"] = labels
         return item
+
+    def __getitems__(self, indices: Sequence[int]) -> InstanceBatch:
+        """The instances at `indices` as one `InstanceBatch` (what `torch.utils.data.DataLoader` fetches)."""
+        idx = np.asarray(indices, dtype=np.int64)
+        n = len(self)
+        if idx.size == 0:
+            raise ValueError("empty batch")
+        idx = np.where(idx < 0, idx + n, idx)
+        if idx.min() < 0 or idx.max() >= n:
+            raise IndexError(f"instance {int(idx.max() if idx.max() >= n else idx.min())} out of range for a "
+                             f"dataset of {n}")
+        # The rows sorted by shard, so that each shard is read with a few array operations on one slice; the
+        # batch is put back in the order asked for at the end.
+        shard_of = np.searchsorted(self._starts, idx, side="right") - 1
+        order = np.argsort(shard_of, kind="stable")
+        by_shard = shard_of[order]
+        local = idx[order] - self._starts[by_shard]
+        cuts = np.flatnonzero(by_shard[1:] != by_shard[:-1]) + 1
+        blocks = [(self._shard(int(by_shard[lo])), lo, hi)
+                  for lo, hi in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(idx)]]))]
+        first, lengths = np.empty_like(idx), np.empty_like(idx)
+        a_lengths, is_random_next = np.empty_like(idx), np.empty_like(idx)
+        static = blocks[0][0].mask_offsets is not None
+        mask_first, mask_counts = (np.empty_like(idx), np.empty_like(idx)) if static else (None, None)
+        for s, lo, hi in blocks:
+            j = local[lo:hi]
+            first[lo:hi] = s.offsets[j]
+            lengths[lo:hi] = s.offsets[j + 1] - first[lo:hi]
+            a_lengths[lo:hi], is_random_next[lo:hi] = s.a_lengths[j], s.is_random_next[j]
+            if static:
+                mask_first[lo:hi] = s.mask_offsets[j]
+                mask_counts[lo:hi] = s.mask_offsets[j + 1] - mask_first[lo:hi]
+        back = np.empty_like(order)
+        back[order] = np.arange(len(idx))
+        tokens = _gather_runs(blocks, "input_ids", first, lengths, back)
+        batch = InstanceBatch(tokens, lengths[back], a_lengths[back], is_random_next[back], idx)
+        if static:
+            batch.mask_counts = mask_counts[back]
+            batch.masked_positions = _gather_runs(blocks, "masked_positions", mask_first, mask_counts, back)
+            batch.masked_labels = _gather_runs(blocks, "masked_labels", mask_first, mask_counts, back)
+        return batch
+
+
+def _gather_runs(blocks: list[tuple[ShardArrays, int, int]], name: str, first: np.ndarray, counts: np.ndarray,
+                 back: np.ndarray) -> np.ndarray:
+    """Rows sorted by shard (`blocks`: shard, first row, end row), row r's run of array `name` starting at
+    first[r] in its shard: the runs back to back as int64, in the original row order (`back[i]`: row i's place)."""
+    src = _runs(first, counts)  # in each row's own shard
+    ends = np.cumsum(counts)
+    out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
+    for s, lo, hi in blocks:
+        a, b = (int(ends[lo - 1]) if lo else 0), int(ends[hi - 1])
+        out[a:b] = getattr(s, name)[src[a:b]]
+    return out[_runs((ends - counts)[back], counts[back])]
+
+
+def _runs(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices of the runs [starts[i], starts[i] + lengths[i]), concatenated."""
+    total = int(lengths.sum())
+    shift = np.repeat(np.asarray(starts, dtype=np.int64) - (np.cumsum(lengths) - lengths), lengths)
+    return np.arange(total, dtype=np.int64) + shift

@@ -81,6 +81,18 @@ class PretrainConfig:
     """Pad each batch's length to a multiple of this (tensor-core friendly); None = to the longest."""
     verify_checksums: bool = True
     """Check the shards' sha256 against index.json when opening the data."""
+    sparse_mlm: bool = True
+    """Compute the MLM transform and vocabulary decoder only at the masked positions (NVIDIA's BERT, MosaicBERT):
+    the same loss and gradients as at every position (tests/model/test_execution.py), with about 15% of the
+    decoder's work. False: every position, as transformers does (the plain path, for comparison)."""
+    unpadded: bool = True
+    """Run the linear layers, LayerNorm and GELU on the real tokens only, not on padding (exact)."""
+    attention: str = "auto"
+    """Attention over a padded batch: "auto" (grouped by length on CPU), "padded", or "jagged" (PyTorch's
+    variable-length attention on nested tensors: flash / memory-efficient kernels on CUDA; slower on CPU; no ALiBi,
+    no activation checkpointing).
+    These three choose how a step is computed, not the model: weights, config.json and the loss stay the same, so
+    they live here, not in the model's config."""
     training: TrainingConfig = field(default_factory=_paper_training)
     """Optimizer, schedule, batching, precision, checkpoints (see TrainingConfig)."""
 
@@ -89,6 +101,14 @@ class PretrainConfig:
             raise ConfigError("PretrainConfig: give either train_data or phases, not both")
         if self.eval_batches < 0:
             raise ConfigError(f"PretrainConfig.eval_batches = {self.eval_batches}: expected >= 0")
+        from bertkit.model.kernels import Packing
+
+        if self.attention not in Packing.ATTENTION:
+            raise ConfigError(f"PretrainConfig.attention = {self.attention!r}: expected one of "
+                              f"{', '.join(Packing.ATTENTION)}")
+        if self.attention == "jagged" and self.training.activation_checkpointing:
+            raise ConfigError("PretrainConfig.attention = 'jagged' with training.activation_checkpointing: torch "
+                              "cannot recompute attention on nested tensors; choose one")
         from bertkit.model import BertConfig
 
         known = {f.name for f in dataclasses.fields(BertConfig)}
@@ -141,13 +161,13 @@ MASKING_FIELDS = ("masked_lm_prob", "max_predictions_per_seq", "mask_token_prob"
 
 
 def loader_note(device: torch.device, num_workers: int) -> str | None:
-    """A hint when a GPU run builds its batches in the training process: the dynamic-masking collator is Python
-    (about 0.5 M tokens/s per process), which starves a GPU; None otherwise."""
+    """A hint when a GPU run builds its batches in the training process: then each batch is built while the GPU
+    waits (about 2 ms per 256 x 128 tokens, benchmarks/bench_loader.py) instead of during the previous step;
+    None otherwise."""
     if device.type != "cuda" or num_workers > 0:
         return None
-    return ("note: training.num_workers is 0, so the batches (masks drawn in Python, about 0.5 M tokens/s per "
-            "process) are built in the training process and can starve the GPU; set training.num_workers (12 "
-            "tripled bertkit-mini's throughput on an H100: docs/guide/pretraining.md, 'On a GPU, and on several')")
+    return ("note: training.num_workers is 0, so the batches are built in the training process between steps while "
+            "the GPU waits; set training.num_workers to 1 or 2 to build them during the steps")
 
 
 def pretraining_collator(dataset: Any, seed: int, config: PretrainConfig, evaluation: bool = False):  # noqa: ANN202
@@ -211,14 +231,17 @@ def make_evaluate(dataset: Any, collate: Any, batch_size: int, max_batches: int)
         mlm_loss = mlm_correct = mlm_count = 0.0
         nsp_loss = nsp_correct = nsp_count = 0.0
         for start in range(0, n, batch_size):
-            batch = collate([dataset[i] for i in range(start, min(n, start + batch_size))])
+            batch = collate(dataset.__getitems__(range(start, min(n, start + batch_size))))
             batch = {k: v.to(device) for k, v in batch.items()}
             out = model(**batch)
-            labels = batch["labels"][batch["labels"] != IGNORE_INDEX]  # the logits are at the masked positions only
+            masked = batch["labels"] != IGNORE_INDEX
+            labels = batch["labels"][masked]
+            logits = out.prediction_logits  # at the masked positions only (sparse MLM) or at every position
+            logits = logits[masked] if logits.dim() == 3 else logits
             k = labels.numel()
             if k:
                 mlm_loss += float(out.mlm_loss) * k
-                mlm_correct += float((out.prediction_logits.argmax(-1) == labels).sum())
+                mlm_correct += float((logits.argmax(-1) == labels).sum())
                 mlm_count += k
             if "next_sentence_label" in batch:
                 b = batch["next_sentence_label"].numel()
@@ -295,6 +318,7 @@ def run(config: PretrainConfig, resume: bool = False,
     settings), `on_start`, which writes its record once the run starts (after pretrain_config.yaml), and
     `model_folder`, config.model's config.json as it read it (`read_folder`), so that it is not read again."""
     from bertkit.model import PRESETS
+    from bertkit.model.heads import set_execution
     from bertkit.tokenizer import BertTokenizer
     from bertkit.training.distributed import setup_distributed
     from bertkit.training.provenance import check_output_apart
@@ -326,6 +350,8 @@ def run(config: PretrainConfig, resume: bool = False,
             check_same_vocabulary(model_dir, tok_dir / "vocab.txt")
         if wrap_model is not None:
             model = wrap_model(model)
+        # every BERT in the trained module (a distiller's teacher and student alike), so their logits line up
+        set_execution(model, sparse_mlm=config.sparse_mlm, unpadded=config.unpadded, attention=config.attention)
 
         # Phase k draws its dynamic masks from seed + k: phases over the same data (a batch ramp) see new masks.
         phases = [

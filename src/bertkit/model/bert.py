@@ -12,12 +12,14 @@ in `bertkit.model.kernels` and are exact where it matters (float32 outputs at ev
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit.errors import ConfigError
 from bertkit.model.config import BertConfig
 from bertkit.model.kernels import Dropout, Packing, dropout
 
@@ -94,6 +96,8 @@ class BertSelfAttention(nn.Module):
     def forward(self, x: Tensor, packing: Packing, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
         # x: packed (tokens, hidden)
         qkv = self.project_qkv(x)  # (tokens, 3 * hidden)
+        if packing.offsets is not None and not output_attentions:
+            return self.attend_jagged(qkv, packing.offsets), None
         if packing.groups is None or output_attentions:
             context, probs = self.attend(packing.unpack(qkv), packing.key_mask, output_attentions)
             return packing.pack(context), probs
@@ -125,6 +129,18 @@ class BertSelfAttention(nn.Module):
             probs = None
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         return context.transpose(1, 2).reshape(batch, seq_len, -1), probs  # (batch, seq, hidden)
+
+    def attend_jagged(self, qkv: Tensor, offsets: Tensor) -> Tensor:
+        """Packed (tokens, 3 * hidden), sequence b at rows offsets[b]:offsets[b + 1] -> (tokens, hidden), through
+        PyTorch's variable-length attention (nested jagged tensors): no padding at all. No ALiBi (no bias there)."""
+        tokens = qkv.shape[0]
+        parts = qkv.view(tokens, 3, self.num_heads, self.head_dim).unbind(1)  # each (tokens, heads, head_dim)
+        q, k, v = (torch.nested.nested_tensor_from_jagged(x.contiguous(), offsets).transpose(1, 2) for x in parts)
+        dropout_p = self.dropout_p if self.training else 0.0  # (batch, heads, jagged seq, head_dim) each
+        with warnings.catch_warnings():  # torch's CPU path converts to its prototype strided nested layout
+            warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors is in prototype stage")
+            context = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+        return context.transpose(1, 2).values().reshape(tokens, -1)  # (tokens, hidden)
 
     def alibi_bias(self, seq_len: int, key_mask: Tensor | None, dtype: torch.dtype) -> Tensor:
         """Additive scores -m_h * |i - j|, (1 or batch, heads, seq, seq); masked keys get the dtype's minimum."""
@@ -225,6 +241,9 @@ class BertEncoder(nn.Module):
         self, x: Tensor, packing: Packing, output_hidden_states: bool = False, output_attentions: bool = False
     ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
         # x: packed (tokens, hidden)
+        if self.gradient_checkpointing and self.training and packing.offsets is not None:
+            raise ConfigError("attention 'jagged' cannot be recomputed by activation checkpointing (torch cannot "
+                              "save nested tensors for it); use attention 'auto' or turn activation_checkpointing off")
         hidden_states = [packing.unpack(x)] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for layer in [self.layer[0]] * self.depth if self.shared else self.layer:
@@ -335,6 +354,9 @@ class BertModel(BertPreTrainedModel):
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
+        # How a padded batch is computed (`bertkit.model.heads.set_execution`); neither changes the outputs.
+        self.unpadded = True  # linear layers on the real tokens only (Packing); False: on every position
+        self.attention_kernel = "auto"  # Packing.ATTENTION
         self.post_init()
 
     def forward(
@@ -357,7 +379,8 @@ class BertModel(BertPreTrainedModel):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         # ONNX export traces one graph for every padding: no data-dependent shapes there, same outputs (Packing)
-        packing = Packing(attention_mask, padded=torch.onnx.is_in_onnx_export())
+        packing = Packing(attention_mask, padded=torch.onnx.is_in_onnx_export() or not self.unpadded,
+                          attention=self.attention_kernel)
         x = packing.pack(self.embeddings(input_ids, token_type_ids))  # (tokens, hidden)
         x, hidden_states, attentions = self.encoder(x, packing, output_hidden_states, output_attentions)
         last_hidden_state = packing.unpack(x)  # (batch, seq, hidden)

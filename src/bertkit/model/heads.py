@@ -19,7 +19,7 @@ from bertkit.dataclass_io import config_from_dict
 from bertkit.errors import ConfigError
 from bertkit.model.bert import BertModel, BertPreTrainedModel, activation
 from bertkit.model.config import BertConfig
-from bertkit.model.kernels import Dropout
+from bertkit.model.kernels import Dropout, Packing
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -30,7 +30,7 @@ from bertkit.model.kernels import Dropout
 @dataclass
 class BertForPreTrainingOutput:
     loss: Tensor | None  # MLM + NSP
-    prediction_logits: Tensor  # (batch, seq, vocab); with labels: (num_masked, vocab) at the masked positions only
+    prediction_logits: Tensor  # (batch, seq, vocab); with labels and sparse_mlm: (num_masked, vocab) at those only
     seq_relationship_logits: Tensor  # (batch, 2); 0 = IsNext, 1 = NotNext
     mlm_loss: Tensor | None = None
     nsp_loss: Tensor | None = None
@@ -41,7 +41,7 @@ class BertForPreTrainingOutput:
 @dataclass
 class MaskedLMOutput:
     loss: Tensor | None
-    logits: Tensor  # (batch, seq, vocab); with labels: (num_masked, vocab)
+    logits: Tensor  # (batch, seq, vocab); with labels and sparse_mlm: (num_masked, vocab)
     hidden_states: tuple[Tensor, ...] | None = None
     attentions: tuple[Tensor, ...] | None = None
 
@@ -118,10 +118,16 @@ class BertPreTrainingHeads(nn.Module):
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
 
 
-def masked_lm_logits(head: BertLMPredictionHead, sequence: Tensor, labels: Tensor | None) -> tuple[Tensor, Tensor | None]:
-    """MLM logits and loss. With labels, the decoder runs only where a label is set: (num_masked, vocab)."""
+def masked_lm_logits(head: BertLMPredictionHead, sequence: Tensor, labels: Tensor | None,
+                     sparse: bool = True) -> tuple[Tensor, Tensor | None]:
+    """MLM logits and loss. With labels and `sparse`, the transform and decoder run only where a label is set:
+    logits (num_masked, vocab), the loss the same as the dense one (NVIDIA's BERT and MosaicBERT do the same).
+    Without labels, or not `sparse`, every position: (batch, seq, vocab), as transformers computes them."""
     if labels is None:
         return head(sequence), None
+    if not sparse:
+        logits = head(sequence)
+        return logits, F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.reshape(-1))
     selected = labels.reshape(-1) != IGNORE_INDEX
     logits = head(sequence.reshape(-1, sequence.shape[-1])[selected])
     return logits, F.cross_entropy(logits.float(), labels.reshape(-1)[selected])
@@ -147,8 +153,35 @@ def base_model(model: BertPreTrainedModel) -> BertModel:
 class _MLMHeadMixin:
     """Ties the MLM decoder weight to the input word embeddings."""
 
+    sparse_mlm: bool = True  # with labels, MLM logits at the masked positions only (`masked_lm_logits`)
+
     def tie_weights(self) -> None:
         self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
+
+
+def set_execution(model: nn.Module, sparse_mlm: bool | None = None, unpadded: bool | None = None,
+                  attention: str | None = None) -> None:
+    """Choose how every BERT inside `model` computes a training step; None leaves a setting as it is. None of them
+    changes the weights, config.json or the loss (parity tests: tests/model/test_execution.py):
+
+    - `sparse_mlm` (default True): the MLM transform and decoder only at the masked positions;
+    - `unpadded` (default True): linear layers, LayerNorm and GELU on the real tokens only (`Packing`);
+    - `attention` (for padded batches, with `unpadded`): "auto" (default; grouped by length on CPU), "padded",
+      or "jagged" (PyTorch's variable-length attention on nested tensors; not with ALiBi).
+    """
+    if attention is not None and attention not in Packing.ATTENTION:
+        raise ConfigError(f"attention = {attention!r}: expected one of {', '.join(Packing.ATTENTION)}")
+    for module in model.modules():
+        if isinstance(module, _MLMHeadMixin) and sparse_mlm is not None:
+            module.sparse_mlm = sparse_mlm
+        if isinstance(module, BertModel):
+            if attention == "jagged" and module.config.alibi:
+                raise ConfigError("attention = 'jagged' has no attention bias, so it cannot run an ALiBi model "
+                                  "(config alibi: true); use 'auto' or 'padded'")
+            if unpadded is not None:
+                module.unpadded = unpadded
+            if attention is not None:
+                module.attention_kernel = attention
 
 
 class BertForPreTraining(_MLMHeadMixin, BertHeadModel):
@@ -170,7 +203,8 @@ class BertForPreTraining(_MLMHeadMixin, BertHeadModel):
         output_attentions: bool = False,
     ) -> BertForPreTrainingOutput:
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
-        prediction_logits, mlm_loss = masked_lm_logits(self.cls.predictions, out.last_hidden_state, labels)
+        prediction_logits, mlm_loss = masked_lm_logits(self.cls.predictions, out.last_hidden_state, labels,
+                                                       self.sparse_mlm)
         nsp_logits = self.cls.seq_relationship(out.pooler_output)  # (batch, 2)
         nsp_loss = None if next_sentence_label is None else F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
         losses = [x for x in (mlm_loss, nsp_loss) if x is not None]  # masked LM alone without NSP labels (RoBERTa)
@@ -199,7 +233,7 @@ class BertForMaskedLM(_MLMHeadMixin, BertHeadModel):
         output_attentions: bool = False,
     ) -> MaskedLMOutput:
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
-        logits, loss = masked_lm_logits(self.cls.predictions, out.last_hidden_state, labels)
+        logits, loss = masked_lm_logits(self.cls.predictions, out.last_hidden_state, labels, self.sparse_mlm)
         return MaskedLMOutput(loss, logits, out.hidden_states, out.attentions)
 
 

@@ -1,0 +1,175 @@
+"""Dynamic masked-LM masks for a whole padded batch at once: numpy array operations, no per-token Python.
+
+The recipe is `bertkit.data.pretraining.mask_tokens`'s (which draws the static masks stored at preparation):
+each sequence predicts exactly `min(max_predictions_per_seq, max(1, round(n * masked_lm_prob)))` of its n
+non-special tokens ([CLS], [SEP], [PAD] never), chosen uniformly; with whole-word masking the unit is a word
+(a piece and the `##` pieces directly after it), taken in random order, a word that no longer fits being skipped
+for the next one (the reference's greedy rule, here run as a few rounds over the batch). Each predicted token
+becomes [MASK] with `mask_token_prob`, a random ordinary token with `random_token_prob`, else stays (paper, 3.1).
+
+The randomness is counter-based: every draw is splitmix64 (Steele et al. 2014) of (instance key, position,
+stream), the instance key a function of (seed, epoch, dataset index). So an instance's mask depends on those
+three only, not on the batch it lands in, its order, the DataLoader worker or the number of processes, and a
+resumed run redraws exactly the masks it would have drawn, with no generator state to checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from bertkit.data.dataset import IGNORE_INDEX
+from bertkit.data.pretraining import VocabInfo
+from bertkit.errors import DataError
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_ACTION_STREAM = 1 << 16  # counter offset of the replacement draws (positions are < 2**16: max_length <= 65535)
+_POSITION_BITS = np.uint64(0xFFFF)
+_NONE = np.uint64(np.iinfo(np.uint64).max)  # the sort key of a token that cannot be chosen
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser, element-wise on uint64 (wrapping arithmetic): a well-mixed hash of a counter."""
+    z = x + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+def instance_keys(seed: int, epoch: int, indices: np.ndarray) -> np.ndarray:
+    """The random key of each instance in one epoch, (batch,) uint64: a pure function of (seed, epoch, index)."""
+    digest = hashlib.sha256(f"bertkit-dynamic-mask:{seed}:{epoch}".encode()).digest()
+    base = np.frombuffer(digest[:8], dtype="<u8").astype(np.uint64)
+    return splitmix64(base + np.asarray(indices, dtype=np.int64).astype(np.uint64) * _GOLDEN)
+
+
+def _draws(keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
+    """64 random bits per (instance key, counter), broadcast together."""
+    return splitmix64(keys + counters.astype(np.uint64) * _GOLDEN)
+
+
+@dataclass(frozen=True)
+class MaskTables:
+    """A vocabulary as masking reads it: lookup tables by token id."""
+
+    special: np.ndarray  # (vocab,) bool: never predicted ([CLS], [SEP], [PAD])
+    continuation: np.ndarray  # (vocab,) bool: "##" pieces (whole-word masking)
+    random_ids: np.ndarray  # (candidates,) int64: ids a predicted token may be replaced with
+    mask_id: int
+
+    @classmethod
+    def from_vocab(cls, vocab: VocabInfo) -> "MaskTables":
+        """Build the tables once per collator."""
+        special = np.zeros(vocab.vocab_size, dtype=bool)
+        special[list(vocab.special_ids)] = True
+        continuation = np.zeros(vocab.vocab_size, dtype=bool)
+        continuation[list(vocab.continuation_ids)] = True
+        return cls(special, continuation, np.asarray(vocab.random_ids, dtype=np.int64), vocab.mask_id)
+
+
+def predictions_per_row(non_special: np.ndarray, masked_lm_prob: float, max_predictions_per_seq: int) -> np.ndarray:
+    """How many tokens each sequence predicts: min(max, max(1, round(n * prob))), 0 without a non-special token.
+    np.rint rounds half to even, as Python's round does in `mask_tokens`."""
+    k = np.minimum(max_predictions_per_seq, np.maximum(1, np.rint(non_special * masked_lm_prob))).astype(np.int64)
+    return np.where(non_special > 0, k, 0)
+
+
+def _choose_tokens(keys: np.ndarray, candidate: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """(batch, seq) bool: in each row the k[row] candidates of smallest key (a uniform draw without replacement)."""
+    keys = np.where(candidate, keys, _NONE)
+    kth = np.sort(keys, axis=1)[np.arange(len(k)), np.maximum(k - 1, 0)]
+    return candidate & (keys <= kth[:, None]) & (k > 0)[:, None]
+
+
+def _choose_words(row_keys: np.ndarray, ids: np.ndarray, candidate: np.ndarray, tables: MaskTables,
+                  k: np.ndarray) -> np.ndarray:
+    """(batch, seq) bool: whole words in random order, each taken while it fits the row's budget k (greedy)."""
+    batch, width = ids.shape
+    cols = np.arange(width)
+    after_candidate = np.zeros_like(candidate)
+    after_candidate[:, 1:] = candidate[:, :-1]
+    starts = candidate & ~(tables.continuation[ids] & after_candidate)  # a word's first piece
+    word = np.cumsum(starts.ravel()).reshape(batch, width) - 1  # word number in the batch, at its pieces
+    first_col = np.maximum.accumulate(np.where(starts, cols, 0), axis=1)
+    # Sort key: the word's random draw in the high bits, the position in the low 16, so a row sorts word by word
+    # in random word order, each word's pieces together, and the sorted keys still say where each piece is.
+    key = (_draws(row_keys[:, None], first_col) & ~_POSITION_BITS) | cols.astype(np.uint64)
+    s_col = (np.sort(np.where(candidate, key, _NONE), axis=1) & _POSITION_BITS).astype(np.intp)
+    n_cand = candidate.sum(1)  # the candidates sort first
+    sizes = np.bincount(word[candidate], minlength=1)
+    taken = np.zeros(len(sizes), dtype=bool)
+    remaining = k.copy()
+
+    def view(rows: np.ndarray, upto: int) -> tuple[np.ndarray, ...]:
+        """The first `upto` sorted places of `rows`: word number (-1: none), word size, last piece, candidate."""
+        ext = min(upto + 1, width)  # one place more tells whether the last one ends its word
+        cand = cols[None, :ext] < n_cand[rows, None]
+        s_word = np.where(cand, np.take_along_axis(word[rows], np.minimum(s_col[rows, :ext], width - 1), axis=1), -1)
+        last = cand & (s_word != np.concatenate([s_word[:, 1:], np.full((len(rows), 1), -1)], axis=1))
+        s_word, last, cand = s_word[:, :upto], last[:, :upto], cand[:, :upto]
+        return s_word, np.where(cand, sizes[np.maximum(s_word, 0)], 0), last, cand
+
+    def rounds(rows: np.ndarray, s_word: np.ndarray, size: np.ndarray, last: np.ndarray, cand: np.ndarray) -> None:
+        """Each round takes, per row, the longest run of the remaining words (in key order) that fits; the first
+        word that did not fit is larger than what is left, so the next round skips it and goes on, as the greedy
+        loop does. A row leaves when no word is taken (in a whole row: when none fits any more)."""
+        cand &= ~taken[np.maximum(s_word, 0)] & (size <= remaining[rows, None])
+        while len(rows):
+            fits = cand & last & (np.cumsum(cand, axis=1) <= remaining[rows, None])
+            taken[s_word[fits]] = True
+            remaining[rows] -= np.where(fits, size, 0).sum(1)
+            cand &= ~taken[np.maximum(s_word, 0)] & (size <= remaining[rows, None])
+            more = fits.any(1) & cand.any(1)
+            rows, cand, size, last, s_word = rows[more], cand[more], size[more], last[more], s_word[more]
+
+    # The greedy loop rarely reads far down a row: first the leading places of every row, then the whole of the
+    # few rows that still have budget and places left. Exact: the first pass decides a prefix of each row's words.
+    upto = min(width, 2 * int(k.max(initial=0)) + 16)
+    every = np.arange(batch)
+    rounds(every, *view(every, upto))
+    rest = np.flatnonzero((remaining > 0) & (n_cand > upto))
+    if len(rest):
+        rounds(rest, *view(rest, width))
+    return candidate & taken[np.maximum(word, 0)]
+
+
+def mask_batch(
+    ids: np.ndarray,
+    row_keys: np.ndarray,
+    tables: MaskTables,
+    masked_lm_prob: float = 0.15,
+    max_predictions_per_seq: int = 20,
+    whole_word_mask: bool = False,
+    mask_token_prob: float = 0.8,
+    random_token_prob: float = 0.1,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Masked-LM inputs and targets of a padded batch: `ids` (batch, seq) int64 (padding = [PAD]) and each row's
+    key (`instance_keys`) -> (masked ids, labels: the original id where predicted, IGNORE_INDEX elsewhere)."""
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= len(tables.special)):
+        raise DataError(f"token id {int(ids.max()) if ids.max() >= len(tables.special) else int(ids.min())} is "
+                        f"outside the vocabulary of {len(tables.special)} tokens: the data was prepared with another "
+                        "tokenizer")
+    candidate = ~tables.special[ids]
+    k = predictions_per_row(candidate.sum(1), masked_lm_prob, max_predictions_per_seq)
+    if whole_word_mask:
+        chosen = _choose_words(row_keys, ids, candidate, tables, k)
+    else:
+        chosen = _choose_tokens(_draws(row_keys[:, None], np.arange(ids.shape[1])), candidate, k)
+    labels = np.where(chosen, ids, IGNORE_INDEX)
+    where = np.flatnonzero(chosen)
+    originals = ids.ravel()[where]
+    # One 64-bit draw per predicted token: the low 32 bits pick [MASK] / random / keep, the high 32 the random id.
+    bits = _draws(row_keys[where // ids.shape[1]], where % ids.shape[1] + _ACTION_STREAM)
+    action = bits & np.uint64(0xFFFFFFFF)
+    to_mask = np.uint64(round(mask_token_prob * 2**32))
+    to_random = to_mask + np.uint64(round(random_token_prob * 2**32))
+    pick = ((bits >> np.uint64(32)) * np.uint64(len(tables.random_ids))) >> np.uint64(32)
+    replaced = np.where(action < to_mask, tables.mask_id,
+                        np.where(action < to_random, tables.random_ids[pick.astype(np.int64)], originals))
+    out = ids.copy()
+    out.ravel()[where] = replaced
+    return out, labels

@@ -1,0 +1,24 @@
+"""bench_pretrain_step's work accounting: the model FLOPs per real token of the plain path and of the levers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench_pretrain_step  # noqa: E402
+
+
+def test_flops_per_token_by_hand() -> None:
+    """L1 H2 I4 V10; two sequences of 2 and 1 tokens padded to 2, one masked token. Per position: 6 x (4 H^2 +
+    2 H I) = 192 in the linear layers, 12 L H = 24 per (query, key) pair, 6 x (H^2 + H V) = 144 per MLM row."""
+    shape = dict(num_hidden_layers=1, hidden_size=2, intermediate_size=4, vocab_size=10)
+    batch = dict(input_ids=torch.tensor([[5, 6], [7, 0]]), attention_mask=torch.tensor([[1, 1], [1, 0]]),
+                 labels=torch.tensor([[-100, 6], [-100, -100]]))
+    f = bench_pretrain_step.flops_per_token
+    assert f(shape, [batch], sparse_mlm=False, unpadded=False) == pytest.approx((192 * 4 + 24 * 8 + 144 * 4) / 3)
+    assert f(shape, [batch], sparse_mlm=True, unpadded=True) == pytest.approx((192 * 3 + 24 * 5 + 144 * 1) / 3)
+    assert f(shape, [batch], sparse_mlm=True, unpadded=False) == pytest.approx((192 * 4 + 24 * 8 + 144 * 1) / 3)

@@ -1,0 +1,114 @@
+"""The training-step levers (`set_execution`): sparse MLM, unpadded linear layers, grouped / padded / jagged
+attention. Each against the plain path (every position, dense MLM logits, as transformers computes): the same loss
+within 1e-5 relative and the same gradients within 1e-5 of each parameter's largest gradient, in float32; the
+weights' names and config.json do not change."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertkit.errors import ConfigError
+from bertkit.model import BertConfig, BertForMaskedLM, BertForPreTraining
+from bertkit.model.heads import set_execution
+from bertkit.model.kernels import Packing
+
+TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+LOSS_RTOL = 1e-5
+GRAD_RTOL = 1e-5  # of each parameter's largest gradient entry
+
+LEVERS = {
+    "sparse MLM": dict(sparse_mlm=True, unpadded=False),
+    "unpadded, grouped attention": dict(sparse_mlm=False, unpadded=True, attention="auto"),
+    "unpadded, padded attention": dict(sparse_mlm=False, unpadded=True, attention="padded"),
+    "unpadded, jagged attention": dict(sparse_mlm=False, unpadded=True, attention="jagged"),
+    "all (the default)": dict(sparse_mlm=True, unpadded=True, attention="auto"),
+    "all, jagged attention": dict(sparse_mlm=True, unpadded=True, attention="jagged"),
+}
+
+
+def padded_batch(vocab: int, batch: int = 12, width: int = 64, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Lengths 6..64 (spread enough that the CPU groups attention by length), 15% of real tokens labelled."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.cat([torch.tensor([width, 6]), torch.randint(6, width + 1, (batch - 2,), generator=g)])
+    real = torch.arange(width)[None, :] < lengths[:, None]
+    ids = torch.where(real, torch.randint(5, vocab, (batch, width), generator=g), 0)
+    chosen = (torch.rand(batch, width, generator=g) < 0.15) & real
+    chosen[:, 1] = True  # at least one per row
+    return dict(input_ids=torch.where(chosen, 4, ids), attention_mask=real.long(),
+                token_type_ids=((torch.arange(width)[None, :] >= lengths[:, None] // 2) & real).long(),
+                labels=torch.where(chosen, ids, -100), next_sentence_label=torch.randint(0, 2, (batch,), generator=g))
+
+
+def loss_and_grads(model: torch.nn.Module, batch: dict[str, torch.Tensor], **levers) -> tuple[float, dict]:
+    set_execution(model, **levers)
+    model.zero_grad(set_to_none=True)
+    loss = model(**batch).loss
+    loss.backward()
+    return float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def assert_same(got: tuple[float, dict], want: tuple[float, dict], what: str) -> None:
+    assert got[0] == pytest.approx(want[0], rel=LOSS_RTOL), what
+    assert got[1].keys() == want[1].keys(), what
+    for name, g in want[1].items():
+        scale = float(g.abs().max())
+        assert float((got[1][name] - g).abs().max()) <= GRAD_RTOL * scale + 1e-12, f"{what}: {name}"
+
+
+@pytest.mark.parametrize("lever", list(LEVERS))
+def test_every_lever_gives_the_plain_loss_and_gradients(lever: str) -> None:
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(**TINY)).train()  # dropout 0: train mode, deterministic
+    batch = padded_batch(99)
+    plain = loss_and_grads(model, batch, sparse_mlm=False, unpadded=False, attention="auto")
+    # the batch takes the paths named: length groups under "auto" on CPU, one nested tensor under "jagged"
+    assert Packing(batch["attention_mask"]).groups and Packing(batch["attention_mask"], attention="jagged").offsets is not None
+    assert_same(loss_and_grads(model, batch, **LEVERS[lever]), plain, lever)
+
+
+def test_levers_on_the_bertkit_mini_architecture() -> None:
+    """Pre-LN and ALiBi (bertkit-mini's), masked LM alone: sparse + unpadded against the plain path."""
+    torch.manual_seed(1)
+    model = BertForMaskedLM(BertConfig(**TINY, layer_norm_position="pre", alibi=True)).train()
+    batch = {k: v for k, v in padded_batch(99, seed=1).items() if k != "next_sentence_label"}
+    plain = loss_and_grads(model, batch, sparse_mlm=False, unpadded=False)
+    assert_same(loss_and_grads(model, batch, sparse_mlm=True, unpadded=True, attention="auto"), plain, "mini arch")
+    with pytest.raises(ConfigError, match="'jagged' has no attention bias"):
+        set_execution(model, attention="jagged")
+    with pytest.raises(ConfigError, match="attention = 'flash': expected one of auto, padded, jagged"):
+        set_execution(model, attention="flash")
+
+
+def test_dense_logits_cover_every_position_and_the_folder_is_unchanged(tmp_path: Path) -> None:
+    torch.manual_seed(2)
+    model = BertForPreTraining(BertConfig(**TINY)).eval()
+    batch = padded_batch(99, seed=2)
+    model.save_pretrained(str(tmp_path / "before"))
+    keys = list(model.state_dict())
+    with torch.no_grad():
+        sparse = model(**batch).prediction_logits
+        set_execution(model, sparse_mlm=False, unpadded=False, attention="jagged")
+        dense = model(**batch).prediction_logits
+    assert dense.shape == (*batch["input_ids"].shape, 99)
+    masked = batch["labels"] != -100
+    torch.testing.assert_close(dense[masked], sparse, rtol=1e-5, atol=1e-5)
+    assert list(model.state_dict()) == keys
+    model.save_pretrained(str(tmp_path / "after"))
+    for name in ("config.json", "model.safetensors"):
+        assert (tmp_path / "before" / name).read_bytes() == (tmp_path / "after" / name).read_bytes(), name
+    assert "sparse_mlm" not in json.loads((tmp_path / "after" / "config.json").read_text())
+
+
+def test_jagged_attention_refuses_activation_checkpointing() -> None:
+    model = BertForPreTraining(BertConfig(**TINY)).train()
+    set_execution(model, attention="jagged")
+    model.set_activation_checkpointing(True)
+    with pytest.raises(ConfigError, match="'jagged' cannot be recomputed by activation checkpointing"):
+        model(**padded_batch(99))
+    model.set_activation_checkpointing(False)
+    assert model(**padded_batch(99)).loss > 0
