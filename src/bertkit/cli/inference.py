@@ -63,5 +63,8 @@ def embed_command(args: argparse.Namespace) -> int:
         print(f"warning: {name}: {result.blank_count} empty line(s) ({shown}), each kept as the empty text (one "
               "output per line)", file=sys.stderr)
     skipped = f" ({result.shards_skipped} finished shards kept)" if result.shards_skipped else ""
+    if result.rank:
+        print(f"rank {result.rank}: embedded {result.rows} rows{skipped}", file=sys.stderr)
+        return 0
     print(f"wrote {result.rows} x {result.dim} embeddings to {result.output}{skipped}", file=sys.stderr)
     return 0

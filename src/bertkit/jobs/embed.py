@@ -128,6 +128,8 @@ class EmbedResult:
     blank_lines: list[int]
     """The first blank rows' line numbers (this rank's)."""
     blank_count: int
+    rank: int = 0
+    """The torchrun rank that did this part (0 in a single process; rank 0 wrote the manifest)."""
 
 
 def encode_texts(encoder: Encoder, texts: list[str], config: EmbedConfig) -> np.ndarray:
@@ -259,7 +261,7 @@ def _embed_shards(c: EmbedConfig, encoder: Encoder, folder: Path, mine: range | 
                   info: DistInfo, resuming: bool) -> EmbedResult:
     """Embed this rank's shards of the input into `folder`, skipping the finished ones when `resuming`."""
     dim = encoder.config.hidden_size
-    result = EmbedResult(0, dim, str(folder), 0, 0, [], 0)
+    result = EmbedResult(0, dim, str(folder), 0, 0, [], 0, info.rank)
     todo = total if mine is None else min(total or 0, mine.stop * c.shard_size) - mine.start * c.shard_size
     rows = read_texts(c.input, c.format, c.text_field, c.id_field)
     with progress_bar(todo, "embed", "texts", enabled=c.progress and info.is_main,
