@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from bertkit.data.corpus import json_line
 from bertkit.errors import ConfigError, data_error
 
 FORMATS = ("auto", "text", "jsonl", "csv", "tsv", "parquet")
@@ -112,10 +113,7 @@ def _jsonl_rows(f: TextIO, name: str, fmt: str, text_field: str, id_field: str |
     for line, raw in enumerate(f, start=1):
         if not raw.strip():
             continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise data_error(name, line, f"not valid JSON ({e.msg} at column {e.colno})") from None
+        record = json_line(raw, name, line)
         if not isinstance(record, dict):
             raise data_error(name, line, f"expected a JSON object, found {type(record).__name__}")
         yield _row(record, name, line, text_field, id_field)
