@@ -7,13 +7,14 @@
   sentence-transformers' `util.semantic_search` on the same vectors (exact recall must be equal).
 - `synthetic`: queries/s of exact (IndexFlatIP) and IVF search on a synthetic 1 M x 384 clustered, normalised
   index, and each IVF setting's recall@10 against exact's top 10; the ratio at the fastest setting within 2 points.
-- `stream`: `bertkit embed` on a 2 M-line file (WikiText-2 lines, repeated) with a tiny random model in a
-  subprocess: its peak RSS and texts/s; then, on a subset with bertkit-mini, the streaming job against the
+- `stream`: `bertkit embed` on files of --stream-lines lines (WikiText-2 lines, repeated) with a tiny random
+  model, each in its own process: its peak RSS and texts/s (flat memory: the same peak for 10x the lines);
+  then, on a subset with bertkit-mini, the streaming job against the
   in-memory path of the old verb (`bertkit.load(m).encode(all lines)`), interleaved repeats, texts/s ratio.
 
     python3 benchmarks/bench_retrieval.py --json docs/results/retrieval-epyc-avx2-2026-11-25.json
         [--sections squad,synthetic,stream] [--work /tmp/retrieval] [--rows 1000000] [--queries 1000]
-        [--stream-lines 2000000] [--parity-lines 5000] [--repeats 3]
+        [--stream-lines 20000,2000000] [--parity-lines 5000] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ def synthetic_section(rows: int, queries: int, repeats: int) -> dict[str, Any]:
     return out
 
 
-def stream_section(work: Path, lines: int, parity_lines: int, repeats: int) -> dict[str, Any]:
+def stream_section(work: Path, lines: list[int], parity_lines: int, repeats: int) -> dict[str, Any]:
     import torch
 
     import bertkit
@@ -186,10 +187,6 @@ def stream_section(work: Path, lines: int, parity_lines: int, repeats: int) -> d
     source = [x.strip() for name in ("valid.txt", "test.txt")
               for x in (DATA / "wikitext2" / name).read_text(encoding="utf-8").splitlines()]
     source = [x[:200] for x in source if x and not x.startswith("=")]  # lines of up to 200 characters
-    big = work / "lines-2m.txt"
-    with open(big, "w", encoding="utf-8") as f:
-        for i in range(lines):
-            f.write(source[i % len(source)] + "\n")
     tiny = work / "tiny-model"
     if not tiny.is_dir():  # hidden 32, 2 layers, bertkit-mini's vocabulary: the streaming's cost, not the model's
         torch.manual_seed(0)
@@ -198,23 +195,33 @@ def stream_section(work: Path, lines: int, parity_lines: int, repeats: int) -> d
         mini = Path(bertkit.__file__).parent / "pretrained" / "bertkit-mini"
         for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
             shutil.copy(mini / name, tiny / name)
-    out_dir = work / "stream-out"
-    shutil.rmtree(out_dir, ignore_errors=True)
-    command = [sys.executable, "-m", "bertkit", "embed", str(big), "-o", str(out_dir), "--model", str(tiny),
-               "--precision", "fp32", "--batch-size", "128"]
-    print("stream:", " ".join(command), flush=True)
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ})
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(done.stderr[-2000:])
-    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    progress = [x for x in done.stderr.splitlines() if x.startswith("embed:")]
-    result: dict[str, Any] = {"lines": lines, "model": "random tiny (hidden 32, 2 layers)",
-                              "peak_rss_mb": peak_kb / 1024, "wall_s": wall, "texts_per_s": lines / wall,
-                              "progress_lines": progress[:2] + progress[-1:]}
-    print(f"stream: {lines} lines in {wall:.0f} s, peak RSS {peak_kb / 1024:.0f} MB", flush=True)
-    shutil.rmtree(out_dir, ignore_errors=True)
+    result: dict[str, Any] = {"model": "random tiny (hidden 32, 2 layers, bertkit-mini's vocabulary)", "runs": []}
+    for n in lines:  # each in its own process, which reports its own peak RSS
+        big = work / f"lines-{n}.txt"
+        with open(big, "w", encoding="utf-8") as f:
+            for i in range(n):
+                f.write(source[i % len(source)] + "\n")
+        out_dir = work / "stream-out"
+        shutil.rmtree(out_dir, ignore_errors=True)
+        args = ["embed", str(big), "-o", str(out_dir), "--model", str(tiny), "--precision", "fp32", "--batch-size",
+                "128"]
+        code = ("import resource, sys\nfrom bertkit.cli import main\nrc = main(sys.argv[1:])\n"
+                "print('peak_rss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+                "sys.exit(rc)")
+        print("stream: bertkit", " ".join(args), flush=True)
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        if done.returncode != 0:
+            raise SystemExit(done.stderr[-2000:])
+        peak_kb = int(done.stderr.split("peak_rss_kb")[-1].split()[0])
+        progress = [x for x in done.stderr.splitlines() if x.startswith("embed:")]
+        run = {"lines": n, "input_mb": big.stat().st_size / 2**20, "peak_rss_mb": peak_kb / 1024, "wall_s": wall,
+               "texts_per_s": n / wall, "progress_lines": progress[:1] + progress[-1:]}
+        result["runs"].append(run)
+        print(f"stream: {run}", flush=True)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        big.unlink()
     # throughput parity on a subset, with bertkit-mini: the streaming job against the old in-memory verb
     subset = work / "parity.txt"
     subset.write_text("".join(source[i % len(source)] + "\n" for i in range(parity_lines)))
@@ -246,7 +253,8 @@ def main() -> None:
     parser.add_argument("--sections", default="squad,synthetic,stream")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=1000)
-    parser.add_argument("--stream-lines", type=int, default=2_000_000)
+    parser.add_argument("--stream-lines", default="20000,2000000",
+                        help="line counts of the streaming runs, separated by commas (flat memory: equal peaks)")
     parser.add_argument("--parity-lines", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
@@ -261,7 +269,7 @@ def main() -> None:
         elif section == "synthetic":
             report["synthetic"] = synthetic_section(args.rows, args.queries, args.repeats)
         elif section == "stream":
-            report["stream"] = stream_section(args.work, args.stream_lines, args.parity_lines, args.repeats)
+            report["stream"] = stream_section(args.work, [int(n) for n in args.stream_lines.split(",")], args.parity_lines, args.repeats)
         else:
             raise SystemExit(f"unknown section {section!r}")
         args.json.parent.mkdir(parents=True, exist_ok=True)

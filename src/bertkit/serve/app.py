@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import torch
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from bertkit.dataclass_io import field_docs
@@ -365,6 +365,11 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
         """A request the library refuses (ValueError, or a BertkitError naming the input): 400 with the reason."""
         return JSONResponse(status_code=400, content={"detail": str(exc)})
 
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page() -> HTMLResponse:
+        """The service's page: a panel per endpoint this model has, to try each in a browser."""
+        return HTMLResponse(service_page())
+
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "model": predictor.head, "endpoints": sorted(batchers),
@@ -410,6 +415,24 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
         add_task_route(app, declared, predictor, batcher, check_texts, run)
 
     return app
+
+
+# The page's first inputs for the built-in endpoints; a task's come from its serving declaration.
+PAGE_EXAMPLES: dict[str, dict[str, Any]] = {
+    "embed": {"texts": ["A cat sat on the mat.", "Stock markets fell sharply today."]},
+    "fill-mask": {"texts": ["Paris is the [MASK] of France."], "top_k": 5},
+    "search": {"queries": ["a question about the corpus"], "top_k": 5},
+}
+
+
+def service_page() -> str:
+    """The bundled page (serve/page/index.html: plain HTML and JavaScript, nothing fetched from elsewhere) with
+    every endpoint's example request in it."""
+    from importlib import resources
+
+    examples = {**PAGE_EXAMPLES, **{s.endpoint: s.examples[0] for s in task_endpoints() if s.examples}}
+    html = (resources.files("bertkit.serve") / "page" / "index.html").read_text(encoding="utf-8")
+    return html.replace("__EXAMPLES__", json.dumps(examples).replace("</", "<\\/"))
 
 
 def task_endpoints() -> list[Serving]:
