@@ -356,7 +356,8 @@ def test_11_embed_on_a_full_disk_names_the_file(tmp_path: Path, small_disk: Path
     """#11: numpy's errno-less `OSError: N requested and M written` is an OutputError naming the file; nothing left."""
     import bertkit.jobs.embed
 
-    monkeypatch.setattr(bertkit.jobs.embed, "encode_texts", lambda encoder, texts, config: np.ones((3000, 384), np.float32))
+    monkeypatch.setattr(bertkit.jobs.embed, "encode_texts",
+                        lambda encoder, texts, config, bar: np.ones((3000, 384), np.float32))
     (tmp_path / "s.txt").write_text("the cat\n" * 3000)
     assert main(["embed", str(tmp_path / "s.txt"), "-o", str(small_disk / "full" / "e.npy"),
                  "--model", _folder_str(tmp_path)]) == 1

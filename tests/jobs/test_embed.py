@@ -127,7 +127,7 @@ def test_rows_are_read_lazily_and_the_job_holds_one_shard(model: str, tmp_path: 
     assert first.text == line.strip() and first.line == 1 and peak < 200_000
     calls: list[int] = []
 
-    def stand_in(encoder: object, texts: list[str], config: EmbedConfig) -> np.ndarray:
+    def stand_in(encoder: object, texts: list[str], config: EmbedConfig, bar: object) -> np.ndarray:
         calls.append(len(texts))
         return np.zeros((len(texts), 32), np.float32)
 

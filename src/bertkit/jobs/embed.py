@@ -132,10 +132,11 @@ class EmbedResult:
     """The torchrun rank that did this part (0 in a single process; rank 0 wrote the manifest)."""
 
 
-def encode_texts(encoder: Encoder, texts: list[str], config: EmbedConfig) -> np.ndarray:
-    """One chunk's (rows, dim) float32 embeddings: exactly what `bertkit.load(model).encode(texts, ...)` returns."""
-    return encoder.encode(texts, pooling=config.pooling, normalize=config.normalize,
-                          batch_size=config.batch_size).numpy()
+def encode_texts(encoder: Encoder, texts: list[str], config: EmbedConfig, bar: Any = None) -> np.ndarray:
+    """One chunk's (rows, dim) float32 embeddings: exactly what `bertkit.load(model).encode(texts, ...)` returns;
+    the progress `bar` advances after every forward pass."""
+    return encoder.encode(texts, pooling=config.pooling, normalize=config.normalize, batch_size=config.batch_size,
+                          on_batch=bar.update if bar is not None else None).numpy()
 
 
 def chunks(rows: Iterator[TextRow], size: int) -> Iterator[list[TextRow]]:
@@ -274,13 +275,13 @@ def _embed_shards(c: EmbedConfig, encoder: Encoder, folder: Path, mine: range | 
             result.rows += len(chunk)
             if resuming and finished_rows(folder, k, dim, c.dtype) == len(chunk):
                 result.shards_skipped += 1
+                bar.update(len(chunk))
             else:
-                vectors = _checked(encode_texts(encoder, [r.text for r in chunk], c), chunk, c,
+                vectors = _checked(encode_texts(encoder, [r.text for r in chunk], c, bar), chunk, c,
                                    f"shard {k} was not written")
                 write_shard(folder, k, vectors.astype(c.dtype), [(r.id, r.text) for r in chunk])
                 result.shards_computed += 1
             _note_blanks(chunk, result)
-            bar.update(len(chunk))
     if not result.rows and mine is None:
         raise data_error(c.input if c.input != "-" else "<stdin>", None, "no text to embed")
     return result
@@ -327,12 +328,12 @@ def _run_to_npy(c: EmbedConfig) -> EmbedResult:
         f.write(npy_header((total or 0, dim), c.dtype))
         with progress_bar(total, "embed", "texts", enabled=c.progress, interval=PROGRESS_INTERVAL_S) as bar:
             for chunk in chunks(read_texts(c.input, c.format, c.text_field, c.id_field), c.shard_size):
-                vectors = _checked(encode_texts(encoder, [r.text for r in chunk], c), chunk, c, "nothing was written")
+                vectors = _checked(encode_texts(encoder, [r.text for r in chunk], c, bar), chunk, c,
+                                   "nothing was written")
                 f.write(vectors.astype(c.dtype).tobytes())
                 result.rows += len(chunk)
                 result.shards_computed += 1
                 _note_blanks(chunk, result)
-                bar.update(len(chunk))
         if not result.rows:
             raise data_error("<stdin>" if c.input == "-" else c.input, None, "no text to embed")
         if result.rows != (total or 0):
