@@ -246,6 +246,57 @@ def stream_section(work: Path, lines: list[int], parity_lines: int, repeats: int
     return result
 
 
+def tables(report: dict[str, Any]) -> dict[str, Any]:
+    """The report's tables (docs/generate.py renders them), from the sections it has."""
+    out: dict[str, Any] = {}
+    if "squad" in report:
+        rows = []
+        for model, r in report["squad"]["models"].items():
+            for method in ("exact", "hnsw", "ivf", "sentence-transformers"):
+                rows.append({"model": model, "method": {"exact": "bertkit exact", "hnsw": "bertkit HNSW",
+                                                        "ivf": "bertkit IVF", "sentence-transformers":
+                                                        "sentence-transformers util.semantic_search"}[method],
+                             **{k.replace("@", "_at_"): v for k, v in r[method].items() if k != "options"}})
+        pct = {"template": "{:.2f}", "align": "right"}
+        out["squad"] = {"columns": [{"title": "model", "key": "model"}, {"title": "search", "key": "method"},
+                                    *({**pct, "title": f"recall@{k}", "template": f"{{recall_at_{k}:.4f}}"}
+                                      for k in KS),
+                                    {**pct, "title": "MRR@10", "template": "{mrr_at_10:.4f}"},
+                                    {"title": "queries/s", "template": "{queries_per_s:,.0f}", "align": "right"}],
+                        "rows": rows}
+    if "synthetic" in report:
+        syn = report["synthetic"]
+        rows = [{"setting": "exact (IndexFlatIP)", "queries_per_s": syn["exact_queries_per_s"], "recall": 1.0,
+                 "speedup": 1.0}]
+        rows += [{"setting": f"IVF nlist {r['nlist']}, nprobe {r['nprobe']}", "queries_per_s": r["queries_per_s"],
+                  "recall": r["recall@10"], "speedup": r["speedup"],
+                  "_bold": ["speedup"] if r == syn.get("best_within_2_points") else []} for r in syn["ivf"]]
+        out["synthetic"] = {"columns": [{"title": "search", "key": "setting"},
+                                        {"title": "recall@10 vs exact", "template": "{recall:.4f}", "align": "right"},
+                                        {"title": "queries/s", "template": "{queries_per_s:,.0f}", "align": "right"},
+                                        {"title": "x exact", "key": "speedup", "template": "{speedup:.1f}x",
+                                         "align": "right"}],
+                            "rows": rows}
+    if "stream" in report:
+        st = report["stream"]
+        out["stream"] = {"columns": [{"title": "lines", "template": "{lines:,}", "align": "right"},
+                                     {"title": "input MB", "template": "{input_mb:.1f}", "align": "right"},
+                                     {"title": "peak RSS MB", "template": "{peak_rss_mb:.0f}", "align": "right"},
+                                     {"title": "texts/s (whole process)", "template": "{texts_per_s:,.0f}",
+                                      "align": "right"}],
+                         "rows": [{k: v for k, v in r.items() if k != "progress_lines"} for r in st["runs"]]}
+        par = st["parity"]
+        out["parity"] = {"columns": [{"title": "path", "key": "path"},
+                                     {"title": "texts/s", "template": "{texts_per_s:,.1f}", "align": "right"},
+                                     {"title": "x in-memory", "template": "{ratio:.3f}", "align": "right"}],
+                         "rows": [{"path": "in memory (the old verb: bertkit.load(m).encode(all lines))",
+                                   "texts_per_s": par["in_memory_texts_per_s"], "ratio": 1.0},
+                                  {"path": "streaming job (bertkit embed, shards of 10,000)",
+                                   "texts_per_s": par["streaming_texts_per_s"],
+                                   "ratio": par["streaming_over_in_memory"]}]}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, required=True)
@@ -260,7 +311,7 @@ def main() -> None:
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     print(cpu_line(), flush=True)
-    report: dict[str, Any] = json.loads(args.json.read_text()) if args.json.is_file() else {}
+    report: dict[str, Any] = json.loads(args.json.read_text()) if args.json.is_file() else {}  # other sections kept
     report["cpu"] = cpu_line()
     report["command"] = " ".join(sys.argv)
     for section in args.sections.split(","):
@@ -272,6 +323,7 @@ def main() -> None:
             report["stream"] = stream_section(args.work, [int(n) for n in args.stream_lines.split(",")], args.parity_lines, args.repeats)
         else:
             raise SystemExit(f"unknown section {section!r}")
+        report["tables"] = tables(report)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 
