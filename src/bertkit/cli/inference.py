@@ -9,7 +9,7 @@ import sys
 from bertkit.cli.config_options import PREFIX, add_config_options, config_fields, config_from_options
 from bertkit.data.texts import FORMATS
 from bertkit.inference.pooling import DEFAULT_POOLING, POOLINGS
-from bertkit.inference.precision import PRECISIONS
+from bertkit.inference.precision import DEFAULT_PRECISION, PRECISIONS
 from bertkit.inference.vector_store import DTYPES
 from bertkit.jobs.embed import EmbedConfig
 
@@ -37,12 +37,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--normalize", dest=PREFIX + "normalize", action=argparse.BooleanOptionalAction,
                    default=argparse.SUPPRESS, help="L2-normalise every embedding (default: the folder's "
                    "sentence-transformers setting, else no)")
+    p.add_argument("--pooling", choices=tuple(POOLINGS), default=None,
+                   help="; ".join(f"{name}: {mode.help}" for name, mode in POOLINGS.items())
+                   + f" (default: the folder's, else {DEFAULT_POOLING})")
+    p.add_argument("--precision", choices=PRECISIONS, default=DEFAULT_PRECISION,
+                   help="auto: bf16 where this machine has bf16 matrix units (AVX512-BF16/AMX, a GPU), else fp32; "
+                   "int8 only when asked (default %(default)s)")
     p.add_argument("--resume", action="store_true", help="continue the run that wrote DIR, skipping its finished "
                    "shards")
     p.add_argument("--no-progress", dest=PREFIX + "progress", action="store_false", default=argparse.SUPPRESS,
                    help="no progress report")
-    choices = {"pooling": tuple(POOLINGS), "precision": PRECISIONS, "format": FORMATS, "dtype": DTYPES}
-    generated = config_fields(EmbedConfig, skip=("input", "output", "model", "normalize", "progress"),
+    choices = {"format": FORMATS, "dtype": DTYPES}
+    generated = config_fields(EmbedConfig, skip=("input", "output", "model", "normalize", "pooling", "precision",
+                                                 "progress"),
                               defaults=EmbedConfig(input="INPUT", output="OUT", model="DIR"))
     add_config_options(p, generated, choices=choices)
     p.set_defaults(func=embed_command)
@@ -52,7 +59,8 @@ def embed_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit embed`."""
     from bertkit.jobs import embed
 
-    setattr(args, PREFIX + "input", args.input)
+    for name in ("input", "pooling", "precision"):  # plain options (the registries give their choices)
+        setattr(args, PREFIX + name, getattr(args, name))
     config = config_from_options(EmbedConfig, args, "bertkit embed")
     result = embed.run(config, resume=args.resume)
     if result.blank_count:
