@@ -17,12 +17,15 @@ VERBS = {
                 "--alpha-hard", "--alpha-cos", "--resume", "--config"],
     "evaluate": ["--model", "--input"],
     "predict": ["--model", "--input", "--output"],
-    "embed": ["--model", "--pooling", "--normalize", "-o"],
+    "embed": ["--model", "--pooling", "--normalize", "-o", "--resume", "--dtype", "--text-field", "--id-field",
+              "--shard-size"],
+    "index": ["-o", "--kind", "--hnsw-m", "--ef-search", "--nlist", "--nprobe", "--pq-m"],
+    "search": ["--index", "--top-k", "--queries-file", "--model"],
     "fill-mask": ["--model", "--top-k"],
     "extract-features": ["--model", "--layers"],
     "attention": ["--model", "--pair"],
     "export-onnx": ["-o"],
-    "serve": ["--model", "--host", "--port"],
+    "serve": ["--model", "--host", "--port", "--index"],
     "demo": ["--quick", "--output-dir", "--seed"],
 }
 

@@ -354,9 +354,10 @@ def test_t3_permission_bits_as_a_user_without_override(tmp_path: Path) -> None:
 def test_11_embed_on_a_full_disk_names_the_file(tmp_path: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture) -> None:
     """#11: numpy's errno-less `OSError: N requested and M written` is an OutputError naming the file; nothing left."""
-    import bertkit.api
+    import bertkit.jobs.embed
 
-    monkeypatch.setattr(bertkit.api.Bert, "encode", lambda self, texts, **kw: np.ones((3000, 384), np.float32))
+    monkeypatch.setattr(bertkit.jobs.embed, "encode_texts",
+                        lambda encoder, texts, config, bar: np.ones((3000, 384), np.float32))
     (tmp_path / "s.txt").write_text("the cat\n" * 3000)
     assert main(["embed", str(tmp_path / "s.txt"), "-o", str(small_disk / "full" / "e.npy"),
                  "--model", _folder_str(tmp_path)]) == 1

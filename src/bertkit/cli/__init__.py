@@ -23,6 +23,7 @@ VERB_MODULES = [
     "bertkit.cli.finetune",  # finetune, evaluate, predict
     "bertkit.cli.distill",  # distill
     "bertkit.cli.inference",  # embed
+    "bertkit.cli.search",  # index, search
     "bertkit.cli.explore",  # fill-mask, extract-features, attention
     "bertkit.cli.export",  # export-onnx
     "bertkit.cli.serve",  # serve

@@ -1,89 +1,78 @@
-"""`bertkit embed`: one sentence embedding per input line, written as a .npy matrix."""
+"""`bertkit embed`: one sentence embedding per input row, streamed into resumable shards or one .npy matrix; its
+options are generated from bertkit.jobs.embed.EmbedConfig (the job it runs)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from bertkit.errors import data_error
+from bertkit.cli.config_options import PREFIX, add_config_options, config_fields, config_from_options
+from bertkit.data.texts import FORMATS
 from bertkit.inference.pooling import DEFAULT_POOLING, POOLINGS
 from bertkit.inference.precision import DEFAULT_PRECISION, PRECISIONS
+from bertkit.inference.vector_store import DTYPES
+from bertkit.jobs.embed import EmbedConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `embed` verb."""
     p = subparsers.add_parser(
         "embed",
-        help="embed one text per line into a .npy matrix",
-        description="Embed every line of INPUT (UTF-8, one text per line) with a model folder and write a "
-        "(lines, hidden) float32 matrix, row i for line i. An empty line is embedded as the empty text, as "
+        help="embed one text per row into resumable shards (-o DIR) or a .npy matrix (-o OUT.npy)",
+        description="Embed every row of INPUT (a UTF-8 text file, one text per line, '-' for standard input; or "
+        "JSONL/CSV/TSV/Parquet with --text-field and an optional --id-field) with a model folder, reading it "
+        "lazily. -o DIR writes fixed-size shards (shard-NNNNN.npy with their ids and texts in shard-NNNNN.jsonl) "
+        "and DIR/manifest.json at the end; after a kill, --resume skips the finished shards. -o OUT.npy writes one "
+        "(rows, hidden) matrix, row i for row i. An empty line is embedded as the empty text, as "
         "bertkit.load(DIR).encode(['']) does, so the rows stay aligned with the lines; a warning names such lines. "
         "Defaults for pooling, normalisation and length come from the folder's sentence-transformers files "
-        f"when it has them, else {DEFAULT_POOLING} pooling, no normalisation, the model's position limit.",
+        f"when it has them, else {DEFAULT_POOLING} pooling, no normalisation, the model's position limit. Under "
+        "`torchrun --nproc-per-node N -m bertkit embed ... -o DIR` each process embeds its own range of rows.",
     )
-    p.add_argument("input", metavar="INPUT", help="text file, one text per line ('-' reads standard input)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.npy", help="output .npy file (written atomically)")
-    p.add_argument("--model", required=True, metavar="DIR", help="model folder with vocab.txt")
+    p.add_argument("input", metavar="INPUT", help="the texts: a file, or '-' for standard input")
+    p.add_argument("-o", "--output", dest=PREFIX + "output", required=True, metavar="DIR|OUT.npy",
+                   help="a folder (resumable shards + manifest.json) or a .npy file (one matrix; written atomically)")
+    p.add_argument("--model", dest=PREFIX + "model", required=True, metavar="DIR",
+                   help="model folder (or a shipped model's name)")
+    p.add_argument("--normalize", dest=PREFIX + "normalize", action=argparse.BooleanOptionalAction,
+                   default=argparse.SUPPRESS, help="L2-normalise every embedding (default: the folder's "
+                   "sentence-transformers setting, else no)")
     p.add_argument("--pooling", choices=tuple(POOLINGS), default=None,
                    help="; ".join(f"{name}: {mode.help}" for name, mode in POOLINGS.items())
                    + f" (default: the folder's, else {DEFAULT_POOLING})")
-    p.add_argument("--normalize", action="store_true", default=None, help="L2-normalise every embedding")
-    p.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default %(default)s)")
-    p.add_argument("--max-length", type=int, default=None, help="truncate texts to this many tokens")
     p.add_argument("--precision", choices=PRECISIONS, default=DEFAULT_PRECISION,
                    help="auto: bf16 where this machine has bf16 matrix units (AVX512-BF16/AMX, a GPU), else fp32; "
                    "int8 only when asked (default %(default)s)")
+    p.add_argument("--resume", action="store_true", help="continue the run that wrote DIR, skipping its finished "
+                   "shards")
+    p.add_argument("--no-progress", dest=PREFIX + "progress", action="store_false", default=argparse.SUPPRESS,
+                   help="no progress report")
+    choices = {"format": FORMATS, "dtype": DTYPES}
+    generated = config_fields(EmbedConfig, skip=("input", "output", "model", "normalize", "pooling", "precision",
+                                                 "progress"),
+                              defaults=EmbedConfig(input="INPUT", output="OUT", model="DIR"))
+    add_config_options(p, generated, choices=choices)
     p.set_defaults(func=embed_command)
-
-
-def read_lines(path: str) -> list[str]:
-    """The texts of an input file, one per line, in order. An empty (or blank) line is kept as the empty text, with
-    a warning naming its line: dropping it would shift every later row, and refusing it would make the CLI
-    disagree with the API, which embeds "" like any text."""
-    if path == "-":
-        text, name = sys.stdin.read(), "<stdin>"
-    else:
-        try:
-            text, name = Path(path).read_text(encoding="utf-8"), path
-        except FileNotFoundError:
-            raise data_error(path, None, "no such file") from None
-        except IsADirectoryError:
-            raise data_error(path, None, "is a folder; expected a text file") from None
-        except UnicodeDecodeError as e:
-            raise data_error(path, None, f"not UTF-8 text ({e})") from None
-    lines = text.splitlines()
-    if not lines:
-        raise data_error(name, None, "no text to embed")
-    blank = [number for number, line in enumerate(lines, start=1) if not line.strip()]
-    if blank:
-        shown = ", ".join(map(str, blank[:10])) + (f" and {len(blank) - 10} more" if len(blank) > 10 else "")
-        print(f"warning: {name}: {len(blank)} empty line(s) ({shown}), each kept as the empty text (one output "
-              "per line)", file=sys.stderr)
-    return lines
 
 
 def embed_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit embed`."""
-    import numpy as np
+    from bertkit.jobs import embed
 
-    from bertkit.api import load
-    from bertkit.errors import CheckpointError
-    from bertkit.io import atomic_open, check_output_file
-
-    texts = read_lines(args.input)
-    check_output_file(args.output)  # a read-only folder is reported now, not after the whole computation
-    bundle = load(args.model)
-    encoder = bundle.encoder(args.precision, args.max_length)  # the one `encode` below runs
-    print(f"precision: {encoder.precision} ({encoder.precision_reason})", file=sys.stderr)
-    vectors = bundle.encode(texts, pooling=args.pooling, normalize=args.normalize, batch_size=args.batch_size,
-                            max_length=args.max_length, precision=args.precision)
-    bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
-    if bad.size:  # a broken model (weights or config) must not leave a matrix of NaN behind with exit code 0
-        raise CheckpointError(f"{args.model}: the model computed non-finite values (NaN or infinity) for "
-                              f"{bad.size} of {len(texts)} lines (first: {args.input}:{bad[0] + 1}); its weights or "
-                              "config.json are broken; nothing was written")
-    with atomic_open(args.output, "wb") as f:
-        np.save(f, vectors)
-    print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} embeddings to {args.output}", file=sys.stderr)
+    for name in ("input", "pooling", "precision"):  # plain options (the registries give their choices)
+        setattr(args, PREFIX + name, getattr(args, name))
+    config = config_from_options(EmbedConfig, args, "bertkit embed")
+    result = embed.run(config, resume=args.resume)
+    if result.blank_count:
+        shown = ", ".join(map(str, result.blank_lines)) + (f" and {result.blank_count - len(result.blank_lines)} "
+                                                           "more" if result.blank_count > len(result.blank_lines)
+                                                           else "")
+        name = "<stdin>" if config.input == "-" else config.input
+        print(f"warning: {name}: {result.blank_count} empty line(s) ({shown}), each kept as the empty text (one "
+              "output per line)", file=sys.stderr)
+    skipped = f" ({result.shards_skipped} finished shards kept)" if result.shards_skipped else ""
+    if result.rank:
+        print(f"rank {result.rank}: embedded {result.rows} rows{skipped}", file=sys.stderr)
+        return 0
+    print(f"wrote {result.rows} x {result.dim} embeddings to {result.output}{skipped}", file=sys.stderr)
     return 0

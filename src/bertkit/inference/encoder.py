@@ -197,14 +197,16 @@ class Encoder:
         normalize: bool | None = None,
         batch_size: int = 128,
         max_tokens_per_batch: int | None = 8192,
+        on_batch: Callable[[int], None] | None = None,
     ) -> Tensor:
         """Embed texts, returned in the input order as a (n, hidden) float32 CPU tensor.
 
         pooling/normalize default to the folder's sentence-transformers settings, else mean and no normalisation.
+        on_batch(n) is called after each forward pass with its number of texts (a progress report).
         """
         if isinstance(texts, str):
             texts = [texts]
-        return self.encode_ids(self.tokenize(texts), pooling, normalize, batch_size, max_tokens_per_batch)
+        return self.encode_ids(self.tokenize(texts), pooling, normalize, batch_size, max_tokens_per_batch, on_batch)
 
     def encode_ids(
         self,
@@ -213,6 +215,7 @@ class Encoder:
         normalize: bool | None = None,
         batch_size: int = 128,
         max_tokens_per_batch: int | None = 8192,
+        on_batch: Callable[[int], None] | None = None,
     ) -> Tensor:
         """Embed already tokenized sequences (each with [CLS]/[SEP]); same order as the input."""
         pooling = pooling or self.default_pooling
@@ -222,7 +225,7 @@ class Encoder:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         plan = self.int8_plan
         if plan is None or self.float_bert is None:
-            out = self._run(self.bert, self._forward, ids, pooling, batch_size, max_tokens_per_batch)
+            out = self._run(self.bert, self._forward, ids, pooling, batch_size, max_tokens_per_batch, on_batch)
         else:  # each text by its own token ids: int8, or float32 for few distinct tokens
             out = torch.empty(len(ids), self.config.hidden_size)
             int8 = [runs_in_int8(x, plan.min_distinct_tokens) for x in ids]
@@ -230,11 +233,12 @@ class Encoder:
                 rows = [i for i, flag in enumerate(int8) if flag == wanted]
                 if rows:
                     out[rows] = self._run(model, forward, [ids[i] for i in rows], pooling, batch_size,
-                                          max_tokens_per_batch)
+                                          max_tokens_per_batch, on_batch)
         return F.normalize(out, dim=-1) if normalize else out
 
     def _run(self, model: nn.Module, forward: Callable[..., Any], ids: Sequence[Sequence[int]], pooling: str,
-             batch_size: int, max_tokens_per_batch: int | None) -> Tensor:
+             batch_size: int, max_tokens_per_batch: int | None,
+             on_batch: Callable[[int], None] | None = None) -> Tensor:
         """Pooled last hidden states of `ids` through `forward` (`model` or its compiled form), in input order."""
         out = torch.empty(len(ids), self.config.hidden_size)
         if not ids:
@@ -253,6 +257,8 @@ class Encoder:
                     hidden = forward(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
                     vectors = pool_hidden(hidden.last_hidden_state.float(), batch["attention_mask"], pooling)
                     out[torch.tensor(idx)] = vectors.cpu()
+                    if on_batch is not None:
+                        on_batch(len(idx))
         finally:
             model.train(was_training)
         return out

@@ -1,6 +1,7 @@
 """The HTTP service: FastAPI over one model folder, with the endpoints its head supports.
 
-/health always; /embed for every folder (the encoder under any head); /fill-mask for masked-LM heads; and the
+/health always; /embed for every folder (the encoder under any head); /fill-mask for masked-LM heads; /search with
+an index (ServeSettings.index: a `bertkit index` folder of this model, checked when the app is created); and the
 endpoint of the task that serves the folder's head (/classify, /ner, /qa, /choose, or a plug-in task's), built
 from the task's serving declaration (`bertkit.tasks.base.Serving`): its request and response schemas, and its
 batch function, which reads a request as `bertkit predict` reads a file (the task's examples and features, with
@@ -25,7 +26,7 @@ from typing import Any, Literal
 
 import torch
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from bertkit.dataclass_io import field_docs
@@ -41,7 +42,7 @@ from bertkit.model.folder import open_folder
 from bertkit.tasks import TASKS, Serving, serving_task
 
 logger = logging.getLogger("bertkit.serve")
-BUILT_IN = ("health", "embed", "fill-mask")  # the endpoints that are not a task's
+BUILT_IN = ("health", "embed", "fill-mask", "search")  # the endpoints that are not a task's
 
 
 def declared_size(scope: dict) -> int | None:
@@ -162,6 +163,25 @@ class FillMaskResponse(BaseModel):
     results: list[list[list[TokenScore]]] = Field(..., description="per text, per [MASK], the top-k tokens")
 
 
+class SearchHit(BaseModel):
+    rank: int
+    row: int = Field(..., description="the row's number in the embeddings (0-based)")
+    id: str | int = Field(..., description="the row's id (its id field, else its line number)")
+    score: float = Field(..., description="inner product (cosine for normalised embeddings)")
+    text: str | None
+
+
+class SearchResponse(BaseModel):
+    results: list[list[SearchHit]] = Field(..., description="per query, its hits, best first")
+
+
+def search_request(max_top_k: int) -> type[RequestBody]:
+    """/search's request body, top_k bounded by ServeSettings.max_top_k."""
+    return create_model("SearchRequest", __base__=RequestBody,
+                        queries=(list[str], Field(..., description="the queries")),
+                        top_k=(int, Field(10, ge=1, le=max_top_k, description="hits per query")))
+
+
 # --- the model-side functions the batchers run -------------------------------------------------------------------
 class Predictor:
     """The folder's model, tokenizer and encoder; the batch functions of /embed and /fill-mask, and of the endpoint
@@ -198,6 +218,22 @@ class Predictor:
             for i, v in zip(rows, vectors.tolist()):
                 out[i] = v
         return out
+
+    def open_index(self, folder: str | Path) -> None:
+        """Serve /search over a `bertkit index` folder: its queries embedded by this folder's model with the
+        index's settings; a ConfigError when the index was built with another model or other settings."""
+        from bertkit.inference.index import VectorIndex, query_encoder
+
+        self.index = VectorIndex(folder)
+        self.search_encoder = query_encoder(self.index, self.folder, device="cpu", encoders=self.encoders)
+
+    def search(self, items: list[tuple[str, int]]) -> list[list[dict[str, Any]]]:
+        """items: (query, top_k); one encode call and one index search for the batch."""
+        from bertkit.inference.index import embed_queries
+
+        vectors = embed_queries(self.index, self.search_encoder, [q for q, _ in items])
+        scores, rows = self.index.search(vectors, max(k for _, k in items))
+        return [hits[:k] for hits, (_, k) in zip(self.index.results(scores, rows), items)]
 
     def fill_mask(self, items: list[tuple[str, int]]) -> list[list[list[dict[str, Any]]] | Exception]:
         """items: (text, top_k); a text with a [MASK] beyond the model's window gets its ConfigError."""
@@ -257,6 +293,9 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
         functions.append(("fill-mask", predictor.fill_mask))
     if served is not None:
         functions.append((served.endpoint, predictor.task_batch))
+    if settings.index:
+        predictor.open_index(settings.index)
+        functions.append(("search", predictor.search))
     batchers = {
         name: DynamicBatcher(fn, settings.max_batch_size, delay, max_queue=settings.max_queue, cost=item_chars,
                              max_batch_cost=settings.max_batch_chars, on_idle=release_free_memory)
@@ -298,19 +337,23 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
             logger.error("/%s failed on %s", endpoint, where, exc_info=e.cause)
             raise HTTPException(500, f"internal error on {where}: {type(e.cause).__name__}: {e.cause}") from None
 
-    def check_texts(texts: list[str]) -> None:
+    def check_texts(texts: list[str], field: str = "texts") -> None:
         if not texts:
-            raise HTTPException(400, "texts is empty; send at least one text")
+            raise HTTPException(400, f"{field} is empty; send at least one text")
         if len(texts) > settings.max_request_texts:
-            raise HTTPException(413, f"{len(texts)} texts in one request; the limit is {settings.max_request_texts}")
+            raise HTTPException(413, f"{len(texts)} {field} in one request; the limit is "
+                                     f"{settings.max_request_texts}")
         for i, t in enumerate(texts):
             if len(t) > settings.max_text_chars:
-                raise HTTPException(413, f"texts[{i}] has {len(t)} characters; the limit is "
+                raise HTTPException(413, f"{field}[{i}] has {len(t)} characters; the limit is "
                                          f"{settings.max_text_chars}")
             if not t.strip():
-                raise HTTPException(400, f"texts[{i}] is empty")
+                raise HTTPException(400, f"{field}[{i}] is empty")
 
     def batcher(endpoint: str) -> DynamicBatcher:
+        if endpoint == "search" and endpoint not in batchers:
+            raise HTTPException(404, "no head for /search: this service has no index (bertkit serve --index DIR, "
+                                     "a `bertkit index` folder built with this model)")
         if endpoint not in batchers:
             raise HTTPException(404, f"this model folder ({predictor.head}) has no head for /{endpoint}; "
                                      f"available: {', '.join('/' + e for e in batchers)}")
@@ -321,6 +364,11 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     async def input_error(request: Request, exc: Exception) -> JSONResponse:
         """A request the library refuses (ValueError, or a BertkitError naming the input): 400 with the reason."""
         return JSONResponse(status_code=400, content={"detail": str(exc)})
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page() -> HTMLResponse:
+        """The service's page: a panel per endpoint this model has, to try each in a browser."""
+        return HTMLResponse(service_page())
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -354,10 +402,37 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
                                      "(send fewer masks or a smaller top_k)")
         return FillMaskResponse(results=await run("fill-mask", [(t, req.top_k) for t in req.texts], request))
 
+    async def search(req: Any, request: Request) -> SearchResponse:
+        batcher("search")  # 404 without --index
+        check_texts(req.queries, "queries")
+        return SearchResponse(results=await run("search", [(q, req.top_k) for q in req.queries], request,
+                                                field="queries"))
+
+    search.__annotations__["req"] = search_request(settings.max_top_k)
+    app.post("/search", response_model=SearchResponse)(search)
+
     for declared in task_endpoints():  # every task's route; the one serving this folder's head has a batcher
         add_task_route(app, declared, predictor, batcher, check_texts, run)
 
     return app
+
+
+# The page's first inputs for the built-in endpoints; a task's come from its serving declaration.
+PAGE_EXAMPLES: dict[str, dict[str, Any]] = {
+    "embed": {"texts": ["A cat sat on the mat.", "Stock markets fell sharply today."]},
+    "fill-mask": {"texts": ["Paris is the [MASK] of France."], "top_k": 5},
+    "search": {"queries": ["a question about the corpus"], "top_k": 5},
+}
+
+
+def service_page() -> str:
+    """The bundled page (serve/page/index.html: plain HTML and JavaScript, nothing fetched from elsewhere) with
+    every endpoint's example request in it."""
+    from importlib import resources
+
+    examples = {**PAGE_EXAMPLES, **{s.endpoint: s.examples[0] for s in task_endpoints() if s.examples}}
+    html = (resources.files("bertkit.serve") / "page" / "index.html").read_text(encoding="utf-8")
+    return html.replace("__EXAMPLES__", json.dumps(examples).replace("</", "<\\/"))
 
 
 def task_endpoints() -> list[Serving]:

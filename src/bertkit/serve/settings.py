@@ -34,6 +34,12 @@ class ServeSettings:
     """Characters per forward pass at most (the first text always fits): bounds how long one batch holds the
     model, so a request that arrives behind long texts waits for at most one such batch."""
 
+    index: str | None = None
+    """A `bertkit index` folder built with this model folder: adds /search (top-k ids, scores and texts); the
+    index's model identity and embedding settings are checked when the service starts."""
+    max_top_k: int = 100
+    """/search: hits per query at most (422 above)."""
+
     max_masks_per_text: int = 80
     """/fill-mask: [MASK]s in one text at most (413 above); 80 is the reference's max_predictions_per_seq for
     512-token sequences."""
@@ -51,7 +57,7 @@ class ServeSettings:
     def validate(self) -> None:
         """Raise ConfigError naming the first setting that is out of range."""
         for name in ("max_batch_size", "max_request_texts", "max_text_chars", "max_body_bytes", "max_queue",
-                     "max_batch_chars", "max_masks_per_text", "max_fill_mask_predictions"):
+                     "max_batch_chars", "max_masks_per_text", "max_fill_mask_predictions", "max_top_k"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ServeSettings.{name} = {getattr(self, name)!r}: expected an integer >= 1")
         if self.max_connections < 0:

@@ -1,0 +1,233 @@
+"""A vector index over an embeddings folder (FAISS, `pip install 'bertkit[index]'`): what `bertkit index` writes and
+`bertkit search` and the server's /search read.
+
+    DIR/index.faiss   the FAISS index, inner-product metric (cosine on normalised embeddings)
+    DIR/rows.jsonl    row i's {"id": ..., "text": ...} (line i), read by seeking to offsets[i]: memory holds the
+    DIR/offsets.npy   vectors, not the corpus
+    DIR/index.json    written last: the kind and its parameters, the row count, and the embedding settings of
+                      the folder it was built from (model identity, pooling, normalisation, precision, length, dim),
+                      against which the query encoder is checked on load
+
+Kinds: `exact` (IndexFlatIP: every vector scored, the reference), `hnsw` (a graph: M links per vector, efConstruction
+when built, efSearch when searched) and `ivf` (vectors in `nlist` k-means cells, `nprobe` cells scanned per query;
+with `pq_m` > 0 stored as product-quantised codes of pq_m x pq_bits bits, IVF-PQ, else whole).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from array import array
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertkit.errors import CheckpointError, ConfigError
+from bertkit.io import atomic_open, atomic_path, atomic_write_json, check_output_dir, make_dir, read_json_object
+from bertkit.inference.encoder import Encoder, Encoders
+from bertkit.inference.vector_store import Embeddings, check_same_settings, embedding_settings
+
+INDEX_FILE, META_FILE, ROWS_FILE, OFFSETS_FILE = "index.faiss", "index.json", "rows.jsonl", "offsets.npy"
+KINDS = ("exact", "hnsw", "ivf")
+FORMAT = "bertkit-index"
+
+
+def import_faiss() -> Any:
+    """The faiss module, or a ConfigError saying how to install it."""
+    try:
+        import faiss
+    except ImportError as e:
+        raise ConfigError(f"vector indexes need FAISS: pip install 'bertkit[index]' (faiss-cpu) ({e})") from None
+    return faiss
+
+
+@dataclass
+class IndexOptions:
+    """The kind of index and its parameters (`bertkit index`'s options)."""
+
+    kind: str = "exact"
+    """exact (every vector scored), hnsw (a graph) or ivf (k-means cells; IVF-PQ with pq_m > 0)."""
+    hnsw_m: int = 32
+    """hnsw: links per vector (more: better recall, more memory, slower build)."""
+    ef_construction: int = 80
+    """hnsw: candidates kept while building."""
+    ef_search: int = 64
+    """hnsw: candidates kept while searching (the recall/speed dial; a search may change it)."""
+    nlist: int = 1024
+    """ivf: k-means cells (about sqrt(rows) to 4 sqrt(rows))."""
+    nprobe: int = 16
+    """ivf: cells scanned per query (the recall/speed dial; a search may change it)."""
+    pq_m: int = 0
+    """ivf: product-quantiser sub-vectors per vector (must divide dim); 0 keeps whole vectors (IVF-Flat)."""
+    pq_bits: int = 8
+    """ivf with pq_m > 0: bits per sub-vector code."""
+    train_size: int = 100_000
+    """ivf: vectors the k-means (and PQ) training sees at most, spread evenly over the rows."""
+
+    def check(self, dim: int | None = None) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        for name in ("hnsw_m", "ef_construction", "ef_search", "nlist", "nprobe", "pq_bits", "train_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.pq_m < 0 or (dim is not None and self.pq_m and dim % self.pq_m):
+            raise ConfigError(f"pq_m must divide the embeddings' dimension {dim}, got {self.pq_m}")
+
+
+def _new_index(options: IndexOptions, dim: int) -> Any:
+    faiss = import_faiss()
+    if options.kind == "exact":
+        return faiss.IndexFlatIP(dim)
+    if options.kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, options.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = options.ef_construction
+        return index
+    quantizer = faiss.IndexFlatIP(dim)
+    if options.pq_m:
+        return faiss.IndexIVFPQ(quantizer, dim, options.nlist, options.pq_m, options.pq_bits,
+                                faiss.METRIC_INNER_PRODUCT)
+    return faiss.IndexIVFFlat(quantizer, dim, options.nlist, faiss.METRIC_INNER_PRODUCT)
+
+
+def _training_sample(store: Embeddings, size: int) -> np.ndarray:
+    """At most `size` rows spread evenly over the store (every step-th row), as float32."""
+    step = max(1, -(-store.rows // size))
+    parts, start = [], 0
+    for matrix in store.iter_matrices():
+        first = (-start) % step
+        parts.append(matrix[first::step])
+        start += matrix.shape[0]
+    return np.ascontiguousarray(np.concatenate(parts))
+
+
+def build_index(embeddings: str | os.PathLike, output: str | os.PathLike, options: IndexOptions,
+                overwrite: bool = False) -> dict[str, Any]:
+    """Index every row of an embeddings folder into `output` (see the module's docstring); returns index.json."""
+    store = Embeddings(embeddings)
+    dim = store.dim
+    options.check(dim)
+    out = check_output_dir(output, overwrite)
+    index = _new_index(options, dim)
+    if options.kind == "ivf":
+        sample = _training_sample(store, options.train_size)
+        if sample.shape[0] < options.nlist:
+            raise ConfigError(f"{embeddings}: {sample.shape[0]} rows to train {options.nlist} cells; use a smaller "
+                              "--nlist (about sqrt(rows)) or the exact kind")
+        index.train(sample)
+    for matrix in store.iter_matrices():
+        index.add(np.ascontiguousarray(matrix))
+    make_dir(out)
+    offsets = array("q")
+    with atomic_open(out / ROWS_FILE, "wb") as f:
+        for row in store.iter_rows():
+            offsets.append(f.tell())
+            f.write(json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n")
+    with atomic_open(out / OFFSETS_FILE, "wb") as f:
+        np.save(f, np.frombuffer(offsets, dtype=np.int64) if offsets else np.zeros(0, np.int64))
+    faiss = import_faiss()
+    with atomic_path(out / INDEX_FILE) as tmp:
+        faiss.write_index(index, str(tmp))
+    meta = {"format": FORMAT, "version": 1, "rows": int(index.ntotal), "dim": dim, "metric": "inner_product",
+            "options": asdict(options), "embeddings": str(embeddings), "settings": store.settings}
+    atomic_write_json(out / META_FILE, meta)
+    return meta
+
+
+class VectorIndex:
+    """An index folder opened for search: `search(vectors, k)` -> (scores, rows), `row(i)` -> {"id", "text"}."""
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        self.folder = Path(folder)
+        if not (self.folder / META_FILE).is_file():
+            raise CheckpointError(f"{self.folder}: no {META_FILE}; expected a folder written by `bertkit index`")
+        self.meta = read_json_object(self.folder / META_FILE)
+        if self.meta.get("format") != FORMAT:
+            raise CheckpointError(f"{self.folder / META_FILE}: format {self.meta.get('format')!r}; expected {FORMAT!r}")
+        self.settings: dict[str, Any] = self.meta.get("settings") or {}
+        self.options = IndexOptions(**self.meta["options"])
+        faiss = import_faiss()
+        try:
+            self.index = faiss.read_index(str(self.folder / INDEX_FILE))
+        except RuntimeError as e:
+            raise CheckpointError(f"{self.folder / INDEX_FILE}: not a FAISS index ({str(e).splitlines()[0]})") from None
+        self.offsets = np.load(self.folder / OFFSETS_FILE, mmap_mode="r")
+        if self.index.ntotal != self.meta["rows"] or len(self.offsets) != self.meta["rows"]:
+            raise CheckpointError(f"{self.folder}: {self.index.ntotal} vectors and {len(self.offsets)} rows; "
+                                  f"{META_FILE} says {self.meta['rows']}")
+        self._rows = open(self.folder / ROWS_FILE, "rb")  # noqa: SIM115 (kept open for the index's life)
+        self.set_search_options()
+
+    def set_search_options(self, ef_search: int | None = None, nprobe: int | None = None) -> None:
+        """The recall/speed dial of an approximate index (the built values unless given)."""
+        if self.options.kind == "hnsw":
+            self.index.hnsw.efSearch = ef_search or self.options.ef_search
+        elif self.options.kind == "ivf":
+            self.index.nprobe = nprobe or self.options.nprobe
+
+    @property
+    def dim(self) -> int:
+        return int(self.meta["dim"])
+
+    def __len__(self) -> int:
+        return int(self.meta["rows"])
+
+    def check_settings(self, expected: dict[str, Any], what: str) -> None:
+        """ConfigError when the query encoder's settings (model identity included) are not the index's."""
+        check_same_settings(self.settings, expected, f"index {self.folder}", what)
+
+    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k best rows of each query vector by inner product: (scores, rows), each (queries, k); a row of -1
+        (score -inf) where the index has fewer than k rows to give."""
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.dim:
+            raise ConfigError(f"query vectors of shape {vectors.shape}; this index holds {self.dim}-dimensional ones")
+        return self.index.search(vectors, k)
+
+    def row(self, i: int) -> dict[str, Any]:
+        """Row i's {"id", "text"}."""
+        self._rows.seek(int(self.offsets[i]))
+        return json.loads(self._rows.readline())
+
+    def results(self, scores: np.ndarray, rows: np.ndarray) -> list[list[dict[str, Any]]]:
+        """Per query, its hits as {"rank", "row", "id", "score", "text"} (the missing ones left out)."""
+        out = []
+        for query_scores, query_rows in zip(scores, rows):
+            hits = []
+            for rank, (score, i) in enumerate(zip(query_scores.tolist(), query_rows.tolist()), start=1):
+                if i >= 0:
+                    hits.append({"rank": rank, "row": i, **self.row(i), "score": score})
+            out.append(hits)
+        return out
+
+    def close(self) -> None:
+        self._rows.close()
+
+
+def query_encoder(index: VectorIndex, model: str | os.PathLike | None = None, device: Any = None,
+                  encoders: Encoders | None = None) -> Encoder:
+    """The Encoder that embeds queries as the index's rows were embedded: the index's model (or `model`, which must
+    be the same files; `encoders`, that model's loaded Encoders, if it is open already) with its pooling,
+    normalisation, precision and length; a ConfigError naming what differs."""
+    if not index.settings:
+        raise ConfigError(f"index {index.folder}: built from a bare .npy matrix, which records no model or "
+                          "settings; build it from a `bertkit embed -o DIR` folder to search it with text queries")
+    model = model or index.settings["model"]
+    precision, max_length = index.settings["precision"], index.settings["max_length"]
+    encoder = (encoders.get(precision, max_length, device) if encoders is not None
+               else Encoder(model, precision=precision, max_length=max_length, device=device))
+    index.check_settings(embedding_settings(model, encoder, index.settings["pooling"], index.settings["normalize"]),
+                         f"embed and index the corpus again with {model}, or search with the model it was built with "
+                         f"({index.settings['model']})")
+    return encoder
+
+
+def embed_queries(index: VectorIndex, encoder: Encoder, queries: list[str], batch_size: int = 32) -> np.ndarray:
+    """The queries' vectors, pooled and normalised as the index's rows."""
+    return encoder.encode(queries, pooling=index.settings["pooling"], normalize=index.settings["normalize"],
+                          batch_size=batch_size).numpy()
+
+
+__all__ = ["INDEX_FILE", "KINDS", "IndexOptions", "VectorIndex", "build_index", "embed_queries", "import_faiss",
+           "query_encoder"]

@@ -1,0 +1,95 @@
+"""The service's page in a real browser: headless Chromium (Debian's package) opens `bertkit serve`'s page for
+each kind of model folder, runs every panel's example request, and the rendered answers are checked against the
+endpoints' own JSON. Skipped, with the reason, where no Chromium is installed. Screenshots go to
+$BERTKIT_SCREENSHOTS (a folder) when set."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from html import unescape
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "inference"))
+from test_serve import Server, httpx  # noqa: E402
+from inference_helpers import tiny_folder  # noqa: E402
+
+CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium installed (apt-get install chromium)")
+
+
+def browse(url: str, screenshot: Path | None = None) -> str:
+    """The page's DOM after its scripts ran (and, given a path, a screenshot of it)."""
+    common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--virtual-time-budget=20000", "--window-size=1280,1400"]
+    if screenshot is not None:
+        subprocess.run([*common, f"--screenshot={screenshot}", url], capture_output=True, timeout=120, check=True)
+    done = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout
+
+
+def panel_html(dom: str, endpoint: str) -> str:
+    match = re.search(rf'<section id="panel-{re.escape(endpoint)}" data-state="(\w+)">(.*?)</section>', dom, re.S)
+    assert match, f"no panel for /{endpoint}"
+    assert match.group(1) == "done", match.group(2)[-500:]
+    return match.group(2)
+
+
+def shots(name: str) -> Path | None:
+    folder = os.environ.get("BERTKIT_SCREENSHOTS")
+    return Path(folder) / f"search-{name}.png" if folder else None
+
+
+def test_page_is_bundled_and_fetches_nothing_from_elsewhere(tmp_path: Path) -> None:
+    with Server(tiny_folder(tmp_path, "BertModel")) as server:
+        page = httpx.get(f"{server.url}/").text
+    assert "<script" in page and "__EXAMPLES__" not in page
+    assert not re.search(r'(src|href)="(https?:)?//', page) and "fetch(\"http" not in page
+
+
+def test_masked_lm_page_with_search(tmp_path: Path) -> None:
+    pytest.importorskip("faiss", reason="/search needs faiss-cpu")
+    from bertkit.inference.index import IndexOptions, build_index
+    from bertkit.jobs.embed import EmbedConfig
+    from bertkit.jobs.embed import run as embed
+
+    folder = tiny_folder(tmp_path, "BertForMaskedLM")
+    (tmp_path / "corpus.txt").write_text("the river bank\na loan from the bank\nfish in the river\nmusic all night\n")
+    embed(EmbedConfig(input=str(tmp_path / "corpus.txt"), output=str(tmp_path / "emb"), model=str(folder),
+                      normalize=True, precision="fp32", progress=False))
+    build_index(tmp_path / "emb", tmp_path / "idx", IndexOptions())
+    with Server(folder, index=str(tmp_path / "idx")) as server:
+        dom = browse(f"{server.url}/?run", shots("fill-mask-embed-search"))
+        fill = httpx.post(f"{server.url}/fill-mask", json={"texts": ["Paris is the [MASK] of France."], "top_k": 5})
+        found = httpx.post(f"{server.url}/search", json={"queries": ["a question about the corpus"], "top_k": 5})
+    tokens = re.findall(r'<span class="name" title="([^"]*)">', panel_html(dom, "fill-mask"))
+    assert tokens == [unescape(t["token"]) for t in fill.json()["results"][0][0]] and len(tokens) == 5
+    hits = re.findall(r"<li>(.*?) <span", panel_html(dom, "search"))
+    assert hits == [h["text"] for h in found.json()["results"][0]] and len(hits) == 4
+    assert "32 dims" in panel_html(dom, "embed")
+
+
+def test_task_pages_highlight_entities_answers_and_probabilities(tmp_path: Path) -> None:
+    for head, endpoint in (("BertForTokenClassification", "ner"), ("BertForQuestionAnswering", "qa"),
+                           ("BertForSequenceClassification", "classify")):
+        with Server(tiny_folder(tmp_path, head)) as server:
+            dom = browse(f"{server.url}/?run", shots(endpoint))
+            html = panel_html(dom, endpoint)
+            if endpoint == "ner":
+                texts = ["John lives in Paris.", "The committee met in London on a cold Tuesday."]
+                answer = httpx.post(f"{server.url}/ner", json={"texts": texts}).json()["results"]
+                entities = [t["token"] for tokens in answer for t in tokens if t["label"] != "O"]
+                assert re.findall(r"<mark[^>]*>([^<]*)<small>", html) == entities
+            elif endpoint == "qa":
+                body = {"question": "Where does John live?", "context": "John lives in Paris."}
+                answer = httpx.post(f"{server.url}/qa", json=body).json()
+                assert re.findall(r'<mark class="answer">([^<]*)</mark>', html) == [answer["answer"]]
+            else:
+                labels = re.findall(r'<span class="name" title="([^"]*)">', html)
+                assert sorted(labels) == ["neg", "neg", "pos", "pos"]  # two texts, two labels each
