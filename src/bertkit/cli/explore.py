@@ -65,7 +65,7 @@ def fill_mask_command(args: argparse.Namespace) -> int:
 
 def extract_features_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit extract-features`."""
-    from bertkit.cli.inference import read_lines
+    from bertkit.data.texts import read_lines
     from bertkit.inference.features import extract_features, parse_layers
     from bertkit.io import atomic_open, check_output_file
 

@@ -64,12 +64,10 @@ def embed_command(args: argparse.Namespace) -> int:
     config = config_from_options(EmbedConfig, args, "bertkit embed")
     result = embed.run(config, resume=args.resume)
     if result.blank_count:
-        shown = ", ".join(map(str, result.blank_lines)) + (f" and {result.blank_count - len(result.blank_lines)} "
-                                                           "more" if result.blank_count > len(result.blank_lines)
-                                                           else "")
+        from bertkit.data.texts import blank_lines_warning
+
         name = "<stdin>" if config.input == "-" else config.input
-        print(f"warning: {name}: {result.blank_count} empty line(s) ({shown}), each kept as the empty text (one "
-              "output per line)", file=sys.stderr)
+        print(blank_lines_warning(name, result.blank_count, list(result.blank_lines)), file=sys.stderr)
     skipped = f" ({result.shards_skipped} finished shards kept)" if result.shards_skipped else ""
     if result.rank:
         print(f"rank {result.rank}: embedded {result.rows} rows{skipped}", file=sys.stderr)

@@ -70,6 +70,26 @@ def count_rows(path: str, fmt: str = "auto", text_field: str = "text", id_field:
     return sum(1 for _ in read_texts(path, fmt, text_field, id_field))
 
 
+def read_lines(path: str) -> list[str]:
+    """Every line of a plain-text input (`-`: stdin) as a list, for the verbs that need them all at once
+    (extract-features): an empty file is a DataError, empty lines are kept as the empty text with a warning."""
+    name = "<stdin>" if path == "-" else path
+    lines = [row.text for row in read_texts(path, "text")]
+    if not lines:
+        raise data_error(name, None, "no text")
+    blank = [number for number, line in enumerate(lines, start=1) if not line.strip()]
+    if blank:
+        print(blank_lines_warning(name, len(blank), blank[:10]), file=sys.stderr)
+    return lines
+
+
+def blank_lines_warning(name: str, count: int, shown: list[int]) -> str:
+    """The warning for `count` empty lines of input `name` (the first ones' numbers `shown`), each kept as the
+    empty text so that output row i stays input line i."""
+    listed = ", ".join(map(str, shown)) + (f" and {count - len(shown)} more" if count > len(shown) else "")
+    return f"warning: {name}: {count} empty line(s) ({listed}), each kept as the empty text (one output per line)"
+
+
 def _open_text(path: str) -> TextIO:
     if path == "-":
         return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", newline=None)
