@@ -187,7 +187,8 @@ class Int8Linear(nn.Module):
             # torch.quantize_per_tensor rounds as fbgemm's own input quantization does (the same u8 values)
             qx = torch.quantize_per_tensor(flat, self.scale, self.zero_point, torch.quint8).int_repr()
             y = torch.ops.onednn.qlinear_pointwise(qx, self.scale, self.zero_point, self.packed, self.w_scale,
-                                                   self.w_zero_point, self.bias, 1.0, 0, torch.float32, "none", [], "")
+                                                   self.w_zero_point, self.bias, 1.0, 0, torch.float32,  # output
+                                                   "none", [], "")  # no fused activation
         else:
             y = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(flat, self.scale, self.zero_point,
                                                                                     self.packed)
@@ -337,7 +338,8 @@ def calibrate_int8(bert: nn.Module, embed: Embed, min_cosine: float = DEFAULT_MI
     def score(keep: int) -> float:
         if keep == len(order):
             return 1.0
-        return float(F.cosine_similarity(embed(quantize_int8(bert, plan, set(order[keep:]), kernel)), reference).min())
+        mixed = quantize_int8(bert, plan, set(order[keep:]), kernel)
+        return float(F.cosine_similarity(embed(mixed), reference).min())
 
     lo, hi, best = 0, len(order), 1.0  # the answer lies in [lo, hi]; hi always meets min_cosine
     while lo < hi:
