@@ -80,7 +80,7 @@ def test_kernels_accumulate_the_same_int32_on_edge_shapes(rows, inputs, outputs,
 
 @pytest.fixture(scope="module")
 def minilm_unit_inputs():
-    """all-MiniLM-L6-v2, its tokenizer, and every unit's real input (rows: the tokens of 3 WikiText-2 paragraphs)."""
+    """all-MiniLM-L6-v2, its tokenizer, and every unit's real input (rows: the tokens of 2 WikiText-2 paragraphs)."""
     folder = minilm_folder()
     model, tok = BertModel.from_pretrained(folder).eval(), tokenizer_for(folder)
     modules = dict(model.named_modules())
@@ -93,7 +93,7 @@ def minilm_unit_inputs():
 
     handles = [modules[name].register_forward_pre_hook(keep_input(name)) for name in int8_units(model)]
     try:
-        ids = [tok.encode(t, max_length=64, truncation=True).input_ids for t in wikitext_paragraphs(3)]
+        ids = [tok.encode(t, max_length=64, truncation=True).input_ids for t in wikitext_paragraphs(2)]
         batch = pad_batch(ids, [[0] * len(x) for x in ids], tok.pad_token_id)
         with torch.inference_mode():
             model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
@@ -110,8 +110,9 @@ def test_kernels_agree_on_real_minilm_layers(minilm_unit_inputs) -> None:
     units = int8_units(model)
     assert set(inputs) == set(units) and len(units) == 24
     with torch.no_grad():
-        worst = max(check_kernels_agree(weight.detach(), bias.detach(), inputs[name], alpha)
-                    for name, (weight, bias) in units.items() for alpha in SMOOTHING_CHOICES)
+        worst = max(check_kernels_agree(weight.detach(), bias.detach(), inputs[name], SMOOTHING_CHOICES[(i // 4 + i) % 2])
+                    for i, (name, (weight, bias)) in enumerate(units.items()))  # 4 units a layer: each kind of unit
+    # gets either smoothing choice, in alternate layers
     assert worst <= 2  # the product's rounding (half an ulp) and the sum's (half an ulp, or a power of 2 more)
 
 
@@ -140,7 +141,7 @@ def test_encoder_on_either_kernel_gives_the_same_embeddings_to_int8_rounding(min
     and equally close to float32."""
     model, tok, inputs = minilm_unit_inputs
     plan = Int8Plan({name: (x.amin(0).tolist(), x.amax(0).tolist()) for name, x in inputs.items()})
-    texts = wikitext_paragraphs(12)[4:]
+    texts = wikitext_paragraphs(9)[3:]
     encoders = {kernel: Encoder(model, tok, precision="int8", max_length=64, int8_kernel=kernel, calibration=plan)
                 for kernel in INT8_KERNELS}
     assert {m.kernel for m in encoders["onednn"].bert.modules() if isinstance(m, Int8Linear)} == {"onednn"}
