@@ -109,10 +109,11 @@ def test_kernels_agree_on_real_minilm_layers(minilm_unit_inputs) -> None:
     model, _tok, inputs = minilm_unit_inputs
     units = int8_units(model)
     assert set(inputs) == set(units) and len(units) == 24
+    # 4 units a layer, smoothing choices alternating within a layer and between layers: each kind of unit gets both
+    alphas = [SMOOTHING_CHOICES[(i // 4 + i) % 2] for i in range(len(units))]
     with torch.no_grad():
-        worst = max(check_kernels_agree(weight.detach(), bias.detach(), inputs[name], SMOOTHING_CHOICES[(i // 4 + i) % 2])
-                    for i, (name, (weight, bias)) in enumerate(units.items()))  # 4 units a layer: each kind of unit
-    # gets either smoothing choice, in alternate layers
+        worst = max(check_kernels_agree(weight.detach(), bias.detach(), inputs[name], alpha)
+                    for (name, (weight, bias)), alpha in zip(units.items(), alphas))
     assert worst <= 2  # the product's rounding (half an ulp) and the sum's (half an ulp, or a power of 2 more)
 
 
