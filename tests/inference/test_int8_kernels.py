@@ -120,7 +120,7 @@ def test_kernels_agree_on_real_minilm_layers(minilm_unit_inputs) -> None:
 def test_kernel_choice_follows_the_cpu_and_the_override(monkeypatch) -> None:
     monkeypatch.delenv("BERTKIT_INT8_KERNEL", raising=False)
     for flags, kernel in (({"avx2"}, "fbgemm"), ({"avx2", "avx512f"}, "fbgemm"),
-                          ({"avx2", "avx512f", "avx512_vnni"}, "onednn"), ({"avx2", "avx512f", "amx_int8"}, "onednn"),
+                          ({"avx2", "avx512f", "avx512_vnni"}, "fbgemm"), ({"avx2", "avx512f", "amx_int8"}, "onednn"),
                           ({"avx2", "avx_vnni"}, "fbgemm")):
         monkeypatch.setattr(runtime, "cpu_flags", lambda f=flags: f)
         assert choose_int8_kernel()[0] == kernel, flags

@@ -134,7 +134,9 @@ def smoothing_factors(weight: Tensor, input_range: tuple[list[float], list[float
 
 def choose_int8_kernel(kernel: str | None = None) -> tuple[str, str]:
     """The kernel the int8 products run on and why: `kernel` if given (or "auto"), else BERTKIT_INT8_KERNEL, else
-    oneDNN where the CPU has AVX-512 with VNNI or AMX (its int8 dot-product instructions), fbgemm elsewhere."""
+    oneDNN where the CPU has AMX (fbgemm has no AMX kernels), fbgemm elsewhere: on AVX2 it measured as fast or faster
+    (docs/results/int8-vnni-path-epyc-avx2-2026-11-25.md), and on AVX-512 VNNI it has VNNI kernels of its own, so
+    oneDNN is chosen there only when asked for until the two are measured on such a CPU (issue 30)."""
     asked = kernel or os.environ.get(INT8_KERNEL_ENV, "").strip() or "auto"
     if asked != "auto":
         if asked not in INT8_KERNELS:
@@ -143,10 +145,9 @@ def choose_int8_kernel(kernel: str | None = None) -> tuple[str, str]:
                               f"or auto")
         return asked, f"asked for ({'option' if kernel else INT8_KERNEL_ENV})"
     flags = runtime.cpu_flags()
-    vnni, amx = "avx512_vnni" in flags, "amx_int8" in flags
-    if "avx512f" in flags and (vnni or amx):
-        return "onednn", f"CPU has AVX-512 with {'AMX' if amx else 'VNNI'}"
-    return "fbgemm", "CPU has no AVX-512 VNNI or AMX"
+    if "amx_int8" in flags:
+        return "onednn", "CPU has AMX (int8 tiles), which only oneDNN uses"
+    return "fbgemm", "CPU has no AMX" + (" (fbgemm has AVX-512 VNNI kernels)" if "avx512_vnni" in flags else "")
 
 
 def int8_weight(weight: Tensor) -> Tensor:
