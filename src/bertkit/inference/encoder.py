@@ -38,6 +38,7 @@ from bertkit.inference.quantize import (
     MIN_INT8_DISTINCT_TOKENS,
     Int8Plan,
     calibrate_int8,
+    choose_int8_kernel,
     default_calibration_texts,
     quantize_int8,
     runs_in_int8,
@@ -105,7 +106,9 @@ class Encoder:
     normalisation, the position limit.
     calibration (int8 only): the texts to calibrate on (never the texts you evaluate on; default: shipped Austen
     paragraphs and sentences, `default_calibration_texts`), or an `Int8Plan` computed before; `int8_plan` holds the
-    one used. An int8 encoder keeps a float32 copy too (`float_bert`), for the texts of few distinct tokens.
+    one used. int8_kernel: "fbgemm" or "onednn" for the int8 products (default: BERTKIT_INT8_KERNEL, else oneDNN on
+    CPUs with AVX-512 VNNI or AMX, fbgemm elsewhere; `choose_int8_kernel`); `int8_kernel` holds the one used.
+    An int8 encoder keeps a float32 copy too (`float_bert`), for the texts of few distinct tokens.
     Embeddings do not depend on the batch size or the other texts of a batch, in int8 bit for bit (issue 24).
     On CPU it also makes glibc malloc keep freed memory, process-wide (`keeps_freed_memory`; bertkit.runtime).
     """
@@ -122,6 +125,7 @@ class Encoder:
         defaults: dict[str, Any] | None = None,
         calibration: Sequence[str] | Int8Plan | None = None,
         int8_min_cosine: float = DEFAULT_MIN_COSINE,
+        int8_kernel: str | None = None,
     ) -> None:
         if isinstance(model, (str, Path)):
             import bertkit.tasks  # noqa: F401 (registers the tasks' heads: a config naming only its task opens)
@@ -154,14 +158,17 @@ class Encoder:
             raise ConfigError(f"max_length {self.max_length} exceeds the model's max_position_embeddings "
                               f"({self.config.max_position_embeddings})")
         self.int8_plan: Int8Plan | None = None
+        self.int8_kernel: str | None = None  # int8 only: "fbgemm" or "onednn" (choose_int8_kernel)
         self.float_bert: nn.Module | None = None  # int8 only: a float32 copy, for texts of few distinct tokens
         if precision == "int8":
             if self.device.type != "cpu":
                 raise ConfigError(f"precision 'int8' runs on CPU only, got device {self.device}")
+            self.int8_kernel, kernel_reason = choose_int8_kernel(int8_kernel)
+            log.info("int8 products on %s (%s)", self.int8_kernel, kernel_reason)
             self.int8_plan = calibration if isinstance(calibration, Int8Plan) else self.calibrate(
                 bert, calibration or default_calibration_texts(), int8_min_cosine)
             self.float_bert = quantize_int8(bert, self.int8_plan, units=set())  # a float32 copy, rows as in int8
-            bert = quantize_int8(bert, self.int8_plan)
+            bert = quantize_int8(bert, self.int8_plan, kernel=self.int8_kernel)
             log.info("int8: %d of %d matrix products in int8 (float32: %s); calibration min cosine %.5f; texts of "
                      "fewer than %d distinct tokens in float32", len(self.int8_plan.input_ranges)
                      - len(self.int8_plan.float_units), len(self.int8_plan.input_ranges),
@@ -274,7 +281,8 @@ class Encoder:
         if not ids:
             raise ConfigError(f"calibration needs texts that int8 runs, of at least {MIN_INT8_DISTINCT_TOKENS} "
                               f"distinct tokens; none of the {len(texts)} given has as many")
-        return calibrate_int8(bert, lambda model: self._run(model, model, ids, "mean", 128, 8192), min_cosine)
+        return calibrate_int8(bert, lambda model: self._run(model, model, ids, "mean", 128, 8192), min_cosine,
+                              self.int8_kernel)
 
     def __call__(self, texts: Sequence[str], **kwargs: Any) -> Tensor:
         return self.encode(texts, **kwargs)

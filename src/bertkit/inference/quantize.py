@@ -20,6 +20,21 @@ float32, and more float32 units or calibration on them did not reach it without 
 (docs/results/int8-short-texts-*.md, benchmarks/bench_int8_accuracy.py). So the encoder runs a text with fewer than `MIN_INT8_DISTINCT_TOKENS`
 distinct token ids (special tokens included) in float32, where it costs little: a few tokens, or one repeated.
 
+The int8 products run on one of two kernels (issue 30), the same plan and the same int8 numbers on either:
+"fbgemm" (torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32: fbgemm quantizes the input, multiplies
+u8 x s8 into int32 and dequantizes in one pass) or "onednn" (the input quantized by torch.quantize_per_tensor, then
+torch.ops.onednn.qlinear_pointwise, oneDNN's int8 inner product, which takes VNNI's vpdpbusd and AMX's tile products
+where the CPU has them; fbgemm has AVX-512 VNNI kernels too, but no AMX). Their int32 accumulations are equal (7-bit
+weights: no int16 saturation on AVX2 either); the float32 outputs differ only in the dequantization's last rounding:
+fbgemm computes acc * (s_x * s_w) + b with one rounding (a fused multiply-add), oneDNN rounds the product and then
+the sum, so an output can differ by a unit or two in the last place of the larger term
+(tests/inference/test_int8_kernels.py). Such a difference now and then moves a downstream int8 input across a
+rounding boundary, so the two kernels' embeddings agree closely (min cosine above 0.999 on real text), not bit
+for bit. `choose_int8_kernel` takes oneDNN on CPUs with AVX-512 and VNNI or AMX and fbgemm elsewhere: on AVX2 (no
+VNNI) oneDNN's product was no faster and its separate input quantization (quantize_per_tensor, int_repr) cost
+about a tenth of the time more (docs/results/int8-vnni-path-epyc-avx2-2026-11-25.md), so the path measured before
+stays there. BERTKIT_INT8_KERNEL=fbgemm|onednn|auto (or Encoder's int8_kernel) overrides the choice.
+
 Calibration text is a parameter and must not be the text you evaluate on; the default is drawn from Austen's
 Persuasion, shipped with bertkit (public domain): long paragraphs, sentences of 4 to 20 words and sentences repeated
 to the model's length, the kinds of text int8 runs (`default_calibration_texts`).
@@ -29,6 +44,7 @@ from __future__ import annotations
 
 import copy
 import gzip
+import os
 import re
 import types
 import warnings
@@ -41,6 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit import runtime
 from bertkit.errors import ConfigError
 from bertkit.model.bert import BertSelfAttention
 
@@ -61,6 +78,8 @@ MIN_INT8_DISTINCT_TOKENS = 10
 DEFAULT_CALIBRATION_PARAGRAPHS = 24
 DEFAULT_CALIBRATION_SENTENCES = 64
 DEFAULT_CALIBRATION_REPEATS = 6
+INT8_KERNELS = ("fbgemm", "onednn")  # see the module docstring
+INT8_KERNEL_ENV = "BERTKIT_INT8_KERNEL"  # fbgemm, onednn or auto (the default): overrides the CPU-based choice
 REPEATED_WORDS = 300  # a repeated calibration sentence fills about this many words: past 256 tokens, cut there
 CALIBRATION_SOURCE = Path(__file__).resolve().parents[1] / "demo_data" / "austen_persuasion.txt.gz"
 
@@ -113,6 +132,24 @@ def smoothing_factors(weight: Tensor, input_range: tuple[list[float], list[float
     return (x_max**alpha / weight.abs().amax(dim=0).clamp(min=1e-5) ** (1 - alpha)).clamp(min=1e-5)
 
 
+def choose_int8_kernel(kernel: str | None = None) -> tuple[str, str]:
+    """The kernel the int8 products run on and why: `kernel` if given (or "auto"), else BERTKIT_INT8_KERNEL, else
+    oneDNN where the CPU has AMX (fbgemm has no AMX kernels), fbgemm elsewhere: on AVX2 it measured as fast or faster
+    (docs/results/int8-vnni-path-epyc-avx2-2026-11-25.md), and on AVX-512 VNNI it has VNNI kernels of its own, so
+    oneDNN is chosen there only when asked for until the two are measured on such a CPU (issue 30)."""
+    asked = kernel or os.environ.get(INT8_KERNEL_ENV, "").strip() or "auto"
+    if asked != "auto":
+        if asked not in INT8_KERNELS:
+            source = "int8_kernel" if kernel else INT8_KERNEL_ENV
+            raise ConfigError(f"{source}: unknown int8 kernel {asked!r}; expected one of {', '.join(INT8_KERNELS)} "
+                              f"or auto")
+        return asked, f"asked for ({'option' if kernel else INT8_KERNEL_ENV})"
+    flags = runtime.cpu_flags()
+    if "amx_int8" in flags:
+        return "onednn", "CPU has AMX (int8 tiles), which only oneDNN uses"
+    return "fbgemm", "CPU has no AMX" + (" (fbgemm has AVX-512 VNNI kernels)" if "avx512_vnni" in flags else "")
+
+
 def int8_weight(weight: Tensor) -> Tensor:
     """`weight` (out, in) quantized symmetrically with one scale per output channel, to WEIGHT_LEVELS levels."""
     w_scale = (weight.abs().amax(dim=1) / WEIGHT_LEVELS).clamp(min=1e-12).double()
@@ -125,7 +162,7 @@ class Int8Linear(nn.Module):
     """y = x W^T + b with W quantized per output channel and x to 8 bits with a calibrated (static) scale."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None, input_range: tuple[list[float], list[float]],
-                 alpha: float | None = SMOOTHING_CHOICES[0]) -> None:
+                 alpha: float | None = SMOOTHING_CHOICES[0], kernel: str | None = None) -> None:
         super().__init__()
         weight = weight.detach().float()
         low, high = torch.tensor(input_range[0]), torch.tensor(input_range[1])  # per input channel
@@ -135,16 +172,31 @@ class Int8Linear(nn.Module):
         lo, hi = min(float((low / smooth).min()), 0.0), max(float((high / smooth).max()), 0.0)  # zero stays exact
         self.scale = max(hi - lo, 1e-8) / ACTIVATION_LEVELS
         self.zero_point = round(-lo / self.scale)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # quantized tensors announce their deprecation
-            bias = None if bias is None else bias.detach().float()
-            self.packed = torch.ops.quantized.linear_prepack(int8_weight(weight), bias)
+        self.kernel = choose_int8_kernel(kernel)[0]
+        bias = None if bias is None else bias.detach().float()
+        qweight = int8_weight(weight)
+        if self.kernel == "onednn":
+            self.register_buffer("bias", bias)
+            self.register_buffer("w_scale", qweight.q_per_channel_scales().float())  # the float32 fbgemm uses too
+            self.register_buffer("w_zero_point", torch.zeros(weight.shape[0], dtype=torch.int32))
+            self.packed = torch.ops.onednn.qlinear_prepack(qweight.int_repr(), None)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # quantized tensors announce their deprecation
+                self.packed = torch.ops.quantized.linear_prepack(qweight, bias)
         self.out_features = weight.shape[0]
 
     def forward(self, x: Tensor) -> Tensor:
         flat = (x.reshape(-1, x.shape[-1]).float() * self.inv_smooth).contiguous()
-        y = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(flat, self.scale, self.zero_point,
-                                                                                self.packed)
+        if self.kernel == "onednn":
+            # torch.quantize_per_tensor rounds as fbgemm's own input quantization does (the same u8 values)
+            qx = torch.quantize_per_tensor(flat, self.scale, self.zero_point, torch.quint8).int_repr()
+            y = torch.ops.onednn.qlinear_pointwise(qx, self.scale, self.zero_point, self.packed, self.w_scale,
+                                                   self.w_zero_point, self.bias, 1.0, 0, torch.float32,  # output
+                                                   "none", [], "")  # no fused activation
+        else:
+            y = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(flat, self.scale, self.zero_point,
+                                                                                    self.packed)
         return y.view(*x.shape[:-1], self.out_features)
 
 
@@ -206,19 +258,22 @@ def int8_units(bert: nn.Module) -> dict[str, tuple[Tensor, Tensor | None]]:
     return units
 
 
-def quantize_int8(bert: nn.Module, plan: Int8Plan, units: set[str] | None = None) -> nn.Module:
-    """A copy of `bert` with `units` (default: every unit not in plan.float_units) as Int8Linear and the other units
-    as FloatLinear; CPU only."""
-    if torch.backends.quantized.engine not in ("x86", "fbgemm"):
-        raise ConfigError(f"int8 needs the x86 or fbgemm quantized engine, found {torch.backends.quantized.engine!r}")
+def quantize_int8(bert: nn.Module, plan: Int8Plan, units: set[str] | None = None,
+                  kernel: str | None = None) -> nn.Module:
+    """A copy of `bert` with `units` (default: every unit not in plan.float_units) as Int8Linear on `kernel`
+    (default: `choose_int8_kernel`'s) and the other units as FloatLinear; CPU only."""
+    kernel = choose_int8_kernel(kernel)[0]
+    if kernel == "fbgemm" and torch.backends.quantized.engine not in ("x86", "fbgemm"):
+        raise ConfigError(f"int8 on fbgemm needs the x86 or fbgemm quantized engine, found "
+                          f"{torch.backends.quantized.engine!r}")
     all_units = int8_units(bert)
     chosen = set(all_units) - set(plan.float_units) if units is None else units
     missing = chosen - set(plan.input_ranges)
     if missing:
         raise ConfigError(f"int8 plan has no input range for {min(missing)} (recalibrate for this model)")
     return replace_units(copy.deepcopy(bert).cpu().float(), {
-        name: Int8Linear(*all_units[name], plan.input_ranges[name], plan.smoothing.get(name, SMOOTHING_CHOICES[0]))
-        if name in chosen else FloatLinear(*all_units[name]) for name in sorted(all_units)})
+        name: Int8Linear(*all_units[name], plan.input_ranges[name], plan.smoothing.get(name, SMOOTHING_CHOICES[0]),
+                         kernel) if name in chosen else FloatLinear(*all_units[name]) for name in sorted(all_units)})
 
 
 def replace_units(model: nn.Module, replacements: dict[str, nn.Module]) -> nn.Module:
@@ -242,9 +297,11 @@ def _replaced_project_qkv(self: BertSelfAttention, x: Tensor) -> Tensor:
     return self.qkv(x)
 
 
-def calibrate_int8(bert: nn.Module, embed: Embed, min_cosine: float = DEFAULT_MIN_COSINE) -> Int8Plan:
+def calibrate_int8(bert: nn.Module, embed: Embed, min_cosine: float = DEFAULT_MIN_COSINE,
+                   kernel: str | None = None) -> Int8Plan:
     """Measure each unit's input range and int8 sensitivity on the calibration text that `embed` runs, and choose the
-    fewest float32 units (most sensitive first) that keep the min cosine to float32 at `min_cosine` or above.
+    fewest float32 units (most sensitive first) that keep the min cosine to float32 at `min_cosine` or above; the
+    int8 products run on `kernel` (default: `choose_int8_kernel`'s).
 
     Sensitivity is the relative error ||int8(x) - float(x)|| / ||float(x)|| of each unit's own output on the
     calibration inputs (one extra pass); the number of float32 units is then found by bisection over whole-model
@@ -265,7 +322,7 @@ def calibrate_int8(bert: nn.Module, embed: Embed, min_cosine: float = DEFAULT_MI
         return hook
 
     def record_error(name: str) -> Callable[..., None]:
-        candidates = {a: Int8Linear(*units[name], plan.input_ranges[name], a) for a in SMOOTHING_CHOICES}
+        candidates = {a: Int8Linear(*units[name], plan.input_ranges[name], a, kernel) for a in SMOOTHING_CHOICES}
 
         def hook(_module: nn.Module, args: tuple) -> None:
             exact = F.linear(args[0], *units[name])
@@ -286,7 +343,8 @@ def calibrate_int8(bert: nn.Module, embed: Embed, min_cosine: float = DEFAULT_MI
     def score(keep: int) -> float:
         if keep == len(order):
             return 1.0
-        return float(F.cosine_similarity(embed(quantize_int8(bert, plan, set(order[keep:]))), reference).min())
+        mixed = quantize_int8(bert, plan, set(order[keep:]), kernel)
+        return float(F.cosine_similarity(embed(mixed), reference).min())
 
     lo, hi, best = 0, len(order), 1.0  # the answer lies in [lo, hi]; hi always meets min_cosine
     while lo < hi:
@@ -311,6 +369,6 @@ def _hooks(modules: dict[str, nn.Module], hooks: dict[str, Callable[..., None]])
             handle.remove()
 
 
-__all__ = ["MIN_INT8_DISTINCT_TOKENS", "FloatLinear", "Int8Linear", "Int8Plan", "calibrate_int8",
-           "calibration_paragraphs", "default_calibration_texts", "int8_units", "int8_weight", "quantize_int8",
-           "replace_units", "runs_in_int8", "smoothing_factors"]
+__all__ = ["INT8_KERNELS", "MIN_INT8_DISTINCT_TOKENS", "FloatLinear", "Int8Linear", "Int8Plan", "calibrate_int8",
+           "calibration_paragraphs", "choose_int8_kernel", "default_calibration_texts", "int8_units", "int8_weight",
+           "quantize_int8", "replace_units", "runs_in_int8", "smoothing_factors"]
