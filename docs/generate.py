@@ -193,7 +193,12 @@ class Renderer:
         columns = spec["columns"]
         lines = ["| " + " | ".join(c["title"] for c in columns) + " |",
                  "|" + "|".join(f" {ALIGN[c.get('align', 'left')]} " for c in columns) + "|"]
+        keys = {c.get("key", c["title"]) for c in columns}
         for row in self.rows(path, name, page):
+            stray = set(row.get("_templates", {})) - keys
+            if stray:  # a template no column uses would leave its cell silently empty
+                raise TableError(f"{path}: table {name!r}: a row's _templates names {sorted(stray)}, which no column "
+                                 f"has as its key (keys: {sorted(keys)})")
             bold = set(row.get("_bold", []))
             cells = []
             for c in columns:

@@ -77,6 +77,20 @@ def test_computed_fields_and_references(tmp_path: Path) -> None:
                                                 "| [1.5](../a.md) |\n<!-- /table -->\n"
 
 
+def test_a_row_template_without_its_column_is_an_error(tmp_path: Path) -> None:
+    """A row's own template must name a column's key: one keyed by a name no column has would leave its cells
+    silently empty (the demo and serving reports' fact tables once rendered blank this way)."""
+    (tmp_path / "a.json").write_text("""{"tables": {"t": {
+        "columns": [{"title": "measured", "template": "{value}"}],
+        "rows": [{"x": 1, "_templates": {"value": "{x}"}}]}}}""")
+    with pytest.raises(generate.TableError, match=r"_templates names \['value'\], which no column has as its key"):
+        generate.Renderer(tmp_path).render(tmp_path / "a.json", "t", tmp_path / "page.md")
+    (tmp_path / "a.json").write_text("""{"tables": {"t": {
+        "columns": [{"title": "measured", "key": "value", "template": "{value}"}],
+        "rows": [{"x": 1, "_templates": {"value": "{x}"}}]}}}""")
+    assert generate.Renderer(tmp_path).render(tmp_path / "a.json", "t", tmp_path / "page.md").splitlines()[2] == "| 1 |"
+
+
 def test_no_session_stamps() -> None:
     """Dates live in a report's name and header, not in "session of <date>" stamps in the text."""
     stamped = [str(p.relative_to(ROOT)) for p in generate.pages()

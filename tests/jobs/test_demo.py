@@ -6,7 +6,8 @@ import math
 import pytest
 
 from bertkit.cli import main
-from bertkit.jobs.demo import DEMO_PRETRAINED, RANDOM_INIT, REFERENCE, SHIPPED, DemoReport, reading
+from bertkit.jobs.demo import (DEMO_PRETRAINED, QA_DEV, RANDOM_INIT, REFERENCE, SHIPPED, DemoReport, bundled_file,
+                               reading)
 
 
 def test_quick_demo_writes_every_artefact(tmp_path, capsys):
@@ -48,6 +49,26 @@ def test_quick_demo_writes_every_artefact(tmp_path, capsys):
             assert paired["score_a"] == pytest.approx(report["finetuning"][RANDOM_INIT]["dev_accuracy"], abs=5e-5)
             assert paired["outcome"] in ("win", "loss", "tie") and 0 < paired["p_value"] <= 1
 
+    # question answering: (a) and (c) on the first evaluation article's questions, F1 and exact match of the runs,
+    # the verdict by the paired bootstrap over the same questions
+    from bertkit.tasks.qa import read_squad
+
+    questions = len(read_squad(f"{bundled_file(QA_DEV)}#:1"))
+    assert set(report["qa"]) == {RANDOM_INIT, SHIPPED} and questions == 104
+    qa_starts = json.loads((out / "qa" / "comparison.json").read_text())["starts"]
+    for start in qa_starts:
+        r = report["qa"][start["name"]]
+        assert r["dev_f1"] == round(start["mean"], 4) and 0 <= r["dev_exact_match"] <= r["dev_f1"] <= 100
+        assert f"SQuAD dev F1 / exact match, {start['name']}" in printed
+    paired = report["qa"][SHIPPED]["paired"]
+    assert paired["test"] == "paired bootstrap" and paired["metric"] == "f1" and paired["n"] == questions
+    assert 100 * paired["score_b"] == pytest.approx(report["qa"][SHIPPED]["dev_f1"], abs=1e-3)
+    assert 100 * paired["score_a"] == pytest.approx(report["qa"][RANDOM_INIT]["dev_f1"], abs=1e-3)
+    low, high = paired["interval"]
+    assert low <= paired["difference"] <= high and paired["outcome"] in ("win", "loss", "tie")
+    assert (out / "qa.png").read_bytes().startswith(b"\x89PNG")
+    assert "the SQuAD sample (question answering)" in reading(DemoReport(**report))
+
     assert (out / "tokenizer" / "vocab.txt").is_file()
     assert (out / "pretrain" / "final" / "model.safetensors").is_file()
     assert (out / "pretrain" / "curves.png").read_bytes().startswith(b"\x89PNG")
@@ -87,6 +108,60 @@ def test_reading_is_the_paired_verdict_computed_from_the_figures():
     assert "plateau" not in reading(report)
     assert f"{DEMO_PRETRAINED} beats random initialisation" in reading(report)
     assert reading(DemoReport(config={})) == ""
+
+
+def _bootstrap(f1_a: list[float], f1_b: list[float]) -> dict:
+    import numpy as np
+
+    from bertkit.tasks.significance import paired_bootstrap
+
+    n = len(f1_a)
+    return paired_bootstrap(np.array(f1_a).reshape(-1, 1), np.array(f1_b).reshape(-1, 1),
+                            lambda sums: sums[..., 0] / n, "f1", resamples=2000).to_dict()
+
+
+def test_reading_gives_the_question_answering_verdict_from_the_bootstrap() -> None:
+    """On the SQuAD sample the shipped model is judged by the paired bootstrap over questions: a clear gain is a
+    win, a clear drop a loss, a wash a tie, and identical answers are level with p = 1."""
+    sentiment = {RANDOM_INIT: {"dev_accuracy": 0.7}, SHIPPED: {"paired": _paired(10, 10)}}
+    weak = [0.0] * 150 + [1.0] * 50  # random init: 25% of the questions answered
+    strong = [0.0] * 90 + [1.0] * 110  # every question weak answers, and 60 more
+    cases = {"beats random initialisation on the SQuAD sample (question answering): 55.0 vs 25.0 F1 (+30.0 points)":
+             _bootstrap(weak, strong),
+             "does worse than random initialisation on the SQuAD sample": _bootstrap(strong, weak),
+             "is level with random initialisation on the SQuAD sample": _bootstrap(weak, weak[::-1]),
+             "is level with random initialisation on the SQuAD sample (question answering): 25.0 vs 25.0 F1 (+0.0":
+             _bootstrap(weak, weak)}
+    for expected, paired in cases.items():
+        text = reading(DemoReport(config={}, finetuning=sentiment, qa={RANDOM_INIT: {"dev_f1": 25.0},
+                                                                      SHIPPED: {"paired": paired}}))
+        assert f"{SHIPPED} {expected}" in text, text
+        assert "paired bootstrap over 200 examples (2000 resamples): 95% interval of the difference" in text
+    assert cases["is level with random initialisation on the SQuAD sample (question answering): 25.0 vs 25.0 F1 "
+                 "(+0.0"]["p_value"] == 1.0
+    assert cases["does worse than random initialisation on the SQuAD sample"]["interval"][1] < 0
+
+
+def test_bundled_squad_sample_is_made_by_the_script_from_the_official_file(data_dir) -> None:
+    """The shipped SQuAD files are byte for byte what scripts/make_demo_squad.py makes from dev-v1.1.json, and the
+    training side shares no article with the evaluation side."""
+    import importlib.util
+    from pathlib import Path
+
+    from bertkit.jobs.demo import QA_TRAIN
+    from bertkit.tasks.qa import read_squad
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "make_demo_squad.py"
+    spec = importlib.util.spec_from_file_location("make_demo_squad", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    made = script.make(data_dir / "squad_v1.1" / "dev-v1.1.json")
+    for name, data in made.items():
+        assert bundled_file(name).read_bytes() == data, name
+    train, dev = read_squad(bundled_file(QA_TRAIN)), read_squad(bundled_file(QA_DEV))
+    assert (len(train), len(dev)) == (2004, 1988)
+    assert not {ex.context for ex in train} & {ex.context for ex in dev}
+    assert not {ex.id for ex in train} & {ex.id for ex in dev}
 
 
 def test_fill_mask_probes_are_held_out_sst2_dev_sentences() -> None:

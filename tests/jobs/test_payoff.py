@@ -55,6 +55,26 @@ def test_best_lr_is_chosen_by_the_mean_over_seeds(tmp_path: Path, monkeypatch: p
     assert len(calls) == 8
 
 
+def test_task_options_reach_every_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget's task options (QA's doc_stride) go to every start's run, with max_length from the budget."""
+    seen = []
+
+    def fake_finetune(config, resume=False):  # noqa: ANN001, ANN202
+        seen.append(dict(config.options))
+        summary = {"main_metric": "f1", "best_metrics": {"f1": 50.0}}
+        Path(config.training.output_dir).mkdir(parents=True)
+        (Path(config.training.output_dir) / "results.json").write_text(json.dumps(summary))
+        return summary
+
+    import bertkit.jobs.finetune as finetune_job
+
+    monkeypatch.setattr(finetune_job, "run", fake_finetune)
+    budget = FinetuneBudget(task="qa", train="t", dev="d", lrs=[1e-3], seeds=[1], max_length=128,
+                            options={"doc_stride": 32, "max_length": 999})
+    payoff.run(PayoffConfig({"a": "a", "b": "b"}, budget, tmp_path))
+    assert seen == [{"doc_stride": 32, "max_length": 128}] * 2
+
+
 def test_table_and_verdict_are_computed_from_the_figures() -> None:
     results = [StartResult("pre-trained", "p", {}, 3e-4, [0.80, 0.82], 0.81),
                StartResult("random init", "r", {}, 1e-4, [0.78, 0.77], 0.775)]

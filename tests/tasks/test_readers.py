@@ -71,6 +71,29 @@ def test_generic_csv_tsv_jsonl_columns(tmp_path) -> None:
     assert [e.label for e in ex] == ["1", "0"]  # JSON 1 and "1" are one label
 
 
+def test_gzipped_files_read_like_plain_ones(tmp_path) -> None:
+    """A .gz data file reads as its decompressed text (the delimiter from the suffix before .gz); a broken one is a
+    DataError naming the file."""
+    import gzip
+
+    from bertkit.errors import DataError
+
+    task = get_task("classification")
+    text = 'id,review,stars\r\n1,"good, really",5\r\n2,bad,1\r\n'
+    (tmp_path / "a.csv").write_text(text)
+    (tmp_path / "a.csv.gz").write_bytes(gzip.compress(text.encode("utf-8")))
+    settings = task.settings({"text_column": "review", "label_column": "stars"})
+    plain, packed = task.read(tmp_path / "a.csv", settings), task.read(tmp_path / "a.csv.gz", settings)
+    assert [(e.text, e.label) for e in packed] == [(e.text, e.label) for e in plain] == [("good, really", "5"),
+                                                                                          ("bad", "1")]
+    (tmp_path / "b.tsv.gz").write_bytes(gzip.compress(b"x\t1\n"))
+    assert [(e.text, e.label) for e in task.read(tmp_path / "b.tsv.gz", task.settings({"text_column": "0",
+                                                                                       "label_column": "1"}))] == [("x", "1")]
+    (tmp_path / "broken.tsv.gz").write_bytes(gzip.compress(b"x\t1\n" * 100)[:-20])
+    with pytest.raises(DataError, match="broken.tsv.gz.*gzip"):
+        task.read(tmp_path / "broken.tsv.gz", settings)
+
+
 def test_conll_counts(data_dir) -> None:
     train = read_conll(data_dir / "conll2003" / "train.txt")
     valid = read_conll(data_dir / "conll2003" / "valid.txt")

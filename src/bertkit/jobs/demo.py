@@ -6,7 +6,9 @@
 4. ask the pre-trained model to fill masks and to judge sentence pairs on held-out text;
 5. fine-tune on a sentiment sample from (a) random initialisation, (b) this demo's short pre-training, (c) the
    shipped model pre-trained far longer, and (d) a fully pre-trained BERT when installed, with one budget;
-6. write a report: console table, summary.md / summary.html, metrics JSONL and PNG plots.
+6. fine-tune (a) and (c) on a SQuAD sample, extractive question answering, where pre-training matters far more;
+7. write a report: console table, summary.md / summary.html, metrics JSONL and PNG plots, and each start's verdict
+   against random initialisation from a paired test on the same dev examples.
 
 Every step calls the same library functions the CLI verbs do; nothing here is demo-only machinery.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import random
 import textwrap
 import time
@@ -32,6 +35,10 @@ PRETRAIN_FILES = ["austen_prideprejudice.txt.gz", "austen_sensesensibility.txt.g
 HELDOUT_FILES = ["austen_persuasion.txt.gz"]
 SENTIMENT_TRAIN = "sst2_train_sample.tsv"
 SENTIMENT_DEV = "sst2_dev.tsv"
+# SQuAD v1.1 split by article (scripts/make_demo_squad.py): 2,004 questions of articles 0-37 to train on, the 1,988
+# questions of articles 38-47 to evaluate on.
+QA_TRAIN = "squad_train_sample.json.gz"
+QA_DEV = "squad_dev_sample.json.gz"
 
 # Held-out sentences for fill-mask, from the bundled SST-2 dev set: neither this demo's pre-training (three novels
 # and the plays) nor the shipped model's (docs/guide/pretraining.md) read
@@ -80,6 +87,18 @@ class DemoConfig:
     """One LR for every start: the best for random initialisation in the SST-2 sweep (1e-4, 3e-4, 1e-3) of
     docs/results/pretraining-paper-recipe-*.md, so the baseline is not handicapped."""
     finetune_max_length: int = 64
+    qa_examples: int = 1000
+    """SQuAD training questions (a seeded subset of the bundled 2,004); 0 leaves question answering out."""
+    qa_dev_articles: int = 5
+    """Evaluation articles of the bundled SQuAD sample: the first 5 hold 1,032 questions, all 10 hold 1,988."""
+    qa_epochs: float = 1.0
+    qa_lr: float = 1e-3
+    """One LR for both starts: at this budget it beat 3e-4 for the shipped model and batch 32 matched batch 16 for
+    both starts (docs/results/demo-qa-probe-epyc-avx2-2026-11-25.md)."""
+    qa_max_length: int = 128
+    """Word pieces per window: [CLS] question [SEP] context-window [SEP]."""
+    qa_doc_stride: int = 32
+    """Overlap between the windows of a long context."""
     shipped_model: str = "bertkit-mini"
     """(c) in the comparison: a model pre-trained far longer than this demo can (a shipped name or a folder);
     '' leaves it out."""
@@ -91,7 +110,8 @@ class DemoConfig:
     def quick(cls, **overrides: Any) -> "DemoConfig":
         """About a minute on two cores: a tiny model, a small vocabulary, a few hundred steps."""
         values = dict(vocab_size=3000, model="tiny", max_length=64, dupe_factor=1, pretrain_steps=120,
-                      finetune_examples=1500, finetune_epochs=1.0, reference_model="")
+                      finetune_examples=1500, finetune_epochs=1.0, reference_model="", qa_examples=150,
+                      qa_dev_articles=1)
         values.update(overrides)
         return cls(**values)
 
@@ -108,6 +128,9 @@ class DemoReport:
     fill_mask: list[dict[str, Any]] = field(default_factory=list)
     nsp: dict[str, Any] = field(default_factory=dict)
     finetuning: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """SST-2: per start, dev accuracy and (against random init) McNemar's test."""
+    qa: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """SQuAD sample: per start, dev F1 and exact match (0-100) and (against random init) the paired bootstrap."""
 
 
 def bundled_file(name: str) -> Path:
@@ -271,8 +294,7 @@ def finetune_sentiment(cfg: DemoConfig, pretrained_dir: Path, shipped: Path | No
                        out: Path, report: DemoReport) -> None:
     """Fine-tune on the SST-2 sample from (a) random weights, (b) this demo's model, (c) the shipped model and
     (d) a fully pre-trained one, with one budget; report dev accuracy, a plot and the computed verdict."""
-    from bertkit.jobs import payoff
-    from bertkit.jobs.payoff import FinetuneBudget, PayoffConfig, paired_tests, plot_comparison, random_init_twin
+    from bertkit.jobs.payoff import FinetuneBudget, plot_comparison, random_init_twin
 
     # (a): the architecture and vocabulary of the longer-pretrained model it is compared with, untrained weights.
     twin_of = shipped if shipped is not None else pretrained_dir
@@ -286,15 +308,50 @@ def finetune_sentiment(cfg: DemoConfig, pretrained_dir: Path, shipped: Path | No
                             dev=str(bundled_file(SENTIMENT_DEV)), lrs=[cfg.finetune_lr], seeds=[cfg.seed],
                             epochs=cfg.finetune_epochs, batch_size=32, max_length=cfg.finetune_max_length,
                             max_train_examples=cfg.finetune_examples)
-    results = payoff.run(PayoffConfig(starts, budget, out / "sentiment"),
-                         on_run=lambda name, lr, seed, score: _say(f"-- {name}: dev accuracy {score:.3f}"))
+    results = compare_starts(starts, budget, out / "sentiment", report.finetuning)
+    plot_comparison(results, out / "sentiment.png", "SST-2 dev accuracy after the same fine-tuning")
+
+
+def finetune_qa(cfg: DemoConfig, pretrained_dir: Path, shipped: Path | None, out: Path, report: DemoReport) -> None:
+    """Fine-tune on the SQuAD sample from (a) random weights and (c) the shipped model (this demo's own model when
+    the shipped one is left out), with one budget; report dev F1 and exact match, a plot and the paired verdict.
+
+    Extractive QA needs what pre-training gives and a small labelled set cannot: which words relate across a
+    question and a paragraph. A random-init BERT's bag-of-words strength on sentiment does not help here.
+    """
+    from bertkit.jobs.finetune import RESULTS_NAME
+    from bertkit.jobs.payoff import FinetuneBudget, plot_comparison
+
+    pretrained_start = (SHIPPED, shipped) if shipped is not None else (DEMO_PRETRAINED, pretrained_dir)
+    starts: dict[str, str | Path] = {RANDOM_INIT: out / "random-init", pretrained_start[0]: pretrained_start[1]}
+    budget = FinetuneBudget(task="qa", train=str(bundled_file(QA_TRAIN)),
+                            dev=f"{bundled_file(QA_DEV)}#:{cfg.qa_dev_articles}", lrs=[cfg.qa_lr], seeds=[cfg.seed],
+                            epochs=cfg.qa_epochs, batch_size=32, max_length=cfg.qa_max_length,
+                            max_train_examples=cfg.qa_examples, options={"doc_stride": cfg.qa_doc_stride})
+    results = compare_starts(starts, budget, out / "qa", report.qa)
+    for r in results:  # exact match beside F1, from the same (best) evaluation of the run
+        best = json.loads((Path(r.best_runs[0]) / RESULTS_NAME).read_text(encoding="utf-8"))["best_metrics"]
+        report.qa[r.name]["dev_exact_match"] = round(best["exact_match"], 2)
+    plot_comparison(results, out / "qa.png", "SQuAD sample dev F1 after the same fine-tuning", metric="f1")
+
+
+def compare_starts(starts: dict[str, str | Path], budget: Any, out: Path,
+                   section: dict[str, dict[str, Any]]) -> list[Any]:
+    """Fine-tune every start with one budget; record each one's dev score (the task's main metric) and its paired
+    test against random initialisation on the same dev examples into `section`."""
+    from bertkit.jobs import payoff
+    from bertkit.jobs.finetune import RESULTS_NAME
+    from bertkit.jobs.payoff import PayoffConfig, paired_tests
+
+    results = payoff.run(PayoffConfig(starts, budget, out),
+                         on_run=lambda name, lr, seed, score: _say(f"-- {name}: dev score {score:.3f}"))
     baseline = next(r for r in results if r.name == RANDOM_INIT)
     for r in results:
-        report.finetuning[r.name] = {"dev_accuracy": round(r.mean, 4), "model": r.model,
-                                     "dev_examples": r.dev_examples}
-        if r is not baseline:  # the verdict: a paired test against random init on the same dev sentences
-            report.finetuning[r.name]["paired"] = paired_tests(baseline, r, budget)[0].to_dict()
-    plot_comparison(results, out / "sentiment.png", "SST-2 dev accuracy after the same fine-tuning")
+        metric = json.loads((Path(r.best_runs[0]) / RESULTS_NAME).read_text(encoding="utf-8"))["main_metric"]
+        section[r.name] = {f"dev_{metric}": round(r.mean, 4), "model": r.model, "dev_examples": r.dev_examples}
+        if r is not baseline:  # the verdict: a paired test against random init on the same dev examples
+            section[r.name]["paired"] = paired_tests(baseline, r, budget)[0].to_dict()
+    return results
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -332,26 +389,33 @@ def summary_rows(report: DemoReport) -> list[tuple[str, str]]:
         rows.append(("NSP accuracy, held-out novel pairs", f"{report.nsp['accuracy']:.3f}"))
     for name, r in report.finetuning.items():
         rows.append((f"SST-2 dev accuracy, {name}", f"{r['dev_accuracy']:.3f}"))
+    for name, r in report.qa.items():
+        rows.append((f"SQuAD dev F1 / exact match, {name}", f"{r['dev_f1']:.1f} / {r['dev_exact_match']:.1f}"))
     rows.append(("total time", f"{sum(report.timings_s.values()):.0f} s"))
     return rows
 
 
-def reading(report: DemoReport) -> str:
-    """What the sentiment comparison shows, computed from the figures (never written in advance): each start
-    against random initialisation by a paired test on the same dev sentences."""
+def verdicts(section: dict[str, dict[str, Any]], task: str) -> list[str]:
+    """One sentence per start against random initialisation, from the paired test stored in the report."""
     from bertkit.tasks.significance import PairedTest, verdict_sentence
 
+    sentences = []
+    for name in (DEMO_PRETRAINED, SHIPPED, REFERENCE):
+        if name in section and "paired" in section[name]:
+            fields = {k: v for k, v in section[name]["paired"].items() if k != "difference"}
+            if fields.get("interval") is not None:
+                fields["interval"] = tuple(fields["interval"])
+            sentences.append(verdict_sentence(PairedTest(**fields), "random initialisation", name, task))
+    return sentences
+
+
+def reading(report: DemoReport) -> str:
+    """What the comparisons show, computed from the figures (never written in advance): each start against random
+    initialisation by a paired test on the same dev examples, on sentiment and then on question answering."""
     runs = report.finetuning
     if RANDOM_INIT not in runs:
         return ""
-    parts = []
-    for name in (DEMO_PRETRAINED, SHIPPED, REFERENCE):
-        if name in runs and "paired" in runs[name]:
-            fields = {k: v for k, v in runs[name]["paired"].items() if k != "difference"}
-            if fields.get("interval") is not None:
-                fields["interval"] = tuple(fields["interval"])
-            parts.append(verdict_sentence(PairedTest(**fields), "random initialisation", name, "SST-2 dev"))
-    text = " ".join(parts)
+    text = " ".join(verdicts(runs, "SST-2 dev"))
     own = runs.get(DEMO_PRETRAINED, {}).get("paired")
     if own is not None and own["outcome"] != "win":
         mlm = report.pretraining.get("heldout", {}).get("mlm_accuracy")
@@ -360,6 +424,8 @@ def reading(report: DemoReport) -> str:
                  "predicting frequent tokens, while a randomly initialised BERT averages its input (attention near "
                  "uniform, or local with ALiBi), a strong bag-of-words baseline for sentiment. Leaving the plateau "
                  "takes far more pre-training (docs/guide/pretraining.md).")
+    if RANDOM_INIT in report.qa:
+        text += " " + " ".join(verdicts(report.qa, "the SQuAD sample (question answering)"))
     return text
 
 
@@ -371,17 +437,18 @@ def write_summary(out: Path, report: DemoReport) -> None:
     md += [f"| {k} | {v} |" for k, v in rows]
     md += ["", reading(report)] if reading(report) else []
     md += ["", "![SST-2 dev accuracy per start](sentiment.png)"] if (out / "sentiment.png").is_file() else []
+    md += ["", "![SQuAD dev F1 per start](qa.png)"] if (out / "qa.png").is_file() else []
     md += ["", "## Fill-mask on held-out sentences (Persuasion)", ""]
     for p in report.fill_mask:
         md.append(f"- {p['text']}")
         md += [f"    - {name}: " + ", ".join(f"{t} ({s})" for t, s in top) for name, top in p["answers"].items()]
     md += ["", "## Step timings (s)", ""] + [f"- {k}: {v:.1f}" for k, v in report.timings_s.items()]
-    md += ["", "Plots: `sentiment.png`, `pretrain/curves.png`, `sentiment/*/*/curves.png`. Metrics: "
-           "`*/metrics.jsonl`, `sentiment/comparison.json`."]
+    md += ["", "Plots: `sentiment.png`, `qa.png`, `pretrain/curves.png`, `sentiment/*/*/curves.png`, "
+           "`qa/*/*/curves.png`. Metrics: `*/metrics.jsonl`, `sentiment/comparison.json`, `qa/comparison.json`."]
     atomic_write_text(out / "summary.md", "\n".join(md) + "\n")
 
     images = []
-    for png in [out / "sentiment.png", out / "pretrain" / "curves.png"]:
+    for png in [out / "sentiment.png", out / "qa.png", out / "pretrain" / "curves.png"]:
         if png.is_file():
             data = base64.b64encode(png.read_bytes()).decode("ascii")
             images.append(f"<h3>{html.escape(str(png.relative_to(out)))}</h3>"
@@ -414,7 +481,7 @@ def run(cfg: DemoConfig) -> DemoReport:
     out = Path(cfg.output_dir)
     make_dir(out)
     report = DemoReport(config=asdict(cfg))
-    steps = 6
+    steps = 7 if cfg.qa_examples else 6
 
     def timed(name: str, fn: Any, *args: Any) -> Any:
         t0 = time.perf_counter()
@@ -433,7 +500,10 @@ def run(cfg: DemoConfig) -> DemoReport:
     timed("probing", probe, pretrained, shipped, report, cfg.seed)
     _header(5, steps, "Fine-tune on SST-2 sentiment: does pre-training beat random initialisation?")
     timed("fine-tuning", finetune_sentiment, cfg, pretrained, shipped, reference, out, report)
-    _header(6, steps, "Report")
+    if cfg.qa_examples:
+        _header(6, steps, "Fine-tune on SQuAD question answering, where pre-training matters most")
+        timed("question answering", finetune_qa, cfg, pretrained, shipped, out, report)
+    _header(steps, steps, "Report")
     write_summary(out, report)
     print_table(summary_rows(report))
     _say("\n" + textwrap.fill(reading(report), width=100))

@@ -18,7 +18,7 @@ import os
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from bertkit.errors import ConfigError
 from bertkit.io import atomic_write_json
@@ -47,6 +47,8 @@ class FinetuneBudget:
     max_length: int = 64
     max_train_examples: int | None = None
     """A seeded subset of the training file (None: all of it)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """The task's other options, the same for every start (QA's doc_stride, ...)."""
     eval_every: int | None = None
     """Evaluate every N steps (None: every epoch)."""
 
@@ -164,7 +166,7 @@ def run(config: PayoffConfig, on_run: Callable[[str, float, int, float], None] |
                 else:
                     job = FinetuneConfig.from_dict({
                         "task": budget.task, "model": str(model), "train": budget.train, "dev": budget.dev,
-                        "options": {"max_length": budget.max_length},
+                        "options": {**budget.options, "max_length": budget.max_length},
                         "max_train_examples": budget.max_train_examples,
                         "training": {"output_dir": str(folder), "epochs": budget.epochs, "lr": lr,
                                      "batch_size": budget.batch_size, "seed": seed, "eval_every": budget.eval_every,

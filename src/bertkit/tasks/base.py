@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import gzip
 import json
 import logging
 import os
@@ -307,14 +308,20 @@ class Task:
 
 
 def read_text(path: str | os.PathLike) -> str:
-    """A data file's text (UTF-8, a byte-order mark dropped); DataError if it is missing or not UTF-8."""
+    """A data file's text (UTF-8, a byte-order mark dropped; gzip-compressed when it ends in .gz); DataError if it
+    is missing, not UTF-8 or a broken gzip file."""
     path = Path(path)
     if not path.is_file():
         raise data_error(path, None, "no such file")
     try:
+        if path.suffix.lower() == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8-sig") as f:
+                return f.read()
         return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
         raise data_error(path, None, f"not UTF-8 text ({e})") from None
+    except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError; a cut-off file raises EOFError
+        raise data_error(path, None, f"not a readable gzip file ({e})") from None
 
 
 def read_table(path: str | os.PathLike, delimiter: str | None = None) -> list[tuple[int, list[str]]]:
@@ -345,8 +352,8 @@ def read_table(path: str | os.PathLike, delimiter: str | None = None) -> list[tu
 
 
 def table_delimiter(path: str | os.PathLike) -> str:
-    """The field separator of a table file, from its suffix: .csv -> ',', anything else -> tab."""
-    return "," if str(path).lower().endswith(".csv") else "\t"
+    """The field separator of a table file, from its suffix (before any .gz): .csv -> ',', anything else -> tab."""
+    return "," if str(path).lower().removesuffix(".gz").endswith(".csv") else "\t"
 
 
 def field_count_error(path: str | os.PathLike, line: int, found: int, expected: int) -> DataError:

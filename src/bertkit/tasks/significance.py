@@ -187,10 +187,15 @@ def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
                      where=denominator != 0)
 
 
+# How a verdict sentence names a metric (the key as stored otherwise).
+METRIC_NAMES = {"f1": "F1", "micro_f1": "micro F1", "matthews": "Matthews correlation", "pearson": "Pearson r"}
+
+
 def verdict_sentence(test: PairedTest, a_name: str, b_name: str, task: str) -> str:
     """One sentence computed from the test: who wins on which task, by how much, and the evidence."""
     gain = 100 * test.difference
-    scores = f"{100 * test.score_b:.1f} vs {100 * test.score_a:.1f} {test.metric} ({gain:+.1f} points)"
+    metric = METRIC_NAMES.get(test.metric, test.metric)
+    scores = f"{100 * test.score_b:.1f} vs {100 * test.score_a:.1f} {metric} ({gain:+.1f} points)"
     if test.outcome == "win":
         head = f"{b_name} beats {a_name} on {task}: {scores}"
     elif test.outcome == "loss":
