@@ -8,6 +8,8 @@ all-MiniLM-L6-v2), from the checkout's root:
         --start bertkit-mini=bertkit-mini --start "bertkit-mini continued=CONTINUED_FOLDER" \\
         --start all-MiniLM-L6-v2=$MINILM
     python3 benchmarks/glue_table.py --dry-run --out /tmp/glue-dry    # the whole pipeline on a tiny model, seconds
+    python3 benchmarks/glue_table.py --time-steps 5 --out /tmp/glue-steps \
+        --start bertkit-mini=bertkit-mini --start all-MiniLM-L6-v2=$MINILM   # seconds per step, no table
 
 (CONTINUED_FOLDER: the folder `bertkit pretrain` wrote when continuing from bertkit-mini, issue 25 item 4.) Run the
 same command again to resume: finished runs are read back (bertkit.jobs.payoff.run), an interrupted run continues
@@ -28,8 +30,17 @@ training pairs and 1,463 held-out pairs it is scored on (OUT/data/qnli/). Metric
 the GLUE average is the mean over the tasks. Every start is compared with the baseline (`--baseline`, default the
 random twin) by the task's paired test on the same dev examples, one per seed, each at its best LR
 (payoff.paired_tests: McNemar's exact test for accuracy, the paired bootstrap for F1 and Matthews correlation).
+Each folder fine-tunes with its own config (bertkit-mini without dropout, as it was pre-trained).
 
-Time: TIME_ESTIMATE
+Time, measured 2026-11-25 on the project's shared 2-core AVX2 CPU (torch 2.13 CPU, 2 threads, load average 4 to 6
+from other jobs; a quiet machine is about 2-3x faster). One run of bertkit-mini (LR 3e-4, seed 42) took CoLA 467 s,
+SST-2 1,366 s and MRPC 1,768 s (`--start bertkit-mini=bertkit-mini --lrs 3e-4 --seeds 42`; stopped there for the
+session's time); QNLI and RTE, not run, estimated from MRPC's seconds per training token (2.35 ms; 786k and 609k
+tokens over 3 epochs against MRPC's 753k): about 1,850 s and 1,430 s. One start's pass over the five tasks is thus
+about 6,900 s. `--time-steps 5` put all-MiniLM-L6-v2's training step at 1.75x to 2.25x bertkit-mini's (median
+1.89x); random init and the continued model have bertkit-mini's shape. The full table of 4 starts is 6 runs (3 LRs
+x 2 seeds) per start and task: 6 x 6,900 s x (3 + 1.9) = about 56 hours here, about 20 to 28 hours on a quiet
+2-core machine. Spread it over sessions (it resumes), run `--tasks` in turn, or narrow `--lrs` after the first.
 """
 
 from __future__ import annotations
@@ -152,8 +163,10 @@ def glue_average(by_task: dict[str, dict[str, Any]]) -> float:
 
 
 def score_table(scores: dict[str, dict[str, dict[str, Any]]], tasks: list[GlueTask]) -> str:
-    """Markdown: one row per start, each task's GLUE metric(s) x100 at the start's best LR, and the GLUE average."""
-    head = ["start"] + [f"{t.title} ({'/'.join(METRIC_NAMES[m] for m in t.metrics)})" for t in tasks] + ["average"]
+    """Markdown: one row per start, each task's GLUE metric(s) x100 at the start's best LR, and the GLUE average
+    (over the tasks run, when --tasks names only some)."""
+    average = "average" if len(tasks) == len(TASKS) else f"average of {len(tasks)}"
+    head = ["start"] + [f"{t.title} ({'/'.join(METRIC_NAMES[m] for m in t.metrics)})" for t in tasks] + [average]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for start, by_task in scores.items():
         cells = ["/".join(f"{100 * by_task[t.name][m]:.1f}" for m in t.metrics) for t in tasks]
@@ -195,6 +208,45 @@ def tiny_start(out: Path) -> str:
     return str(folder)
 
 
+def time_steps(starts: dict[str, str], tasks: list[GlueTask], data: Path, out: Path, steps: int) -> dict:
+    """Seconds per training step of every start on each task (the first batch of its training file at its max
+    length, each start with its own tokenizer), the starts taking turns step by step after a warm-up step each: the
+    bulk of the table's time, measured before launching it, and each start's ratio to the first."""
+    from common import make_step
+
+    from bertkit.model import BertForSequenceClassification
+    from bertkit.pretrained import resolve_model_dir
+    from bertkit.tasks import get_task
+    from bertkit.tokenizer import BertTokenizer
+
+    classification = get_task("classification")
+    batch_size = CLASSIFICATION_BUDGET["batch_size"]
+    timings: dict[str, dict[str, float]] = {}
+    for task in tasks:
+        train, _ = task_files(task, data, out)
+        examples = classification.read(train, classification.settings({}))[:batch_size]
+        labels = torch.tensor([int(ex.label in ("1", "not_entailment")) for ex in examples])
+        runs = {}
+        for name, folder in starts.items():
+            folder = str(resolve_model_dir(folder))
+            batch = BertTokenizer.from_pretrained(folder)(
+                [ex.text for ex in examples], [ex.pair for ex in examples] if task.pairs else None,
+                max_length=task.max_length, padding=True).to_tensors()
+            model = BertForSequenceClassification.from_pretrained(folder, num_labels=2)
+            runs[name] = (make_step(model), {**batch, "labels": labels}, [])
+            runs[name][0](runs[name][1])  # warm-up
+        for _ in range(steps):
+            for step, batch, seconds in runs.values():
+                started = time.perf_counter()
+                step(batch)
+                seconds.append(time.perf_counter() - started)
+        timings[task.name] = {name: statistics.median(seconds) for name, (_, _, seconds) in runs.items()}
+        first = next(iter(timings[task.name].values()))
+        print(f"{task.title}: " + ", ".join(f"{name} {s:.3f} s/step ({s / first:.2f}x)"
+                                            for name, s in timings[task.name].items()), flush=True)
+    return timings
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--start", action="append", default=[], metavar="NAME=FOLDER",
@@ -212,7 +264,13 @@ def main(argv: list[str] | None = None) -> dict:
                    help=f"the whole pipeline in seconds: a tiny random model and its random twin instead of the "
                         f"starts, {DRY['max_train_examples']} training and {DRY['dev_examples']} dev examples per "
                         f"task, LR {DRY['lrs'][0]:g}, seed {DRY['seeds'][0]}, max length {DRY['max_length']}")
+    p.add_argument("--time-steps", type=int, metavar="N",
+                   help="no table: time N training steps of every start on each task, taking turns, and print the "
+                        "seconds per step and each start's ratio to the first (to estimate a table before running it)")
     args = p.parse_args(argv)
+    if args.time_steps:
+        return time_steps(parse_starts(args.start, args.random_twin, args.out / "random-init"),
+                          [t for t in TASKS if t.name in args.tasks], args.data, args.out, args.time_steps)
     threads = torch.get_num_threads()
     if args.dry_run:
         torch.set_num_threads(1)
@@ -282,14 +340,15 @@ def glue_table(args: argparse.Namespace) -> dict:
         f"{budget['max_train_examples']:,} training examples (a seeded subset), {budget['epochs']:g} epochs, batch "
         f"{budget['batch_size']}, max length {SENTENCE_LENGTH} for single sentences and {PAIR_LENGTH} for pairs"
         + (f" ({DRY['max_length']} in this dry run, on {dev_examples} dev examples per task)" if args.dry_run else "")
-        + f"; LRs {', '.join(f'{lr:g}' for lr in budget['lrs'])}; seeds {', '.join(map(str, budget['seeds']))}. "
+        + f"; LR grid {', '.join(f'{lr:g}' for lr in budget['lrs'])}; seeds {', '.join(map(str, budget['seeds']))}. "
         "Each start at the LR with the best mean over the seeds (by the run's main metric; MRPC: F1), each run at "
         "its best evaluation of the epochs; the cell is the mean over the seeds at that LR.",
         f"QNLI has no training file here: its dev file is split by a seeded permutation (seed {SPLIT_SEED}) into "
         f"{QNLI_SPLIT[0]:,} training pairs and {QNLI_SPLIT[1]:,} held-out pairs, its score here.",
         "Metrics: CoLA Matthews correlation, MRPC F1/accuracy (their mean enters the average, as in GLUE), the "
         "others accuracy; the average is the mean over the tasks. Runs and every figure: glue.json.",
-        report["cpu"]["line"] + f", {report['cpu']['threads']} threads.",
+        f"{report['cpu']['line']}, threads {report['cpu']['threads']}; {report['seconds']:,.0f} s in this "
+        "invocation (runs read back take none).",
     ]
     text = score_table(report["scores"], tasks)
     pairs = paired_table(report["paired"], tasks, baseline, budget["seeds"]) if report["paired"] else ""

@@ -154,3 +154,22 @@ def test_second_invocation_reads_the_runs_back(dry_run: tuple[Path, dict], data_
     for key in ("scores", "glue_average", "paired", "runs"):
         assert again[key] == report[key]
     assert re.search(r"\| tiny \| .* \| \*\*[0-9.]+\*\* \|", (out / "table.md").read_text())
+
+
+def test_time_steps_times_every_start_on_every_task(dry_run: tuple[Path, dict], data_dir: Path, tmp_path: Path,
+                                                    capsys) -> None:
+    import torch
+
+    out, _ = dry_run
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model's steps: two threads only wait for each other on a busy CPU
+    try:
+        timings = glue_table.main(["--time-steps", "1", "--start", f"tiny={out / 'tiny'}", "--random-twin", "tiny",
+                                   "--tasks", "cola", "rte", "--out", str(tmp_path), "--data", str(data_dir)])
+    finally:
+        torch.set_num_threads(threads)
+    assert list(timings) == ["cola", "rte"]
+    assert all(list(t) == ["tiny", "random init"] and all(s > 0 for s in t.values()) for t in timings.values())
+    printed = capsys.readouterr().out
+    assert "CoLA: tiny " in printed and "s/step (1.00x), random init " in printed
+    assert not (tmp_path / "table.md").exists()  # timing only
