@@ -1,6 +1,6 @@
 """What several benchmark scripts share, in one module: the reference model's folder, the WikiText-2 paragraphs the
-embedding benchmarks time, the CPU line they print, the training step the step benchmarks time, and stages that are
-skipped once they have run.
+embedding benchmarks time, the CPU line they print, the training step the step benchmarks time, stages that are
+skipped once they have run, and the fine-tuning budget and starts of the pre-training experiments.
 
 A script in benchmarks/ imports it as `from common import ...` (Python puts a script's own folder first on sys.path);
 the tests put benchmarks/ on sys.path to import the scripts. Only the standard library and torch at module level:
@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+DATA = Path(os.environ.get("DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+"""The real data sets: ../shared/data beside the checkout, or $DATA."""
 MAX_LEN = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
 # The CPU flags that decide which kernels run (bf16 and int8 matrix units), printed by the embedding benchmarks.
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8")
@@ -99,3 +101,36 @@ def run_stage(name: str, out: Path, job: Callable[[], dict[str, Any]]) -> dict[s
     summary = job()
     print(f"{name}: trained in {(time.perf_counter() - start) / 60:.1f} min", flush=True)
     return summary
+
+
+# The fine-tuning budget of a sentence (or sentence-pair) classification task in the pre-training experiments, the
+# same for every start: a seeded subset of at most 8,000 training examples (what two CPU cores fine-tune in minutes),
+# the paper's 3 epochs and batch 32, and an LR grid that holds the best LR of pre-trained starts (1e-4 to 3e-4) and
+# of random init (3e-4 to 1e-3) alike. pretraining_payoff.py's SST-2 and every task of glue_table.py use it, so the
+# two scripts' SST-2 figures are one measurement.
+CLASSIFICATION_BUDGET: dict[str, Any] = dict(task="classification", max_train_examples=8000, epochs=3.0,
+                                             batch_size=32, lrs=[1e-4, 3e-4, 1e-3])
+SEEDS = [42, 43]
+RANDOM_INIT = "random init"
+"""The name of the random-init start that --random-twin NAME adds."""
+
+
+def parse_starts(specs: list[str], random_twin: str | None, twin_dir: Path) -> dict[str, str]:
+    """The --start NAME=FOLDER options as {name: folder}, in the order given; with --random-twin NAME, RANDOM_INIT
+    after them: NAME's architecture and vocabulary with fresh weights, saved once to `twin_dir`. A malformed option,
+    a repeated name or a twin of no start exits with a message naming it."""
+    from bertkit.jobs.payoff import random_init_twin
+
+    starts: dict[str, str] = {}
+    for spec in specs:
+        name, sep, folder = spec.partition("=")
+        if not sep or not name.strip() or not folder.strip():
+            raise SystemExit(f"--start {spec!r}: expected NAME=FOLDER (a model folder or a shipped model's name)")
+        if name in starts or name == RANDOM_INIT:
+            raise SystemExit(f"--start {spec!r}: the name {name!r} is taken; give each start its own name")
+        starts[name] = folder
+    if random_twin is not None:
+        if random_twin not in starts:
+            raise SystemExit(f"--random-twin {random_twin!r} is not a start ({', '.join(starts) or 'none named'})")
+        starts[RANDOM_INIT] = str(random_init_twin(starts[random_twin], twin_dir))
+    return starts

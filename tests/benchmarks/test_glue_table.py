@@ -1,43 +1,175 @@
-"""benchmarks/glue_table.py's dry run: every GLUE task of ../shared/data fine-tuned from a tiny start and its
-random twin, the table's scores read from the runs, QNLI's dev split without overlap, and a paired test per task."""
+"""benchmarks/glue_table.py: the dry run end to end on the real GLUE folders of ../shared/data (a tiny start and its
+random twin on every task), its table and glue.json checked against the runs' stored predictions and an independent
+metric implementation (scikit-learn), the QNLI split, and a second invocation that reads every run back."""
 
 from __future__ import annotations
 
 import json
+import re
+import statistics
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import common  # noqa: E402
 import glue_table  # noqa: E402
 
-
-def test_qnli_split_is_disjoint_and_complete(tmp_path: Path, data_dir: Path) -> None:
-    train, dev = glue_table.split_qnli(data_dir, tmp_path, held_out=1000)
-    rows = (data_dir / "qnli" / "dev.tsv").read_text(encoding="utf-8").splitlines()
-    a, b = train.read_text().splitlines(), dev.read_text().splitlines()
-    assert a[0] == b[0] == rows[0]  # the header, so the GLUE layout is recognised
-    assert len(b) == 1001 and len(a) - 1 + len(b) - 1 == len(rows) - 1
-    assert not set(a[1:]) & set(b[1:])
-    assert glue_table.split_qnli(data_dir, tmp_path / "again", held_out=1000)[1].read_text() == dev.read_text()
+# Where each dev file keeps its label (0-based; CoLA's files have no header), read here without bertkit's reader.
+LABEL_COLUMN = {"cola": 1, "sst2": 1, "mrpc": 0, "qnli": 3, "rte": 3}
+POSITIVE = {"cola": "1", "sst2": "1", "mrpc": "1", "qnli": "not_entailment", "rte": "not_entailment"}
 
 
-def test_dry_run_covers_every_task(tmp_path: Path, data_dir: Path) -> None:
-    report = glue_table.main(["--dry-run", "--out", str(tmp_path), "--data", str(data_dir)])
-    assert report["tasks"] == ["cola", "sst2", "mrpc", "qnli", "rte"]
-    assert set(report["scores"]) == {"random init", "tiny"}
-    for start, by_task in report["scores"].items():
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("glue")
+    return out, glue_table.main(["--dry-run", "--out", str(out), "--data", str(data_dir)])
+
+
+def dev_labels(task: str, dev: str) -> list[str]:
+    """The dev file's labels, in order: its rows split on tabs, the header skipped where there is one."""
+    lines = [line for line in Path(dev).read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [line.split("\t")[LABEL_COLUMN[task]] for line in (lines if task == "cola" else lines[1:])]
+
+
+def test_qnli_split_is_seeded_disjoint_and_complete(tmp_path: Path, data_dir: Path) -> None:
+    source = data_dir / "qnli" / "dev.tsv"
+    train, dev = glue_table.task_files(glue_table.TASKS[3], data_dir, tmp_path)
+    lines = source.read_text(encoding="utf-8").splitlines()
+    a, b = Path(train).read_text().splitlines(), Path(dev).read_text().splitlines()
+    assert a[0] == b[0] == lines[0]  # the header, so the QNLI layout is recognised
+    assert (len(a) - 1, len(b) - 1) == glue_table.QNLI_SPLIT and sum(glue_table.QNLI_SPLIT) == len(lines) - 1
+    assert sorted(a[1:] + b[1:]) == sorted(lines[1:])  # every row once
+    again = glue_table.task_files(glue_table.TASKS[3], data_dir, tmp_path / "again")
+    assert Path(again[1]).read_text() == Path(dev).read_text()
+    assert b[1:] == [row for row in lines[1:] if row in set(b[1:])]  # the source's order kept
+
+
+def test_split_of_a_headerless_file_and_a_split_too_large(tmp_path: Path, data_dir: Path) -> None:
+    cola = data_dir / "cola" / "dev.tsv"
+    glue_table.split_rows(cola, header=False, parts={tmp_path / "a.tsv": 10})
+    rows = (tmp_path / "a.tsv").read_text().splitlines()
+    assert len(rows) == 10 and set(rows) <= set(cola.read_text().splitlines())
+    with pytest.raises(SystemExit, match=r"cola/dev.tsv: 1043 rows, 2000 needed"):
+        glue_table.split_rows(cola, header=False, parts={tmp_path / "b.tsv": 1000, tmp_path / "c.tsv": 1000})
+
+
+def test_starts_are_parsed_with_clear_errors(tmp_path: Path) -> None:
+    assert common.parse_starts(["a=x", "b c=y=z"], None, tmp_path) == {"a": "x", "b c": "y=z"}
+    for specs, twin, message in [(["a"], None, "expected NAME=FOLDER"), (["a=x", "a=y"], None, "is taken"),
+                                 (["a=x"], "b", "'b' is not a start"), (["random init=x"], None, "is taken")]:
+        with pytest.raises(SystemExit, match=message):
+            common.parse_starts(specs, twin, tmp_path)
+    with pytest.raises(SystemExit, match="--baseline 'nobody' is not a start"):
+        glue_table.main(["--start", "a=x", "--baseline", "nobody", "--out", str(tmp_path)])
+
+
+def test_dry_run_table_and_json(dry_run: tuple[Path, dict]) -> None:
+    out, report = dry_run
+    tasks = [t.name for t in glue_table.TASKS]
+    assert list(report["scores"]) == ["random init", "tiny"] and report["baseline"] == "random init"
+    assert report["cpu"]["capability"] and set(report["cpu"]["flags"]) == set(common.CPU_FLAGS)
+    assert json.loads((out / "glue.json").read_text()) == json.loads(json.dumps(report))  # tuples as lists
+
+    # The table: a header, a separator and one row per start; start, the five tasks, the average.
+    md = (out / "table.md").read_text()
+    lines = [line for line in md.splitlines() if line.startswith("| ")]
+    table = lines[:4]
+    assert table[0] == "| start | CoLA (MCC) | SST-2 (acc.) | MRPC (F1/acc.) | QNLI (acc.) | RTE (acc.) | average |"
+    assert table[1] == "|" + " --- |" * 7 and not lines[4].startswith("| tiny")
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in table[2:]]
+    assert [c[0] for c in cells] == ["random init", "tiny"] and all(len(c) == 7 for c in cells)
+    assert "1,463 held-out pairs" in md and "4,000 training pairs" in md
+
+    for start, row in zip(report["scores"], cells):
+        by_task = report["scores"][start]
         for task in glue_table.TASKS:
-            scores = by_task[task.name]
-            assert set(scores) == {*task.metrics, "score"}
-            best = json.loads((tmp_path / task.name / start / "lr0.001-seed0" / "results.json").read_text())
-            for metric in task.metrics:  # read from the run, not recomputed
-                assert scores[metric] == best["best_metrics"][metric]
-            assert scores["score"] == pytest.approx(sum(scores[m] for m in task.metrics) / len(task.metrics))
-    for task in ("cola", "mrpc"):  # Matthews and F1: the bootstrap; accuracy: McNemar
-        assert report["paired_vs_random_init"]["tiny"][task][0]["test"] == "paired bootstrap"
-    assert report["paired_vs_random_init"]["tiny"]["rte"][0]["test"] == "McNemar's exact test"
-    assert report["paired_vs_random_init"]["tiny"]["qnli"][0]["n"] == 64
-    md = (tmp_path / "glue.md").read_text()
-    assert "| random init |" in md and "MRPC (f1/accuracy)" in md
+            scores, runs = by_task[task.name], report["runs"][task.name][start]
+            lo = -1.0 if task.metrics == ("matthews",) else 0.0
+            assert all(lo <= scores[m] <= 1.0 for m in task.metrics)
+            # each metric is the mean over the seeds of the runs at the start's best LR, as glue.json holds them
+            at_best = runs[f"{scores['best_lr']:g}"]
+            for m in task.metrics:
+                assert scores[m] == pytest.approx(statistics.fmean(r["best_metrics"][m] for r in at_best.values()))
+            assert scores["score"] == pytest.approx(statistics.fmean(scores[m] for m in task.metrics))
+        average = statistics.fmean(by_task[t]["score"] for t in tasks)
+        assert report["glue_average"][start] == pytest.approx(average)
+        assert row[-1] == f"**{100 * average:.1f}**"
+        assert row[3] == "/".join(f"{100 * by_task['mrpc'][m]:.1f}" for m in ("f1", "accuracy"))
+
+
+def test_dry_run_metrics_agree_with_stored_predictions(dry_run: tuple[Path, dict]) -> None:
+    """Every run's metrics, recomputed by scikit-learn from its stored dev predictions and the dev file's labels."""
+    metrics = pytest.importorskip("sklearn.metrics")
+    out, report = dry_run
+    varied = 0
+    for task in glue_table.TASKS:
+        dev = report["tasks"][task.name]["budget"]["dev"]
+        labels = dev_labels(task.name, dev)
+        assert len(labels) == glue_table.DRY["dev_examples"]
+        for start in report["starts"]:
+            folder = out / task.name / start / "lr0.003-seed42"
+            predictions = json.loads((folder / "dev_predictions.json").read_text())["predictions"]
+            best = report["runs"][task.name][start]["0.003"]["42"]["best_metrics"]
+            assert best["matthews"] == pytest.approx(metrics.matthews_corrcoef(labels, predictions), abs=1e-9)
+            assert best["accuracy"] == pytest.approx(metrics.accuracy_score(labels, predictions), abs=1e-9)
+            assert best["f1"] == pytest.approx(
+                metrics.f1_score(labels, predictions, pos_label=POSITIVE[task.name]), abs=1e-9)
+            if task.name == "cola":  # the table's CoLA cell is this Matthews correlation (one seed)
+                assert report["scores"][start]["cola"]["matthews"] == pytest.approx(
+                    metrics.matthews_corrcoef(labels, predictions), abs=1e-9)
+            varied += len(set(predictions)) > 1
+    assert varied  # some run predicts both classes, so the correlations above are not all the trivial 0
+
+
+def test_dry_run_paired_tests(dry_run: tuple[Path, dict]) -> None:
+    _, report = dry_run
+    paired = report["paired"]["tiny"]
+    for task in glue_table.TASKS:
+        (test,) = paired[task.name]  # one seed
+        assert test["n"] == glue_table.DRY["dev_examples"]
+        assert test["metric"] == task.metrics[0]
+        assert test["score_a"] == pytest.approx(report["runs"][task.name]["random init"]["0.003"]["42"]
+                                                ["best_metrics"][task.metrics[0]])
+        assert test["score_b"] == pytest.approx(report["runs"][task.name]["tiny"]["0.003"]["42"]
+                                                ["best_metrics"][task.metrics[0]])
+        if task.metrics[0] == "accuracy":  # McNemar: the discordant examples are the whole difference
+            assert test["test"] == "McNemar's exact test"
+            assert (test["only_b"] - test["only_a"]) / test["n"] == pytest.approx(test["difference"])
+        else:
+            assert test["test"] == "paired bootstrap"
+
+
+def test_second_invocation_reads_the_runs_back(dry_run: tuple[Path, dict], data_dir: Path, monkeypatch) -> None:
+    from bertkit.jobs import finetune
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished run was trained again")
+
+    out, report = dry_run
+    monkeypatch.setattr(finetune, "run", no_training)
+    monkeypatch.setattr(finetune, "predictions_on", no_training)  # dev predictions are read back too
+    again = glue_table.main(["--dry-run", "--out", str(out), "--data", str(data_dir)])
+    for key in ("scores", "glue_average", "paired", "runs"):
+        assert again[key] == report[key]
+    assert re.search(r"\| tiny \| .* \| \*\*[0-9.]+\*\* \|", (out / "table.md").read_text())
+
+
+def test_time_steps_times_every_start_on_every_task(dry_run: tuple[Path, dict], data_dir: Path, tmp_path: Path,
+                                                    capsys) -> None:
+    import torch
+
+    out, _ = dry_run
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model's steps: two threads only wait for each other on a busy CPU
+    try:
+        timings = glue_table.main(["--time-steps", "1", "--start", f"tiny={out / 'tiny'}", "--random-twin", "tiny",
+                                   "--tasks", "cola", "rte", "--out", str(tmp_path), "--data", str(data_dir)])
+    finally:
+        torch.set_num_threads(threads)
+    assert list(timings) == ["cola", "rte"]
+    assert all(list(t) == ["tiny", "random init"] and all(s > 0 for s in t.values()) for t in timings.values())
+    printed = capsys.readouterr().out
+    assert "CoLA: tiny " in printed and "s/step (1.00x), random init " in printed
+    assert not (tmp_path / "table.md").exists()  # timing only

@@ -110,8 +110,10 @@ def _lr_name(lr: float) -> str:
     return f"{lr:g}"
 
 
-def _run_dir(out: Path, name: str, lr: float, seed: int) -> Path:
-    return out / name / f"lr{_lr_name(lr)}-seed{seed}"
+def run_dir(out: str | Path, name: str, lr: float, seed: int) -> Path:
+    """The folder of one fine-tuning run of a comparison written to `out` (its results.json, best model, dev
+    predictions)."""
+    return Path(out) / name / f"lr{_lr_name(lr)}-seed{seed}"
 
 
 def dev_predictions(run: str | Path, dev: str) -> list:
@@ -160,7 +162,7 @@ def run(config: PayoffConfig, on_run: Callable[[str, float, int, float], None] |
         dev_examples = None
         for lr in budget.lrs:
             for seed in budget.seeds:
-                folder = _run_dir(out, name, lr, seed)
+                folder = run_dir(out, name, lr, seed)
                 if (folder / RESULTS_NAME).is_file():
                     summary = json.loads((folder / RESULTS_NAME).read_text(encoding="utf-8"))
                 else:
@@ -180,7 +182,7 @@ def run(config: PayoffConfig, on_run: Callable[[str, float, int, float], None] |
         best = max(budget.lrs, key=lambda lr: statistics.fmean(scores[_lr_name(lr)].values()))
         at_best = [scores[_lr_name(best)][str(s)] for s in budget.seeds]
         results.append(StartResult(name, str(model), scores, best, at_best, statistics.fmean(at_best), dev_examples,
-                                   [str(_run_dir(out, name, best, s)) for s in budget.seeds]))
+                                   [str(run_dir(out, name, best, s)) for s in budget.seeds]))
     atomic_write_json(out / SUMMARY_NAME, {"budget": asdict(budget), "starts": [asdict(r) for r in results]})
     return results
 
