@@ -85,3 +85,18 @@ def test_table_and_verdict_are_computed_from_the_figures() -> None:
     assert "better on 2 of 2 seeds" in text
     worse = [results[0], StartResult("random init", "r", {}, 1e-4, [0.9, 0.9], 0.9)]
     assert "does not beat" in verdict(worse, "pre-trained", "random init", "accuracy", "SST-2")
+
+
+def test_plot_puts_scores_in_points_whatever_their_scale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Accuracy in 0..1 is multiplied by 100; SQuAD's F1, already in points, is not (the demo's QA plot once showed
+    1,143 F1)."""
+    import bertkit.training.plots as plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "plot_bars", lambda names, values, path, title, ylabel, points: drawn.append(
+        (values, points, ylabel)))
+    results = [StartResult("a", "a", {}, 1e-3, [0.7, 0.8], 0.75), StartResult("b", "b", {}, 1e-3, [11.0, 12.0], 11.5)]
+    payoff.plot_comparison(results[:1], tmp_path / "acc.png", "t")
+    payoff.plot_comparison(results[1:], tmp_path / "f1.png", "t", metric="F1", scale=1.0)
+    assert drawn[0][0] == [pytest.approx(75.0)] and drawn[0][1] == [[pytest.approx(70.0), pytest.approx(80.0)]]
+    assert drawn[1] == ([11.5], [[11.0, 12.0]], "F1 (%)")

@@ -1,4 +1,4 @@
-"""`bertkit demo`: the whole of BERT on the bundled data, offline, in about ten minutes on a laptop CPU.
+"""`bertkit demo`: the whole of BERT on the bundled data, offline, in about twelve minutes on a laptop CPU.
 
 1. train a WordPiece vocabulary on public-domain novels and plays;
 2. show how a sentence pair becomes model input (tokens, segment ids, positions);
@@ -61,7 +61,7 @@ REFERENCE = "(d) all-MiniLM-L6-v2"
 
 @dataclass
 class DemoConfig:
-    """Sizes of each step; the defaults take about ten minutes on two CPU cores, `quick()` about one."""
+    """Sizes of each step; the defaults take about twelve minutes on two CPU cores, `quick()` about one."""
 
     output_dir: str = "bertkit-demo"
     """Where the vocabulary, data, checkpoints, metrics, plots and the summary go."""
@@ -332,7 +332,7 @@ def finetune_qa(cfg: DemoConfig, pretrained_dir: Path, shipped: Path | None, out
     for r in results:  # exact match beside F1, from the same (best) evaluation of the run
         best = json.loads((Path(r.best_runs[0]) / RESULTS_NAME).read_text(encoding="utf-8"))["best_metrics"]
         report.qa[r.name]["dev_exact_match"] = round(best["exact_match"], 2)
-    plot_comparison(results, out / "qa.png", "SQuAD sample dev F1 after the same fine-tuning", metric="f1")
+    plot_comparison(results, out / "qa.png", "SQuAD sample dev F1 after the same fine-tuning", metric="F1", scale=1.0)
 
 
 def compare_starts(starts: dict[str, str | Path], budget: Any, out: Path,

@@ -221,9 +221,11 @@ def verdict(results: list[StartResult], pretrained: str, baseline: str, metric: 
 
 
 
-def plot_comparison(results: list[StartResult], png_path: str | Path, title: str, metric: str = "accuracy") -> Path:
-    """A bar per start (its mean at the best LR, in points) with each seed's score as a dot."""
+def plot_comparison(results: list[StartResult], png_path: str | Path, title: str, metric: str = "accuracy",
+                    scale: float = 100.0) -> Path:
+    """A bar per start (its mean at the best LR, in points) with each seed's score as a dot. `scale` turns a score
+    into points: 100 for scores in 0..1, 1 for scores that are points already (SQuAD's F1 and exact match)."""
     from bertkit.training.plots import plot_bars
 
-    return plot_bars([r.name for r in results], [100 * r.mean for r in results], png_path, title, f"{metric} (%)",
-                     points=[[100 * s for s in r.best_scores] for r in results])
+    return plot_bars([r.name for r in results], [scale * r.mean for r in results], png_path, title, f"{metric} (%)",
+                     points=[[scale * s for s in r.best_scores] for r in results])
