@@ -59,3 +59,34 @@ def finetuned_dir(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, tiny
                  "32", "--max-eval-examples", "16", "--max-length", "32", "--epochs", "1", "--batch-size", "8",
                  "--output", str(out), "--no-progress"]) == 0
     return out / "best"
+
+
+@pytest.fixture(scope="session")
+def finetune_best():  # noqa: ANN201 (a function)
+    """`bertkit finetune` of MODEL on TRAIN (also the dev file) for one epoch at batch 8, seed 1; returns the best
+    folder. Called as finetune_best(model, out, task, train, *options)."""
+    from bertkit.cli import main
+
+    def run(model: Path, out: Path, task: str, train: Path, *options: str) -> Path:
+        assert main(["finetune", "--task", task, "--model", str(model), "--train", str(train), "--dev", str(train),
+                     "--output", str(out), "--no-progress", "--epochs", "1", "--batch-size", "8", "--seed", "1",
+                     *options]) == 0
+        return out / "best"
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def choice_questions() -> list[dict]:
+    """Four multiple-choice questions of three choices each (COPA-like; the last one's first choice is long)."""
+    return [
+        {"context": "She opened the umbrella", "question": "because",
+         "choices": ["it rained.", "it was sunny.", "the cat slept."], "label": 0},
+        {"context": "The ice cream melted", "question": "because",
+         "choices": ["it was cold.", "it was hot.", "it was blue."], "label": 1},
+        {"context": "He put on his coat", "question": "since",
+         "choices": ["winter had come.", "he was warm.", "the sea was calm."], "label": 0},
+        {"context": "The library closed early on Tuesday", "question": "so",
+         "choices": ["the readers went home to finish their long novels by the fire.", "it opened.", "nobody cared."],
+         "label": 0},
+    ]

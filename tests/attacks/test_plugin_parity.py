@@ -28,16 +28,6 @@ except RuntimeError as e:  # starlette's TestClient says so when its HTTP client
 
 from bertkit.serve import ServeSettings, create_app  # noqa: E402
 
-FAST = ["--no-progress", "--epochs", "1", "--batch-size", "8", "--seed", "1"]
-
-
-def finetune(tiny_dir: Path, out: Path, task: str, train: Path, *options: str) -> Path:
-    """`bertkit finetune` of the tiny model; the best folder."""
-    assert main(["finetune", "--task", task, "--model", str(tiny_dir), "--train", str(train), "--dev", str(train),
-                 "--output", str(out), *FAST, *options]) == 0
-    return out / "best"
-
-
 def client(folder: Path) -> TestClient:
     return TestClient(create_app(folder, ServeSettings(precision="fp32")))
 
@@ -47,8 +37,8 @@ def pieces(tokenizer, text: str, pair: str | None = None) -> int:  # noqa: ANN00
 
 
 # --- /classify ---------------------------------------------------------------------------------------------------
-def test_n4_classify_of_a_regression_model_equals_predict_beyond_its_length(tmp_path: Path, minilm_dir: Path,
-                                                                            data_dir: Path, tokenizer) -> None:
+def test_n4_classify_of_a_regression_model_equals_predict_beyond_its_length(
+        tmp_path: Path, minilm_dir: Path, data_dir: Path, tokenizer, finetune_best) -> None:  # noqa: ANN001
     """N4: a regression classifier fine-tuned at --max-length 32: /classify's value equals `bertkit predict`'s on
     40 reviews, most of them longer than 32 word pieces (the server read 512 of them: 4 of 40 differed)."""
     with open(data_dir / "clothing_reviews" / "train.csv", newline="", encoding="utf-8") as f:
@@ -56,8 +46,8 @@ def test_n4_classify_of_a_regression_model_equals_predict_beyond_its_length(tmp_
     train = tmp_path / "train.csv"
     with open(train, "w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows([["Review Text", "Rating"], *[[r["Review Text"], r["Rating"]] for r in reviews[:48]]])
-    best = finetune(minilm_dir, tmp_path / "run", "classification", train, "--text-column", "Review Text",
-                    "--label-column", "Rating", "--regression", "--max-length", "32")
+    best = finetune_best(minilm_dir, tmp_path / "run", "classification", train, "--text-column", "Review Text",
+                         "--label-column", "Rating", "--regression", "--max-length", "32")
     texts = [r["Review Text"] for r in reviews[100:140]]
     assert sum(pieces(tokenizer, t) > 32 for t in texts) >= 20
     source = tmp_path / "texts.csv"
@@ -122,12 +112,12 @@ def check_ner_parity(folder: Path, texts: list[str], tmp_path: Path, max_length:
 
 
 def test_n4_ner_equals_predict_beyond_its_length(tmp_path: Path, minilm_dir: Path, data_dir: Path,
-                                                 tokenizer) -> None:
+                                                 tokenizer, finetune_best) -> None:
     """N4: a tagger fine-tuned at --max-length 16: /ner equals `bertkit predict` on 30 dev sentences of 12 words or
     more (the server read 512 pieces: 8 of 30 differed)."""
     train = tmp_path / "train.txt"
     train.write_text("\n".join((data_dir / "conll2003" / "train.txt").read_text().splitlines()[:1500]) + "\n")
-    best = finetune(minilm_dir, tmp_path / "run", "ner", train, "--max-length", "16", "--lr", "1e-4")
+    best = finetune_best(minilm_dir, tmp_path / "run", "ner", train, "--max-length", "16", "--lr", "1e-4")
     texts = long_sentences(data_dir, 30, 12)
     equal = check_ner_parity(best, texts, tmp_path, 16, tokenizer)
     print(f"/ner (fine-tuned at 16 pieces) equals predict on {equal} of {len(texts)} sentences")
@@ -135,13 +125,14 @@ def test_n4_ner_equals_predict_beyond_its_length(tmp_path: Path, minilm_dir: Pat
 
 
 def test_c7_frozen_ner_equals_predict_beyond_its_length(tmp_path: Path, tiny_dir: Path, data_dir: Path,
-                                                        tokenizer) -> None:
+                                                        tokenizer, finetune_best) -> None:
     """A feature-based (--frozen) tagger fine-tuned at --max-length 16 is served (/ner) and answers what its
     `bertkit predict` answers, past the length too."""
     train = tmp_path / "train.txt"
     train.write_text("\n".join((data_dir / "conll2003" / "train.txt").read_text().splitlines()[:600]) + "\n")
-    best = finetune(tiny_dir, tmp_path / "run", "ner", train, "--max-length", "16", "--frozen", "--tagger", "linear",
-                    "--frozen-features", "last", "--lr", "1e-2", "--feature-cache", str(tmp_path / "cache"))
+    best = finetune_best(tiny_dir, tmp_path / "run", "ner", train, "--max-length", "16", "--frozen", "--tagger",
+                         "linear", "--frozen-features", "last", "--lr", "1e-2",
+                         "--feature-cache", str(tmp_path / "cache"))
     texts = long_sentences(data_dir, 12, 12)
     equal = check_ner_parity(best, texts, tmp_path, 16, tokenizer)
     print(f"/ner of a frozen tagger (fine-tuned at 16 pieces) equals predict on {equal} of {len(texts)} sentences")
@@ -153,15 +144,15 @@ def test_c7_frozen_ner_equals_predict_beyond_its_length(tmp_path: Path, tiny_dir
 
 # --- /qa ---------------------------------------------------------------------------------------------------------
 def test_n4_qa_equals_predict_on_contexts_of_several_windows(tmp_path: Path, tiny_dir: Path, data_dir: Path,
-                                                              tokenizer) -> None:
+                                                              tokenizer, finetune_best) -> None:
     """N4: a QA model fine-tuned with --max-length 128 --doc-stride 32: /qa equals `bertkit predict` on 27 SQuAD
     dev questions whose contexts need several windows (the server read one window of 512 and decoded on its own:
     8 of 27 equal)."""
     from bertkit.tasks.qa import read_squad
 
     squad = data_dir / "squad_v1.1" / "dev-v1.1.json"
-    best = finetune(tiny_dir, tmp_path / "run", "qa", Path(f"{squad}#0:1"), "--max-length", "128",
-                    "--doc-stride", "32", "--max-train-examples", "48")
+    best = finetune_best(tiny_dir, tmp_path / "run", "qa", Path(f"{squad}#0:1"), "--max-length", "128",
+                         "--doc-stride", "32", "--max-train-examples", "48")
     questions = [q for q in read_squad(f"{squad}#1:3") if pieces(tokenizer, q.question, q.context) > 128][:27]
     assert len(questions) == 27
     subset = {"version": "1.1", "data": [{"title": "t", "paragraphs": [
@@ -180,32 +171,23 @@ def test_n4_qa_equals_predict_on_contexts_of_several_windows(tmp_path: Path, tin
 
 
 # --- /choose -----------------------------------------------------------------------------------------------------
-CHOICES = [
-    {"context": "She opened the umbrella", "question": "because", "choices": ["it rained.", "it was sunny.",
-                                                                             "the cat slept."], "label": 0},
-    {"context": "The ice cream melted", "question": "because", "choices": ["it was cold.", "it was hot.",
-                                                                           "it was blue."], "label": 1},
-    {"context": "He put on his coat", "question": "since", "choices": ["winter had come.", "he was warm.",
-                                                                      "the sea was calm."], "label": 0},
-    {"context": "The library closed early on Tuesday", "question": "so",
-     "choices": ["the readers went home to finish their long novels by the fire.", "it opened.", "nobody cared."],
-     "label": 0},
-] * 4
 
 
 @pytest.fixture(scope="module")
-def choice_folder(tmp_path_factory: pytest.TempPathFactory, tiny_dir: Path) -> Path:
+def choice_folder(tmp_path_factory: pytest.TempPathFactory, tiny_dir: Path, finetune_best,  # noqa: ANN001
+                  choice_questions: list[dict]) -> Path:
     tmp = tmp_path_factory.mktemp("choice")
     train = tmp / "train.jsonl"
-    train.write_text("".join(json.dumps(q) + "\n" for q in CHOICES))
-    return finetune(tiny_dir, tmp / "run", "multiple-choice", train, "--max-length", "24")
+    train.write_text("".join(json.dumps(q) + "\n" for q in choice_questions * 4))
+    return finetune_best(tiny_dir, tmp / "run", "multiple-choice", train, "--max-length", "24")
 
 
-def test_multiple_choice_is_served_as_predict_answers(choice_folder: Path, tmp_path: Path) -> None:
+def test_multiple_choice_is_served_as_predict_answers(choice_folder: Path, tmp_path: Path,
+                                                     choice_questions: list[dict]) -> None:
     """Multiple choice was never served: /choose answers `bertkit predict`'s choice for each question (its
     choices cut to the fine-tuning length as predict cuts them), with a probability per choice; a question with
     another number of choices than the model was fine-tuned on is a 400 naming it."""
-    questions = [{**q, "label": None} for q in CHOICES[:4]]
+    questions = [{**q, "label": None} for q in choice_questions]
     source = tmp_path / "q.jsonl"
     source.write_text("".join(json.dumps({k: v for k, v in q.items() if k != "label"}) + "\n" for q in questions))
     assert main(["predict", "--model", str(choice_folder), "--input", str(source),
@@ -224,7 +206,8 @@ def test_multiple_choice_is_served_as_predict_answers(choice_folder: Path, tmp_p
 
 
 # --- ONNX with the task's inputs ---------------------------------------------------------------------------------
-def test_onnx_of_a_classifier_with_columns_equals_pytorch(tmp_path: Path, tiny_dir: Path, tokenizer) -> None:
+def test_onnx_of_a_classifier_with_columns_equals_pytorch(tmp_path: Path, tiny_dir: Path, tokenizer,  # noqa: ANN001
+                                                          finetune_best) -> None:
     """export-onnx raised on a classifier with numeric columns; now its graph takes numeric_features and
     categorical_ids beside the text (the task's inputs), and equals PyTorch within 1e-4 on a batch unlike the
     traced one (every category id, the unknown bucket included)."""
@@ -234,8 +217,8 @@ def test_onnx_of_a_classifier_with_columns_equals_pytorch(tmp_path: Path, tiny_d
     from bertkit.model import BertForSequenceClassification
 
     train = write_csv(tmp_path / "train.csv", ROWS * 2)
-    best = finetune(tiny_dir, tmp_path / "run", "classification", train, "--max-length", "32",
-                    "--template", "{Title}. {Review Text}", "--label-column", "Recommended IND", *OPTIONS)
+    best = finetune_best(tiny_dir, tmp_path / "run", "classification", train, "--max-length", "32",
+                         "--template", "{Title}. {Review Text}", "--label-column", "Recommended IND", *OPTIONS)
     path = tmp_path / "m.onnx"
     assert main(["export-onnx", str(best), "-o", str(path)]) == 0
     model = BertForSequenceClassification.from_pretrained(str(best)).eval()

@@ -14,17 +14,6 @@ import torch
 from bertkit.cli import main
 
 ort = pytest.importorskip("onnxruntime")
-QUESTIONS = [
-    {"context": "She opened the umbrella", "question": "because", "choices": ["it rained.", "it was sunny.",
-                                                                             "the cat slept."], "label": 0},
-    {"context": "The ice cream melted", "question": "because", "choices": ["it was cold.", "it was hot.",
-                                                                           "it was blue."], "label": 1},
-    {"context": "The library closed early on Tuesday", "question": "so",
-     "choices": ["the readers went home to finish their long novels by the fire.", "it opened.", "nobody cared."],
-     "label": 0},
-]
-
-
 def onnx_against_torch(folder: Path, data: Path, out: Path) -> float:
     """`bertkit export-onnx` of a fine-tuned folder, run by onnxruntime on its task's features of `data` (the
     graph's inputs are the task's), against the PyTorch model: the largest absolute difference of any output."""
@@ -43,21 +32,15 @@ def onnx_against_torch(folder: Path, data: Path, out: Path) -> float:
     return max(float(np.abs(getattr(want, k).numpy() - v).max()) for k, v in zip(task.output_keys, got))
 
 
-def finetune(tiny_dir: Path, out: Path, task: str, train: Path, *options: str) -> Path:
-    assert main(["finetune", "--task", task, "--model", str(tiny_dir), "--train", str(train), "--dev", str(train),
-                 "--output", str(out), "--no-progress", "--epochs", "1", "--batch-size", "8", *options]) == 0
-    return out / "best"
-
-
-def test_frozen_tagger_and_multiple_choice_export_equal_pytorch(tmp_path: Path, tiny_dir: Path,
-                                                                data_dir: Path) -> None:
+def test_frozen_tagger_and_multiple_choice_export_equal_pytorch(  # noqa: ANN001 (finetune_best: a function)
+        tmp_path: Path, tiny_dir: Path, data_dir: Path, finetune_best, choice_questions: list[dict]) -> None:
     conll = tmp_path / "train.txt"
     conll.write_text("\n".join((data_dir / "conll2003" / "train.txt").read_text().splitlines()[:200]) + "\n")
     choices = tmp_path / "choices.jsonl"
-    choices.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS * 3))
-    frozen = finetune(tiny_dir, tmp_path / "frozen", "ner", conll, "--max-length", "24", "--frozen",
-                      "--tagger-hidden", "8", "--feature-cache", str(tmp_path / "cache"))
-    choose = finetune(tiny_dir, tmp_path / "choose", "multiple-choice", choices, "--max-length", "24")
+    choices.write_text("".join(json.dumps(q) + "\n" for q in choice_questions * 3))
+    frozen = finetune_best(tiny_dir, tmp_path / "frozen", "ner", conll, "--max-length", "24", "--frozen",
+                           "--tagger-hidden", "8", "--feature-cache", str(tmp_path / "cache"))
+    choose = finetune_best(tiny_dir, tmp_path / "choose", "multiple-choice", choices, "--max-length", "24")
     for folder, data in ((frozen, conll), (choose, choices)):
         diff = onnx_against_torch(folder, data, folder.parent)
         print(f"ONNX of {folder.parent.name}: max |diff| {diff:.2e}")
