@@ -24,10 +24,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bertkit.errors import ConfigError, Interrupted
 from bertkit.io import atomic_write_json, atomic_write_text, make_dir
+
+if TYPE_CHECKING:  # the jobs import torch; the demo imports them when it runs, so `bertkit --help` stays quick
+    from bertkit.jobs.payoff import FinetuneBudget, StartResult
 
 # The bundled corpus: three novels and the plays for pre-training, a fourth novel held out for evaluation.
 PRETRAIN_FILES = ["austen_prideprejudice.txt.gz", "austen_sensesensibility.txt.gz", "austen_northangerabbey.txt.gz",
@@ -335,8 +338,8 @@ def finetune_qa(cfg: DemoConfig, pretrained_dir: Path, shipped: Path | None, out
     plot_comparison(results, out / "qa.png", "SQuAD sample dev F1 after the same fine-tuning", metric="F1", scale=1.0)
 
 
-def compare_starts(starts: dict[str, str | Path], budget: Any, out: Path,
-                   section: dict[str, dict[str, Any]]) -> list[Any]:
+def compare_starts(starts: dict[str, str | Path], budget: FinetuneBudget, out: Path,
+                   section: dict[str, dict[str, Any]]) -> list[StartResult]:
     """Fine-tune every start with one budget; record each one's dev score (the task's main metric) and its paired
     test against random initialisation on the same dev examples into `section`."""
     from bertkit.jobs import payoff
