@@ -5,8 +5,9 @@ Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers for L
 Submodule names are the published ones (`embeddings.word_embeddings`, `encoder.layer.{i}.attention.self.query`,
 `cls.predictions.transform.dense`, ...) so the world's BERT checkpoints load by name.
 
-The encoder runs on the real tokens only (`Packing`) and uses a cheaper dropout mask on CPU (`Dropout`); both live
-in `bertkit.model.kernels` and are exact where it matters (float32 outputs at every real token).
+The encoder runs on the real tokens only (`Packing`), uses a cheaper dropout mask on CPU (`Dropout`) and a GELU whose
+CPU kernels stay few (`GELU`); all live in `bertkit.model.kernels` and are exact where it matters (float32 outputs
+at every real token).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from torch import Tensor, nn
 
 from bertkit.errors import ConfigError
 from bertkit.model.config import BertConfig
-from bertkit.model.kernels import Dropout, Packing, dropout
+from bertkit.model.kernels import GELU, Dropout, Packing, dropout
 
 
 @dataclass
@@ -40,9 +41,9 @@ class BertModelOutput:
 def activation(name: str) -> nn.Module:
     """The feed-forward non-linearity: exact (erf) GELU as in the original code, its tanh approximation, or ReLU."""
     if name == "gelu":
-        return nn.GELU()
+        return GELU()
     if name == "gelu_tanh":
-        return nn.GELU(approximate="tanh")
+        return GELU(approximate="tanh")
     return nn.ReLU()
 
 
