@@ -1,0 +1,127 @@
+"""Nothing slower: the same workload under two source trees of bertkit (before and after a change), one subprocess
+per run, the trees taking turns, so both meet the same machine load. The best run of each tree counts.
+
+Workloads (each reports real tokens per second):
+- `embed`: `bertkit.load(MODEL).encode` of WikiText-2 validation paragraphs in fp32 (tokenization included), the
+  path of `bertkit embed` and the Python API;
+- `step`: one pre-training step (forward, backward, AdamW) of bertkit-mini's shape on batches of lengths 64..128,
+  the path of `bertkit pretrain` (bench_pretrain_step.make_batches, common.make_step).
+
+    python3 benchmarks/bench_before_after.py --before ../wt-before --after . [--workloads embed,step]
+        [--model bertkit-mini] [--paragraphs 600] [--steps 6] [--rounds 3] [--threads 1] [--json OUT]
+
+A tree is a checkout's root; its `src/` goes first on the subprocess's PYTHONPATH. The workload code is this
+script's, so both trees run the same measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from common import cpu_line
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parents[0].parent / "shared" / "data"
+
+EMBED = """
+import json, sys, time, torch
+import bertkit
+from common import wikitext_paragraphs
+torch.set_num_threads({threads})
+texts = wikitext_paragraphs(__import__("pathlib").Path({data!r}) / "wikitext2" / "valid.txt", {paragraphs})
+model = bertkit.load({model!r})
+model.encode(texts[:32], precision="fp32")  # warm-up: kernels and caches
+tokens = sum(len(x) for x in model.tokenizer(texts)["input_ids"])
+start = time.perf_counter()
+model.encode(texts, precision="fp32")
+print(json.dumps({{"tokens_per_s": tokens / (time.perf_counter() - start), "bertkit": bertkit.__file__}}))
+"""
+
+STEP = """
+import json, time, torch
+import bertkit
+from bench_pretrain_step import SIZES, make_batches
+from common import make_step
+from bertkit.model import BertConfig, BertForPreTraining
+from bertkit.runtime import keep_freed_memory
+torch.set_num_threads({threads})
+keep_freed_memory()
+torch.manual_seed(0)
+shape = SIZES["bertkit-mini"]
+model = BertForPreTraining(BertConfig(**shape))
+batches = make_batches({steps} + 1, 16, 128, shape["vocab_size"])
+step = make_step(model)
+step(batches[0])  # warm-up
+tokens = sum(int(b["attention_mask"].sum()) for b in batches[1:])
+start = time.perf_counter()
+for b in batches[1:]:
+    step(b)
+print(json.dumps({{"tokens_per_s": tokens / (time.perf_counter() - start), "bertkit": bertkit.__file__}}))
+"""
+
+
+def run_once(tree: Path, code: str) -> dict:
+    """Run `code` in a fresh interpreter that imports bertkit from `tree`; its last stdout line is JSON."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree / "src"), str(HERE)]))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=HERE)
+    if done.returncode != 0:
+        raise SystemExit(f"{tree}: the workload failed:\n{done.stderr[-3000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if not Path(result["bertkit"]).resolve().is_relative_to((tree / "src").resolve()):
+        raise SystemExit(f"{tree}: imported bertkit from {result['bertkit']}, not from the tree")
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--before", type=Path, required=True, help="the source tree before the change")
+    p.add_argument("--after", type=Path, required=True, help="the source tree after the change")
+    p.add_argument("--workloads", default="embed,step")
+    p.add_argument("--model", default="bertkit-mini", help="embed: a model name or folder")
+    p.add_argument("--paragraphs", type=int, default=600, help="embed: WikiText-2 validation paragraphs")
+    p.add_argument("--steps", type=int, default=6, help="step: timed training steps per run")
+    p.add_argument("--rounds", type=int, default=3, help="runs of each tree, in turn")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--data", type=Path, default=DATA)
+    p.add_argument("--json", type=Path, default=None)
+    a = p.parse_args()
+    for tree in (a.before, a.after):
+        if not (tree / "src" / "bertkit").is_dir():
+            raise SystemExit(f"{tree}: no src/bertkit there (give a checkout's root)")
+    codes = {"embed": EMBED.format(threads=a.threads, data=str(a.data), paragraphs=a.paragraphs, model=a.model),
+             "step": STEP.format(threads=a.threads, steps=a.steps)}
+    workloads = a.workloads.split(",")
+    unknown = [w for w in workloads if w not in codes]
+    if unknown:
+        raise SystemExit(f"--workloads: unknown {unknown}; choose from {sorted(codes)}")
+    print(cpu_line())
+    print(f"before: {a.before.resolve()}\nafter:  {a.after.resolve()}\nthreads {a.threads}, rounds {a.rounds}")
+    report: dict = {"cpu": cpu_line(), "before": str(a.before.resolve()), "after": str(a.after.resolve()),
+                    "threads": a.threads, "rounds": a.rounds, "workloads": {}}
+    for name in workloads:
+        rates: dict[str, list[float]] = {"before": [], "after": []}
+        for i in range(a.rounds):
+            order = ("before", "after") if i % 2 == 0 else ("after", "before")  # who goes first alternates
+            for which in order:
+                rates[which].append(run_once(getattr(a, which), codes[name])["tokens_per_s"])
+                print(f"  {name:6} {which:6} round {i + 1}: {rates[which][-1]:,.0f} tok/s", flush=True)
+        best = {k: max(v) for k, v in rates.items()}
+        ratio = best["after"] / best["before"]
+        print(f"{name}: before {best['before']:,.0f} tok/s, after {best['after']:,.0f} tok/s, after/before "
+              f"{ratio:.3f}")
+        report["workloads"][name] = {"rates": rates, "best": best, "after_over_before": ratio,
+                                     **({"model": a.model, "paragraphs": a.paragraphs} if name == "embed" else
+                                        {"steps": a.steps, "shape": "bertkit-mini", "batch": 16})}
+    if a.json:
+        tmp = a.json.with_suffix(a.json.suffix + ".tmp")
+        tmp.write_text(json.dumps(report, indent=2) + "\n")
+        tmp.replace(a.json)
+
+
+if __name__ == "__main__":
+    main()
