@@ -34,10 +34,17 @@ _NONE = np.uint64(np.iinfo(np.uint64).max)  # the sort key of a token that canno
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
     """The splitmix64 finaliser, element-wise on uint64 (wrapping arithmetic): a well-mixed hash of a counter."""
-    z = x + _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return z ^ (z >> np.uint64(31))
+    return _mix_inplace(x + _GOLDEN)
+
+
+def _mix_inplace(z: np.ndarray) -> np.ndarray:
+    """splitmix64's mixing of `z` (uint64, already offset by the golden gamma), in place: no temporary arrays."""
+    z ^= z >> np.uint64(30)
+    z *= _MIX1
+    z ^= z >> np.uint64(27)
+    z *= _MIX2
+    z ^= z >> np.uint64(31)
+    return z
 
 
 def instance_keys(seed: int, epoch: int, indices: np.ndarray) -> np.ndarray:
@@ -49,7 +56,10 @@ def instance_keys(seed: int, epoch: int, indices: np.ndarray) -> np.ndarray:
 
 def _draws(keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
     """64 random bits per (instance key, counter), broadcast together."""
-    return splitmix64(keys + counters.astype(np.uint64) * _GOLDEN)
+    z = counters.astype(np.uint64) * _GOLDEN
+    z = z + keys  # broadcast to the result's shape
+    z += _GOLDEN
+    return _mix_inplace(z)
 
 
 @dataclass(frozen=True)
@@ -94,11 +104,13 @@ def _choose_words(row_keys: np.ndarray, ids: np.ndarray, candidate: np.ndarray, 
     after_candidate[:, 1:] = candidate[:, :-1]
     starts = candidate & ~(tables.continuation[ids] & after_candidate)  # a word's first piece
     word = np.cumsum(starts.ravel()).reshape(batch, width) - 1  # word number in the batch, at its pieces
-    first_col = np.maximum.accumulate(np.where(starts, cols, 0), axis=1)
-    # Sort key: the word's random draw in the high bits, the position in the low 16, so a row sorts word by word
-    # in random word order, each word's pieces together, and the sorted keys still say where each piece is.
-    key = (_draws(row_keys[:, None], first_col) & ~_POSITION_BITS) | cols.astype(np.uint64)
-    s_col = (np.sort(np.where(candidate, key, _NONE), axis=1) & _POSITION_BITS).astype(np.intp)
+    # Sort key: the word's random draw (from its row's key and its first piece's column) in the high bits, the
+    # position in the low 16, so a row sorts word by word in random word order, each word's pieces together, and
+    # the sorted keys still say where each piece is.
+    row, col = np.divmod(np.flatnonzero(starts), width)
+    word_draw = np.append(_draws(row_keys[row], col) & ~_POSITION_BITS, _NONE)  # (words + 1,): -1 reads the last
+    key = np.where(candidate, word_draw[word] | cols.astype(np.uint64), _NONE)
+    s_col = (np.sort(key, axis=1) & _POSITION_BITS).astype(np.intp)
     n_cand = candidate.sum(1)  # the candidates sort first
     sizes = np.bincount(word[candidate], minlength=1)
     taken = np.zeros(len(sizes), dtype=bool)
