@@ -64,6 +64,30 @@ def test_metrics_plot_best_and_final(tmp_path: Path) -> None:
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folders left
 
 
+def test_eval_at_start_records_the_starting_score_and_changes_nothing_else(tmp_path: Path) -> None:
+    data = ToyData(32)
+    kw = dict(max_steps=6, eval_every=3, save_every=3)
+    plain = make_model(dropout=0.3)
+    Trainer(plain, _config(tmp_path / "a", **kw), data, evaluate=evaluate_fn(data)).train()
+    start = make_model(dropout=0.3).eval()
+    with torch.no_grad():
+        expected = evaluate_fn(data)(start)["mse"]
+    model = make_model(dropout=0.3)
+    result = Trainer(model, _config(tmp_path / "b", eval_at_start=True, **kw), data,
+                     evaluate=evaluate_fn(data)).train()
+    evals = [r for r in result.history if r["split"] == "eval"]
+    assert [r["step"] for r in evals] == [0, 3, 6]
+    assert evals[0]["mse"] == expected and evals[1]["mse"] != expected
+    for (name, a), b in zip(plain.state_dict().items(), model.state_dict().values()):
+        assert torch.equal(a, b), name  # the extra evaluation left the training's randomness alone
+    # a resumed run does not score its start again
+    torch.manual_seed(999)
+    again = Trainer(make_model(dropout=0.3), _config(tmp_path / "b", eval_at_start=True, max_steps=9, eval_every=3,
+                                                     save_every=3, resume_mismatch="warn"), data,
+                    evaluate=evaluate_fn(data)).train(resume=True)
+    assert [r["step"] for r in again.history if r["split"] == "eval"] == [0, 3, 6, 9]
+
+
 def test_keep_last_prunes_old_checkpoints(tmp_path: Path) -> None:
     Trainer(make_model(), _config(tmp_path, max_steps=10, save_every=2, keep_last=3, metric_for_best=None),
             ToyData(32)).train()

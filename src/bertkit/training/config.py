@@ -94,6 +94,9 @@ class TrainingConfig:
     # --- evaluation, checkpoints, logging ---
     eval_every: int | None = None
     """Evaluate every N optimizer steps; None = at the end of every epoch (and always at the end of training)."""
+    eval_at_start: bool = False
+    """Also evaluate once before the first step (not on resume): the starting score in metrics.jsonl, for a run that
+    starts from a trained model (continued pre-training, fine-tuning), so its gain can be read off."""
     metric_for_best: str | None = "loss"
     """Evaluation metric that picks the `best/` model; None keeps no best model."""
     greater_is_better: bool = False

@@ -618,6 +618,8 @@ class Trainer:
         bar = self._bar = progress_bar(self.total_steps, self.output_dir.name, "step", initial=st.step,
                                        enabled=self.dist.is_main and c.progress_bar)
         try:
+            if c.eval_at_start and st.step == 0:
+                self.run_evaluation()  # the starting point's score (RNG untouched, like every evaluation)
             return self._loop(model, bar)
         except BaseException:
             bar.close()
