@@ -2,13 +2,16 @@
 per run, the trees taking turns, so both meet the same machine load. The best run of each tree counts.
 
 Workloads (each reports real tokens per second):
-- `embed`: `bertkit.load(MODEL).encode` of WikiText-2 validation paragraphs in fp32 (tokenization included), the
-  path of `bertkit embed` and the Python API;
+- `embed`: `bertkit.load(MODEL).encode` of WikiText-2 validation paragraphs in --precision (default fp32;
+  tokenization included), the path of `bertkit embed` and the Python API;
 - `step`: one pre-training step (forward, backward, AdamW) of bertkit-mini's shape on batches of lengths 64..128,
   the path of `bertkit pretrain` (bench_pretrain_step.make_batches, common.make_step).
 
     python3 benchmarks/bench_before_after.py --before ../wt-before --after . [--workloads embed,step]
-        [--model bertkit-mini] [--paragraphs 600] [--steps 6] [--rounds 3] [--threads 1] [--json OUT]
+        [--model bertkit-mini] [--precision fp32] [--paragraphs 600] [--steps 6] [--rounds 3] [--threads 1]
+        [--json OUT]
+
+The environment passes through (BERTKIT_INT8_KERNEL=onednn picks the int8 kernel, for example).
 
 A tree is a checkout's root; its `src/` goes first on the subprocess's PYTHONPATH. The workload code is this
 script's, so both trees run the same measurement.
@@ -35,10 +38,10 @@ from common import wikitext_paragraphs
 torch.set_num_threads({threads})
 texts = wikitext_paragraphs(__import__("pathlib").Path({data!r}) / "wikitext2" / "valid.txt", {paragraphs})
 model = bertkit.load({model!r})
-model.encode(texts[:32], precision="fp32")  # warm-up: kernels and caches
+model.encode(texts[:32], precision={precision!r})  # warm-up: kernels, caches, int8 calibration
 tokens = sum(len(x) for x in model.tokenizer(texts)["input_ids"])
 start = time.perf_counter()
-model.encode(texts, precision="fp32")
+model.encode(texts, precision={precision!r})
 print(json.dumps({{"tokens_per_s": tokens / (time.perf_counter() - start), "bertkit": bertkit.__file__}}))
 """
 
@@ -83,6 +86,7 @@ def main() -> None:
     p.add_argument("--after", type=Path, required=True, help="the source tree after the change")
     p.add_argument("--workloads", default="embed,step")
     p.add_argument("--model", default="bertkit-mini", help="embed: a model name or folder")
+    p.add_argument("--precision", default="fp32", help="embed: the Encoder's precision (fp32, bf16, int8)")
     p.add_argument("--paragraphs", type=int, default=600, help="embed: WikiText-2 validation paragraphs")
     p.add_argument("--steps", type=int, default=6, help="step: timed training steps per run")
     p.add_argument("--rounds", type=int, default=3, help="runs of each tree, in turn")
@@ -93,7 +97,8 @@ def main() -> None:
     for tree in (a.before, a.after):
         if not (tree / "src" / "bertkit").is_dir():
             raise SystemExit(f"{tree}: no src/bertkit there (give a checkout's root)")
-    codes = {"embed": EMBED.format(threads=a.threads, data=str(a.data), paragraphs=a.paragraphs, model=a.model),
+    codes = {"embed": EMBED.format(threads=a.threads, data=str(a.data), paragraphs=a.paragraphs, model=a.model,
+                                  precision=a.precision),
              "step": STEP.format(threads=a.threads, steps=a.steps)}
     workloads = a.workloads.split(",")
     unknown = [w for w in workloads if w not in codes]
@@ -115,7 +120,7 @@ def main() -> None:
         print(f"{name}: before {best['before']:,.0f} tok/s, after {best['after']:,.0f} tok/s, after/before "
               f"{ratio:.3f}")
         report["workloads"][name] = {"rates": rates, "best": best, "after_over_before": ratio,
-                                     **({"model": a.model, "paragraphs": a.paragraphs} if name == "embed" else
+                                     **({"model": a.model, "paragraphs": a.paragraphs, "precision": a.precision} if name == "embed" else
                                         {"steps": a.steps, "shape": "bertkit-mini", "batch": 16})}
     if a.json:
         tmp = a.json.with_suffix(a.json.suffix + ".tmp")

@@ -67,7 +67,9 @@ def check_kernels_agree(weight: Tensor, bias: Tensor | None, x: Tensor, alpha: f
 
 @pytest.mark.parametrize(("rows", "inputs", "outputs", "with_bias"),
                          [(1, 384, 1152, True), (2, 384, 384, True), (31, 37, 53, True), (33, 1536, 384, True),
-                          (700, 384, 1536, True), (5, 64, 16, False)])
+                          (700, 384, 1536, True), (5, 64, 16, False),
+                          # oneDNN's row blocks (Int8Linear.ONEDNN_BLOCK_ROWS 512, last one padded to 64 rows)
+                          (64, 48, 40, True), (512, 48, 40, True), (513, 48, 40, True), (1100, 48, 40, False)])
 def test_kernels_accumulate_the_same_int32_on_edge_shapes(rows, inputs, outputs, with_bias) -> None:
     """Odd and tiny shapes, full-range inputs (AVX2's int16 pair sums must not saturate) and an outlier channel."""
     gen = torch.Generator().manual_seed(rows + inputs)
@@ -76,6 +78,32 @@ def test_kernels_accumulate_the_same_int32_on_edge_shapes(rows, inputs, outputs,
     weight, bias = torch.randn(outputs, inputs, generator=gen) * 0.05, torch.randn(outputs, generator=gen)
     for alpha in SMOOTHING_CHOICES:  # inputs past the calibrated range saturate at 0 and 255
         assert check_kernels_agree(weight, bias if with_bias else None, x[:rows] * 1.5, alpha, x) <= 2
+
+
+def test_onednn_products_see_a_bounded_set_of_shapes() -> None:
+    """oneDNN compiles a kernel per shape: the packed encoder's ever-changing token counts must not reach it as such
+    (memory grew without bound over a long int8 `bertkit embed` before the blocks)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Shapes(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rows: set[int] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if "qlinear_pointwise" in func._schema.name:
+                self.rows.add(args[0].shape[0])
+            return func(*args, **(kwargs or {}))
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2000, 32, generator=gen)
+    unit = Int8Linear(torch.randn(24, 32, generator=gen) * 0.1, torch.randn(24, generator=gen),
+                      (x.amin(0).tolist(), x.amax(0).tolist()), None, kernel="onednn")
+    with Shapes() as seen, torch.inference_mode():
+        for rows in range(1, 2000, 13):
+            assert unit(x[:rows]).shape == (rows, 24)
+    step, block = Int8Linear.ONEDNN_ROW_STEP, Int8Linear.ONEDNN_BLOCK_ROWS
+    assert seen.rows == set(range(step, block + 1, step))
 
 
 @pytest.fixture(scope="module")

@@ -161,6 +161,9 @@ def int8_weight(weight: Tensor) -> Tensor:
 class Int8Linear(nn.Module):
     """y = x W^T + b with W quantized per output channel and x to 8 bits with a calibrated (static) scale."""
 
+    ONEDNN_BLOCK_ROWS = 512  # rows per oneDNN call at most (see _onednn_in_blocks)
+    ONEDNN_ROW_STEP = 64  # the last block is padded to a multiple of this many rows
+
     def __init__(self, weight: Tensor, bias: Tensor | None, input_range: tuple[list[float], list[float]],
                  alpha: float | None = SMOOTHING_CHOICES[0], kernel: str | None = None) -> None:
         super().__init__()
@@ -191,13 +194,40 @@ class Int8Linear(nn.Module):
         if self.kernel == "onednn":
             # torch.quantize_per_tensor rounds as fbgemm's own input quantization does (the same u8 values)
             qx = torch.quantize_per_tensor(flat, self.scale, self.zero_point, torch.quint8).int_repr()
-            y = torch.ops.onednn.qlinear_pointwise(qx, self.scale, self.zero_point, self.packed, self.w_scale,
-                                                   self.w_zero_point, self.bias, 1.0, 0, torch.float32,  # output
-                                                   "none", [], "")  # no fused activation
+            y = self._onednn_in_blocks(qx)
         else:
             y = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(flat, self.scale, self.zero_point,
                                                                                     self.packed)
         return y.view(*x.shape[:-1], self.out_features)
+
+    def _onednn(self, qx: Tensor) -> Tensor:
+        """oneDNN's int8 inner product of u8 rows `qx`, dequantized to float32 (one call)."""
+        return torch.ops.onednn.qlinear_pointwise(qx, self.scale, self.zero_point, self.packed, self.w_scale,
+                                                  self.w_zero_point, self.bias, 1.0, 0, torch.float32,  # output
+                                                  "none", [], "")  # no fused activation
+
+    def _onednn_in_blocks(self, qx: Tensor) -> Tensor:
+        """`_onednn` over blocks of ONEDNN_BLOCK_ROWS rows, the last padded to a multiple of ONEDNN_ROW_STEP rows.
+
+        oneDNN compiles and caches a kernel per shape, and the packed encoder's row count (the batch's token count)
+        is new in nearly every batch: a long `bertkit embed` in int8 on this kernel grew without bound (the 2 M-line
+        report). Blocks bound the shapes to ONEDNN_BLOCK_ROWS / ONEDNN_ROW_STEP per weight. Every row is computed
+        on its own (exact int32 sums, then the same dequantization), so the values do not change (tested)."""
+        rows = qx.shape[0]
+        out = None
+        for start in range(0, rows, self.ONEDNN_BLOCK_ROWS):
+            block = qx[start : start + self.ONEDNN_BLOCK_ROWS]
+            n = block.shape[0]
+            padded = -(-n // self.ONEDNN_ROW_STEP) * self.ONEDNN_ROW_STEP
+            if padded != n:  # rows of the zero point: an input of zeros, outputs dropped
+                block = torch.cat([block, block.new_full((padded - n, block.shape[1]), self.zero_point)])
+            y = self._onednn(block)
+            if rows <= self.ONEDNN_BLOCK_ROWS:
+                return y[:n]
+            if out is None:
+                out = y.new_empty(rows, y.shape[1])
+            out[start : start + n] = y[:n]
+        return out if out is not None else self._onednn(qx)
 
 
 class FloatLinear(nn.Module):
