@@ -119,9 +119,9 @@ def main() -> None:
         ratio = best["after"] / best["before"]
         print(f"{name}: before {best['before']:,.0f} tok/s, after {best['after']:,.0f} tok/s, after/before "
               f"{ratio:.3f}")
-        report["workloads"][name] = {"rates": rates, "best": best, "after_over_before": ratio,
-                                     **({"model": a.model, "paragraphs": a.paragraphs, "precision": a.precision} if name == "embed" else
-                                        {"steps": a.steps, "shape": "bertkit-mini", "batch": 16})}
+        setting = ({"model": a.model, "paragraphs": a.paragraphs, "precision": a.precision} if name == "embed" else
+                   {"steps": a.steps, "shape": "bertkit-mini", "batch": 16})
+        report["workloads"][name] = {"rates": rates, "best": best, "after_over_before": ratio, **setting}
     if a.json:
         tmp = a.json.with_suffix(a.json.suffix + ".tmp")
         tmp.write_text(json.dumps(report, indent=2) + "\n")
