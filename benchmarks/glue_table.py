@@ -18,12 +18,16 @@ Writes OUT/table.md (one row per start: each task's GLUE metric at the start's b
 the GLUE average), OUT/glue.json (every run's metrics and seconds, the budgets, the QNLI split, the paired tests,
 the CPU flags) and the runs under OUT/TASK/START/lrLR-seedSEED.
 
-Budget, the same for every start and task (benchmarks/common.py's CLASSIFICATION_BUDGET, which
-pretraining_payoff.py's SST-2 uses too): a seeded subset of at most 8,000 training examples (CoLA 8,000 of 8,551,
-SST-2 8,000 of 67,349, MRPC all 3,668, QNLI 4,000, RTE all 2,490), 3 epochs, batch 32, max length 64 for single
-sentences (CoLA, SST-2) and 128 for pairs (MRPC, QNLI, RTE); LRs 1e-4, 3e-4, 1e-3; seeds 42 and 43. Each start is
-scored at the LR whose mean over the seeds is best by the run's main metric (MRPC: F1), each run by its best
-evaluation of the epochs (evaluated after each), on the whole dev set: CoLA 1,043, SST-2 872, MRPC 408, RTE 277.
+Budget, the same for every start and task (GLUE_BUDGET): a seeded subset of 1,000 training examples per task
+(QNLI's drawn from its 4,000 training pairs), 3 epochs (94 steps), batch 32, max length 64 for single sentences
+(CoLA, SST-2) and 128 for pairs (MRPC, QNLI, RTE); LRs 1e-4, 3e-4, 1e-3; seeds 42 and 43. 1,000 examples per task
+is the few-sample GLUE setting (Zhang et al., ICLR 2021, "Revisiting Few-sample BERT Fine-tuning", subsample GLUE's
+tasks to 1,000 training examples), the regime where what a model brings from pre-training matters most, and the
+one whose table of 4 starts x 5 tasks x 3 LRs x 2 seeds (120 runs) fits a working day of one 2-core CPU.
+`--max-train-examples 8000` gives the larger budget of pretraining_payoff.py's SST-2 (benchmarks/common.py's
+CLASSIFICATION_BUDGET); its full table is about 4 times as long. Each start is scored at the LR whose mean over the
+seeds is best by the run's main metric (MRPC: F1), each run by its best evaluation of the epochs (evaluated after
+each), on the whole dev set: CoLA 1,043, SST-2 872, MRPC 408, RTE 277.
 QNLI has no training file here: its dev file (5,463 pairs) is split by a seeded permutation (seed 0) into 4,000
 training pairs and 1,463 held-out pairs it is scored on (OUT/data/qnli/). Metrics are GLUE's: Matthews correlation
 (CoLA), accuracy (SST-2, QNLI, RTE), F1 and accuracy (MRPC, whose mean enters the average, as GLUE averages it);
@@ -32,17 +36,16 @@ random twin) by the task's paired test on the same dev examples, one per seed, e
 (payoff.paired_tests: McNemar's exact test for accuracy, the paired bootstrap for F1 and Matthews correlation).
 Each folder fine-tunes with its own config (bertkit-mini without dropout, as it was pre-trained).
 
-Time, measured 2026-11-25 on the project's shared 2-core AVX2 CPU (torch 2.13 CPU, load average 3 to 6 from other
-jobs). Run it with OMP_NUM_THREADS=1 there: one run of bertkit-mini (LR 3e-4, seed 42) took CoLA 150 s and MRPC 341 s
-with one thread against 467 s and 1,768 s with torch's default two (the same scores; two threads wait for each other
-when other jobs hold the cores; on a quiet machine, try both). Commands: `OMP_NUM_THREADS=1 python3
-benchmarks/glue_table.py --out OUT --start bertkit-mini=bertkit-mini --lrs 3e-4 --seeds 42 --tasks cola mrpc`. Both
-took 0.45 ms per training token (337k and 753k tokens over 3 epochs), which puts SST-2 (392k), QNLI (786k) and RTE
-(609k), not run, at about 180, 350 and 270 s: one start's pass over the five tasks is about 1,300 s. With one thread,
-`--time-steps 5` put all-MiniLM-L6-v2's training step at 2.2x to 2.9x bertkit-mini's (median 2.6x); random init and
-the continued model have bertkit-mini's shape. The full table of 4 starts is 6 runs (3 LRs x 2 seeds) per start and
-task: 6 x 1,300 s x (3 + 2.6) = about 12 hours on this CPU with one thread (about 56 with two): spread it over
-sessions (it resumes) or run `--tasks` in turn.
+Time, measured on the project's 2-core AVX2 CPU (torch 2.13 CPU) with one thread per process: at 1,000 examples
+one bertkit-mini run took CoLA 35 s and RTE 113 s (2026-11-26, the other core busy; `OMP_NUM_THREADS=1 python3
+benchmarks/glue_table.py --out OUT --start mini=bertkit-mini --lrs 3e-4 --seeds 42 --tasks cola rte`), and
+`--time-steps 5` put all-MiniLM-L6-v2's training step at 2.8x bertkit-mini's (QNLI, RTE); random init and the
+continued model have bertkit-mini's shape. One start's pass over the five tasks is about 300 s, so the table of 4
+starts is about 6 x 300 s x (3 + 2.8) = 3 CPU-hours. Run it with OMP_NUM_THREADS=1, one process per core, each on
+some tasks (`--tasks cola sst2 mrpc` beside `--tasks qnli rte`, the same --out), then once more without --tasks:
+that reads every run back and writes the whole table. At 8,000 examples (2026-11-25, the machine loaded) one
+bertkit-mini run took CoLA 150 s and MRPC 341 s with one thread against 467 s and 1,768 s with two, about 12 CPU-hours
+for the table.
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ SENTENCE_LENGTH = 64
 PAIR_LENGTH = 128  # GLUE's pairs are longer: RTE's premises are paragraphs
 QNLI_SPLIT = (4000, 1463)  # QNLI's dev file: training pairs, held-out pairs (the rest of its 5,463)
 SPLIT_SEED = 0
+GLUE_BUDGET = dict(CLASSIFICATION_BUDGET, max_train_examples=1000)
+"""The few-sample budget of every start and task (the docstring says why); --max-train-examples and --epochs change
+it for every start alike."""
 # The dry run: the whole pipeline in seconds (a tiny random model with bertkit-mini's vocabulary, its random twin).
 # Batch 8 and 3 epochs give its 64 examples 24 steps; one evaluation, at the end. One thread: a tiny model's
 # operations are too small to share, and on a busy CPU two threads waiting for each other made it 7x slower.
@@ -222,7 +228,7 @@ def time_steps(starts: dict[str, str], tasks: list[GlueTask], data: Path, out: P
     from bertkit.tokenizer import BertTokenizer
 
     classification = get_task("classification")
-    batch_size = CLASSIFICATION_BUDGET["batch_size"]
+    batch_size = GLUE_BUDGET["batch_size"]
     timings: dict[str, dict[str, float]] = {}
     for task in tasks:
         train, _ = task_files(task, data, out)
@@ -260,7 +266,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--out", type=Path, required=True, help="output folder (runs, table.md, glue.json)")
     p.add_argument("--data", type=Path, default=DATA, help="the folder holding cola/, sst2/, mrpc/, qnli/, rte/")
     p.add_argument("--tasks", nargs="+", default=[t.name for t in TASKS], choices=[t.name for t in TASKS])
-    p.add_argument("--lrs", type=float, nargs="+", default=CLASSIFICATION_BUDGET["lrs"])
+    p.add_argument("--lrs", type=float, nargs="+", default=GLUE_BUDGET["lrs"])
+    p.add_argument("--max-train-examples", type=int, default=GLUE_BUDGET["max_train_examples"],
+                   help="the seeded subset of each task's training examples (default %(default)s)")
+    p.add_argument("--epochs", type=float, default=GLUE_BUDGET["epochs"], help="default %(default)s")
     p.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
     p.add_argument("--dry-run", action="store_true",
                    help=f"the whole pipeline in seconds: a tiny random model and its random twin instead of the "
@@ -285,7 +294,8 @@ def main(argv: list[str] | None = None) -> dict:
 def glue_table(args: argparse.Namespace) -> dict:
     """Fine-tune every start on every task (reading finished runs back); write OUT/table.md and OUT/glue.json."""
     out: Path = args.out
-    budget_spec = dict(CLASSIFICATION_BUDGET, lrs=args.lrs, seeds=args.seeds)
+    budget_spec = dict(GLUE_BUDGET, lrs=args.lrs, seeds=args.seeds, max_train_examples=args.max_train_examples,
+                       epochs=args.epochs)
     dev_examples = None
     if args.dry_run:
         args.start, args.random_twin = [f"tiny={tiny_start(out)}"], "tiny"
