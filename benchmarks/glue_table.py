@@ -16,7 +16,8 @@ same command again to resume: finished runs are read back (bertkit.jobs.payoff.r
 from its checkpoint, so the table can be spread over several sessions; `--tasks cola rte` runs some tasks only.
 Writes OUT/table.md (one row per start: each task's GLUE metric at the start's best LR, mean over the seeds, and
 the GLUE average), OUT/glue.json (every run's metrics and seconds, the budgets, the QNLI split, the paired tests,
-the CPU flags) and the runs under OUT/TASK/START/lrLR-seedSEED.
+the CPU flags, and the two tables in docs/generate.py's form, so that a report's JSON can be glue.json) and the runs
+under OUT/TASK/START/lrLR-seedSEED.
 
 Budget, the same for every start and task (GLUE_BUDGET): a seeded subset of 1,000 training examples per task
 (QNLI's drawn from its 4,000 training pairs), 3 epochs (94 steps), batch 32, max length 64 for single sentences
@@ -170,31 +171,42 @@ def glue_average(by_task: dict[str, dict[str, Any]]) -> float:
     return statistics.fmean(s["score"] for s in by_task.values())
 
 
-def score_table(scores: dict[str, dict[str, dict[str, Any]]], tasks: list[GlueTask]) -> str:
-    """Markdown: one row per start, each task's GLUE metric(s) x100 at the start's best LR, and the GLUE average
-    (over the tasks run, when --tasks names only some)."""
+def markdown(spec: dict[str, Any]) -> str:
+    """A table of report_tables as Markdown (what docs/generate.py renders from glue.json, for OUT/table.md)."""
+    columns = spec["columns"]
+    lines = ["| " + " | ".join(c["title"] for c in columns) + " |", "|" + " --- |" * len(columns)]
+    lines += ["| " + " | ".join(c["template"].format(**row) for c in columns) + " |" for row in spec["rows"]]
+    return "\n".join(lines)
+
+
+def report_tables(report: dict[str, Any], tasks: list[GlueTask]) -> dict[str, Any]:
+    """The tables of glue.json in docs/generate.py's form, so a report whose JSON is glue.json renders them: "scores"
+    (one row per start: each task's GLUE metric(s) x100 at its best LR, the average) and "paired" (each start against
+    the baseline: per task, each seed's difference, outcome and p)."""
+    score_columns = [{"title": "start", "template": "{start}"}]
+    for t in tasks:
+        score_columns.append({"title": f"{t.title} ({'/'.join(METRIC_NAMES[m] for m in t.metrics)})",
+                              "template": "/".join(f"{{{t.name}_{m}:.1f}}" for m in t.metrics), "align": "right"})
     average = "average" if len(tasks) == len(TASKS) else f"average of {len(tasks)}"
-    head = ["start"] + [f"{t.title} ({'/'.join(METRIC_NAMES[m] for m in t.metrics)})" for t in tasks] + [average]
-    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for start, by_task in scores.items():
-        cells = ["/".join(f"{100 * by_task[t.name][m]:.1f}" for m in t.metrics) for t in tasks]
-        lines.append(f"| {start} | " + " | ".join(cells) + f" | **{100 * glue_average(by_task):.1f}** |")
-    return "\n".join(lines)
-
-
-def paired_table(paired: dict[str, dict[str, list[dict]]], tasks: list[GlueTask], baseline: str,
-                 seeds: list[int]) -> str:
-    """Markdown: each start against the baseline, per task the outcome of each seed's paired test and its p."""
-    head = ["start", *[t.title for t in tasks]]
-    lines = [f"Paired tests against {baseline} on the same dev examples (seed {', '.join(map(str, seeds))}; each "
-             "start at its best LR):", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for start, by_task in paired.items():
-        cells = []
+    score_columns.append({"title": average, "template": "**{average:.1f}**", "align": "right"})
+    score_rows = []
+    for start, by_task in report["scores"].items():
+        row: dict[str, Any] = {"start": start, "average": 100 * report["glue_average"][start]}
         for t in tasks:
-            cells.append(", ".join(f"{100 * x['difference']:+.1f} {x['outcome']} (p {format_p(x['p_value'])})"
-                                   for x in by_task[t.name]))
-        lines.append(f"| {start} vs {baseline} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            row.update({f"{t.name}_{m}": 100 * by_task[t.name][m] for m in t.metrics})
+            row[f"{t.name}_best_lr"] = by_task[t.name]["best_lr"]
+        score_rows.append(row)
+    paired_rows = []
+    for start, by_task in report["paired"].items():
+        row = {"start": f"{start} vs {report['baseline']}"}
+        for t in tasks:
+            row[t.name] = ", ".join(f"{100 * x['difference']:+.1f} {x['outcome']} (p {format_p(x['p_value'])})"
+                                    for x in by_task[t.name])
+        paired_rows.append(row)
+    paired_columns = [{"title": "start", "template": "{start}"}] + [
+        {"title": t.title, "template": f"{{{t.name}}}"} for t in tasks]
+    return {"scores": {"columns": score_columns, "rows": score_rows},
+            "paired": {"columns": paired_columns, "rows": paired_rows}}
 
 
 def tiny_start(out: Path) -> str:
@@ -345,6 +357,7 @@ def glue_table(args: argparse.Namespace) -> dict:
         print(details[-1], flush=True)
     report["glue_average"] = {name: glue_average(by_task) for name, by_task in report["scores"].items()}
     report["seconds"] = round(time.perf_counter() - started, 1)
+    report["tables"] = report_tables(report, tasks)
 
     budget = report["tasks"][tasks[0].name]["budget"]
     notes = [
@@ -362,8 +375,9 @@ def glue_table(args: argparse.Namespace) -> dict:
         f"{report['cpu']['line']}, threads {report['cpu']['threads']}; {report['seconds']:,.0f} s in this "
         "invocation (runs read back take none).",
     ]
-    text = score_table(report["scores"], tasks)
-    pairs = paired_table(report["paired"], tasks, baseline, budget["seeds"]) if report["paired"] else ""
+    text = markdown(report["tables"]["scores"])
+    pairs = (f"Paired tests against {baseline} on the same dev examples (seed {', '.join(map(str, budget['seeds']))}; "
+             "each start at its best LR):\n\n" + markdown(report["tables"]["paired"])) if report["paired"] else ""
     atomic_write_json(out / "glue.json", report)
     atomic_write_text(out / "table.md", "\n\n".join(["\n".join(f"- {n}" for n in notes), text, pairs, *details])
                       .replace("\n\n\n", "\n\n") + "\n")

@@ -99,6 +99,20 @@ def test_dry_run_table_and_json(dry_run: tuple[Path, dict]) -> None:
         assert row[3] == "/".join(f"{100 * by_task['mrpc'][m]:.1f}" for m in ("f1", "accuracy"))
 
 
+def test_glue_json_renders_as_the_table_through_docs_generate(dry_run: tuple[Path, dict]) -> None:
+    """A report whose JSON is glue.json shows the same tables as table.md (docs/generate.py's renderer)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs"))
+    import generate
+
+    out, _ = dry_run
+    md = (out / "table.md").read_text()
+    for name in ("scores", "paired"):
+        rendered = generate.Renderer().render(out / "glue.json", name, out / "report.md").splitlines()
+        assert len(rendered) == 2 + (2 if name == "scores" else 1)
+        for line in [rendered[0], *rendered[2:]]:  # the separator differs only in alignment marks
+            assert line in md.splitlines(), line
+
+
 def test_dry_run_metrics_agree_with_stored_predictions(dry_run: tuple[Path, dict]) -> None:
     """Every run's metrics, recomputed by scikit-learn from its stored dev predictions and the dev file's labels."""
     metrics = pytest.importorskip("sklearn.metrics")
