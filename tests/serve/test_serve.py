@@ -133,6 +133,11 @@ def test_head_endpoints(class_name: str, endpoint: str, body: dict, tmp_path: Pa
             assert data["results"][0]["label"] in ("neg", "pos")
         elif endpoint == "/ner":
             assert [t["token"] for t in data["results"][0]] == ["john", "lives", "in", "paris"]
+            text = body["texts"][0]  # each word's place in the text as sent, case kept
+            assert [text[t["start"]:t["end"]] for t in data["results"][0]] == ["John", "lives", "in", "Paris"]
+            accented = c.post(endpoint, json={"texts": ["  Café  Zürich, [SEP]"]}).json()["results"][0]
+            assert [(t["token"], "  Café  Zürich, [SEP]"[t["start"]:t["end"]]) for t in accented] == [
+                ("cafe", "Café"), ("zurich", "Zürich"), (",", ","), ("[SEP]", "[SEP]")]
         else:
             context = body["context"]
             assert data["answer"] == context[data["start_char"]:data["end_char"]] and data["answer"]

@@ -17,6 +17,7 @@ from bertkit.tokenizer.basic import (
     split_words,
     tokenize_chinese_chars,
     whitespace_tokenize,
+    word_span,
 )
 
 
@@ -100,6 +101,19 @@ def test_split_words_matches_reference_composition(text: str, lower: bool) -> No
     """The aligned splitter yields the same words as the plain-string composition of the steps."""
     words = split_words(text, lower, lower, True)
     assert [w for w, _, _ in words] == basic_tokenize(text, lower=lower)
+
+
+@pytest.mark.parametrize("text", ["Hello, World!", "Café  naïve\t(x)", "a\x00b c\u200bd", "中文ab", "ΟΔΟΣ İx",
+                                  "e\u0301\u0301 q", "ﬁne Ａ", "  Zürich's 3.5%"])
+@pytest.mark.parametrize("lower", [True, False])
+def test_word_span_is_the_words_place_in_the_original(text: str, lower: bool) -> None:
+    """Each word's span, cut from the original text and tokenized alone, gives back that word; spans do not overlap."""
+    words = split_words(text, lower, lower, True)
+    spans = [word_span(w) for w in words]
+    for (word, _, _), (a, b) in zip(words, spans):
+        assert basic_tokenize(text[a:b], lower=lower) == [word]
+    assert all(b1 <= a2 for (_, b1), (a2, _) in zip(spans, spans[1:]))
+    assert word_span(("[SEP]", 7, False)) == (7, 12)  # a special token found in the text
 
 
 def test_split_words_positions() -> None:

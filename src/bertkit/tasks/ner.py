@@ -34,6 +34,7 @@ import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
 from bertkit.model.heads import FrozenTaggerSettings
 from bertkit.tasks.base import IGNORE_INDEX, Feature, Head, Serving, Task, TaskOptions, TaskSettings, read_text
+from bertkit.tokenizer.basic import word_span
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class TaggedSentence:
     tags: list[str] | None
     iob1: bool = False
     """Whether the file wrote its tags in IOB1 (they are converted to IOB2 on reading)."""
+    spans: list[tuple[int, int]] | None = None
+    """A served text's words: where each lies in the text, (start, end) characters (None for a file's sentences)."""
 
 
 def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
@@ -167,6 +170,10 @@ class TaggedToken:
     """A word as the basic tokenizer splits (and, for uncased models, lowercases) it."""
     label: str
     probability: float
+    start: int
+    """Where the word begins in the request's text (a character index)..."""
+    end: int
+    """...and where it ends: text[start:end] is the word as it was sent (case and accents kept)."""
 
 
 @dataclass
@@ -188,7 +195,7 @@ class NerTask(Task):
     options_class = NerOptions
     settings_class = NerSettings
     serving = Serving("ner", NerRequest, NerResponse,
-                      examples=({"texts": ["John lives in Paris.", "The committee met in London on a cold Tuesday."]},))
+                      examples=({"texts": ["John lives in Paris.", "The committee met in New York on a cold Tuesday."]},))
     model_inputs = ("input_ids", "token_type_ids", "hidden_layers")  # hidden_layers: cached features (--frozen)
     frozen_model_class_name = "BertForFrozenTokenClassification"
 
@@ -286,15 +293,21 @@ class NerTask(Task):
         return out
 
     def request_examples(self, request: NerRequest, settings: NerSettings, tokenizer: Any) -> list[TaggedSentence]:
-        """Each text as a sentence of the words the basic tokenizer splits it into."""
-        return [TaggedSentence(0, [w for w, _, _ in tokenizer.words(text)], None) for text in request.texts]
+        """Each text as a sentence of the words the basic tokenizer splits it into, with their places in the text."""
+        sentences = []
+        for text in request.texts:
+            words = tokenizer.words(text)
+            sentences.append(TaggedSentence(0, [w for w, _, _ in words], None, spans=[word_span(w) for w in words]))
+        return sentences
 
     def answer(self, example: TaggedSentence, features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]],
                settings: NerSettings) -> list[dict[str, Any]]:
-        """Each word with its tag, as `decode` reads it (`word_tags`: the tag at its first piece), and the tag's
-        probability."""
+        """Each word with its tag, as `decode` reads it (`word_tags`: the tag at its first piece), the tag's
+        probability and the word's place in the text."""
         tags = word_tags(features[0], outputs[0]["logits"], settings.label_names or [])
-        return [{"token": w, "label": tag, "probability": p} for w, (tag, p) in zip(example.words, tags)]
+        spans = example.spans or [(0, 0)] * len(example.words)
+        return [{"token": w, "label": tag, "probability": p, "start": a, "end": b}
+                for w, (tag, p), (a, b) in zip(example.words, tags, spans)]
 
     def decode(self, examples: Sequence[TaggedSentence], features: Sequence[Feature],
                outputs: list[dict[str, np.ndarray]], settings: Settings) -> list[list[str]]:

@@ -278,6 +278,17 @@ def normalize_char(ch: str, lower: bool, strip: bool) -> str:
 Word = tuple[str, int, "list[int] | None"]
 
 
+def word_span(word: Word) -> tuple[int, int]:
+    """Where a word of `split_words` (or `BertTokenizer.words`) lies in the original text: (start, end) characters.
+
+    Its third field is None (an unchanged or only case-folded slice) or False (a special token), so the word's own
+    length gives the end, or its characters' original positions (normalisation changed the text)."""
+    text, start, positions = word
+    if positions:
+        return positions[0], positions[-1] + 1
+    return start, start + len(text)
+
+
 def split_words(text: str, lower: bool, strip: bool, chinese_chars: bool, base: int = 0) -> list[Word]:
     """Normalise and split `text` into words, each with the original positions of its characters.
 
