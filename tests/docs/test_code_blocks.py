@@ -130,12 +130,14 @@ _DONE: dict[str, str | None] = {}  # block id -> None if it passed, else its fai
 def _run(block: Block, where: Path) -> str | None:
     """Run one block in `where`; None if it succeeded, else what it printed."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
-    # `python3` in a block is this interpreter, which has bertkit's dependencies
+    # `python3` in a block is this interpreter, which has bertkit's dependencies. A script, not a symlink: a symlink
+    # to a virtual environment's python outside its bin/ starts the base interpreter, without the venv's packages.
     shim = where / ".bin"
     if not shim.exists():
         shim.mkdir()
-        (shim / "python3").symlink_to(sys.executable)
-        (shim / "python").symlink_to(sys.executable)
+        for name in ("python3", "python"):
+            (shim / name).write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+            (shim / name).chmod(0o755)
     env["PATH"] = f"{shim}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     if RUN[block.lang] == "bash":
         cmd = ["bash", "-euo", "pipefail", "-c", block.code]
