@@ -37,3 +37,30 @@ def test_two_processes_match_one_process_with_twice_the_batch(tmp_path: Path) ->
     # Only rank 0 wrote: one metrics file, every step logged once.
     lines = (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
     assert len([x for x in lines if '"train"' in x]) == 6
+
+
+LEAVES_GROUP = '''
+import atexit, os, sys
+import torch.distributed as dist
+from bertkit.training.distributed import setup_distributed
+# atexit runs its handlers last-registered first: this one, registered before the group exists, runs after
+# whatever setup_distributed registers, and records whether the group was still alive at that point.
+atexit.register(lambda: open(os.path.join(sys.argv[1], os.environ["RANK"]), "w").write(str(dist.is_initialized())))
+info = setup_distributed("cpu")
+assert dist.is_initialized() and info.world_size == 2
+dist.barrier()
+'''
+
+
+def test_a_rank_leaves_its_process_group_before_the_interpreter_exits(tmp_path: Path) -> None:
+    """A gloo group still alive at interpreter teardown can abort a finished run (SIGABRT, "terminate called without
+    an active exception", seen once in a full test run): setup_distributed must leave it at exit."""
+    script = tmp_path / "leave.py"
+    script.write_text(LEAVES_GROUP)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          str(script), str(tmp_path)], env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert [(tmp_path / r).read_text() for r in ("0", "1")] == ["False", "False"]

@@ -6,6 +6,7 @@ environment; without them the run is a single process and every helper here is a
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +59,9 @@ def setup_distributed(device: str = "auto") -> DistInfo:
         torch.cuda.set_device(dev)
     if world_size > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+        # Leave the group before the interpreter is torn down: a gloo group still alive then aborts the process at
+        # exit (SIGABRT, "terminate called without an active exception") after a run that succeeded.
+        atexit.register(cleanup_distributed)
     return DistInfo(rank, world_size, local_rank, dev)
 
 
