@@ -13,7 +13,9 @@ all-MiniLM-L6-v2), from the checkout's root:
 
 (CONTINUED_FOLDER: the folder `bertkit pretrain` wrote when continuing from bertkit-mini, issue 25 item 4.) Run the
 same command again to resume: finished runs are read back (bertkit.jobs.payoff.run), an interrupted run continues
-from its checkpoint, so the table can be spread over several sessions; `--tasks cola rte` runs some tasks only.
+from its checkpoint; `--tasks cola rte` runs some tasks only. Where the run folders do not survive (another
+session or machine), `--merge OLD/glue.json` joins the tasks an earlier invocation measured, as it measured them
+(the same starts, baseline and budget, checked), so a table can be built a few tasks at a time.
 Writes OUT/table.md (one row per start: each task's GLUE metric at the start's best LR, mean over the seeds, and
 the GLUE average), OUT/glue.json (every run's metrics and seconds, the budgets, the QNLI split, the paired tests,
 the CPU flags, and the two tables in docs/generate.py's form, so that a report's JSON can be glue.json) and the runs
@@ -212,6 +214,43 @@ def report_tables(report: dict[str, Any], tasks: list[GlueTask]) -> dict[str, An
             "paired": {"columns": paired_columns, "rows": paired_rows}}
 
 
+BUDGET_FIELDS = ("lrs", "seeds", "epochs", "batch_size", "max_train_examples", "eval_every")
+"""What must be equal for tasks of two invocations to share a table (the files and lengths are the task's own)."""
+
+
+def merge_tasks(report: dict[str, Any], path: Path) -> list[str]:
+    """Add to `report` the tasks that another invocation's glue.json measured and this one did not (another session
+    or machine, the same starts, baseline and budget): their budgets, runs, scores and paired tests, as they are.
+    Returns the names of the tasks added; a glue.json of other starts or another budget is refused, named."""
+    try:
+        other = json.loads(path.read_text("utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"--merge {path}: not a glue.json ({e})") from None
+    if list(other.get("starts", {})) != list(report["starts"]) or other.get("baseline") != report["baseline"]:
+        raise SystemExit(f"--merge {path}: its starts {list(other.get('starts', {}))} (baseline "
+                         f"{other.get('baseline')!r}) are not this table's {list(report['starts'])} (baseline "
+                         f"{report['baseline']!r})")
+    mine = next(iter(report["tasks"].values()), None)
+    added = []
+    for name, task in other["tasks"].items():
+        if name in report["tasks"]:
+            continue  # measured here: this invocation's runs are the record
+        if mine is not None:
+            differ = [f for f in BUDGET_FIELDS if task["budget"].get(f) != mine["budget"].get(f)]
+            if differ:
+                raise SystemExit(f"--merge {path}: task {name} had another budget ({', '.join(differ)}: "
+                                 + ", ".join(f"{task['budget'].get(f)} here {mine['budget'].get(f)}" for f in differ)
+                                 + ")")
+        report["tasks"][name] = task
+        report["runs"][name] = other["runs"][name]
+        for start in report["starts"]:
+            report["scores"][start][name] = other["scores"][start][name]
+            if start != report["baseline"]:
+                report["paired"][start][name] = other["paired"][start][name]
+        added.append(name)
+    return added
+
+
 def tiny_start(out: Path) -> str:
     """The dry run's start: a tiny random BERT (hidden 32, 2 layers, 4 heads, intermediate 37) with the shipped
     model's vocabulary, saved once to OUT/tiny."""
@@ -281,6 +320,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--out", type=Path, required=True, help="output folder (runs, table.md, glue.json)")
     p.add_argument("--data", type=Path, default=DATA, help="the folder holding cola/, sst2/, mrpc/, qnli/, rte/")
     p.add_argument("--tasks", nargs="+", default=[t.name for t in TASKS], choices=[t.name for t in TASKS])
+    p.add_argument("--merge", type=Path, nargs="+", default=[], metavar="GLUE_JSON",
+                   help="glue.json files of other invocations (another session or machine; the same starts and "
+                        "budget) whose tasks join this table as they were measured")
     p.add_argument("--lrs", type=float, nargs="+", default=GLUE_BUDGET["lrs"])
     p.add_argument("--max-train-examples", type=int, default=GLUE_BUDGET["max_train_examples"],
                    help="the seeded subset of each task's training examples (default %(default)s)")
@@ -358,6 +400,9 @@ def glue_table(args: argparse.Namespace) -> dict:
         details.append(f"{task.title}, each start's best LR and its seeds ({task.metrics[0]}):\n\n"
                        + markdown_table(results, task.metrics[0], baseline=baseline))
         print(details[-1], flush=True)
+    for path in args.merge:
+        report["merged"] = report.get("merged", []) + [{"file": str(path), "tasks": merge_tasks(report, path)}]
+    tasks = [t for t in TASKS if t.name in report["tasks"]]  # GLUE's order, merged tasks included
     report["glue_average"] = {name: glue_average(by_task) for name, by_task in report["scores"].items()}
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["tables"] = report_tables(report, tasks)

@@ -187,3 +187,30 @@ def test_time_steps_times_every_start_on_every_task(dry_run: tuple[Path, dict], 
     printed = capsys.readouterr().out
     assert "CoLA: tiny " in printed and "s/step (1.00x), random init " in printed
     assert not (tmp_path / "table.md").exists()  # timing only
+
+
+def test_tasks_measured_apart_merge_into_the_same_table(dry_run: tuple[Path, dict], data_dir: Path,
+                                                        tmp_path: Path) -> None:
+    """Two invocations on disjoint tasks, the second merging the first's glue.json, give the table of one invocation
+    on every task; a glue.json of another budget is refused, naming the field."""
+    _, whole = dry_run
+    first = glue_table.main(["--dry-run", "--out", str(tmp_path / "a"), "--data", str(data_dir), "--tasks", "cola",
+                             "rte"])
+    assert list(first["tasks"]) == ["cola", "rte"] and "average of 2" in (tmp_path / "a" / "table.md").read_text()
+    merged = glue_table.main(["--dry-run", "--out", str(tmp_path / "b"), "--data", str(data_dir), "--tasks", "sst2",
+                              "mrpc", "qnli", "--merge", str(tmp_path / "a" / "glue.json")])
+    assert merged["merged"] == [{"file": str(tmp_path / "a" / "glue.json"), "tasks": ["cola", "rte"]}]
+    assert [t.name for t in glue_table.TASKS if t.name in merged["tasks"]] == list(whole["tasks"])
+    for start in whole["scores"]:
+        assert merged["glue_average"][start] == pytest.approx(whole["glue_average"][start])
+        for task in whole["tasks"]:
+            assert merged["scores"][start][task] == pytest.approx(whole["scores"][start][task])
+    assert merged["paired"]["tiny"]["rte"] == first["paired"]["tiny"]["rte"]
+    assert merged["tables"]["scores"]["columns"][-1]["title"] == "average"  # all five tasks: GLUE's average
+
+    other = json.loads((tmp_path / "a" / "glue.json").read_text())
+    other["tasks"]["cola"]["budget"]["seeds"] = [42, 43]
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="task cola had another budget \\(seeds"):
+        glue_table.main(["--dry-run", "--out", str(tmp_path / "b"), "--data", str(data_dir), "--tasks", "sst2",
+                         "--merge", str(tmp_path / "other.json")])
