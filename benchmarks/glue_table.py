@@ -45,7 +45,10 @@ one bertkit-mini run took CoLA 35 s and RTE 113 s (2026-11-26, the other core bu
 benchmarks/glue_table.py --out OUT --start mini=bertkit-mini --lrs 3e-4 --seeds 42 --tasks cola rte`), and
 `--time-steps 5` put all-MiniLM-L6-v2's training step at 2.8x bertkit-mini's (QNLI, RTE); random init and the
 continued model have bertkit-mini's shape. One start's pass over the five tasks is about 300 s, so the table of 4
-starts is about 6 x 300 s x (3 + 2.8) = 3 CPU-hours. Run it with OMP_NUM_THREADS=1, one process per core, each on
+starts is about 6 x 300 s x (3 + 2.8) = 3 CPU-hours. Measured in the 2026-11-26 table (each run's `seconds` in
+docs/results/glue-epyc-avx2-2026-11-26.json, one thread, the cores shared with two or three other jobs): CoLA,
+SST-2 and QNLI, 72 runs of the 4 starts, took 6,862 run-seconds (median run: CoLA 21 s, SST-2 41 s, QNLI 89 to
+221 s); MRPC's and RTE's 36 runs of the three bertkit-mini-shaped starts took about 1 and 1.5 minutes each. Run it with OMP_NUM_THREADS=1, one process per core, each on
 some tasks (`--tasks cola sst2 mrpc` beside `--tasks qnli rte`, the same --out), then once more without --tasks:
 that reads every run back and writes the whole table. At 8,000 examples (2026-11-25, the machine loaded) one
 bertkit-mini run took CoLA 150 s and MRPC 341 s with one thread against 467 s and 1,768 s with two, about 12 CPU-hours
