@@ -85,7 +85,7 @@ class DemoConfig:
     configs/pretrain-mini-cpu.yaml) in half the time, which keeps the whole demo near twelve minutes on two cores
     with question answering in it (at 32 it took 880 s on a quiet 2-core EPYC)."""
     pretrain_lr: float = 5e-4
-    """Higher than the paper's 1e-4: a small model, a short run, batch 32 (the paper's is 256)."""
+    """Higher than the paper's 1e-4: a small model, a short run, a small batch (the paper's is 256)."""
     finetune_examples: int = 4000
     """Sentiment training examples (from the bundled SST-2 sample)."""
     finetune_epochs: float = 2.0
