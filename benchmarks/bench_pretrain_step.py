@@ -1,8 +1,10 @@
 """One pre-training step (forward + backward + AdamW) of bertkit's BertForPreTraining, lever by lever, vs
 transformers' (sdpa).
 
-Same random batches for all: length 128 with real lengths drawn from 64..128 (padded to the longest), 15% of real
-tokens masked, NSP labels. Sizes: `bertkit-mini` (its shape: L4 H256 A4, FFN 1024, vocabulary 8,192), `base`
+Same batches for all: by default random ones, length 128 with real lengths drawn from 64..128 (padded to the
+longest), 15% of real tokens masked, NSP labels; with --data, real ones: instances of a `bertkit prepare-pretraining`
+folder in a seeded random order, through the collator `bertkit pretrain` uses (its padding to a multiple of 8 and
+dynamic masking), the model's vocabulary the data's. Sizes: `bertkit-mini` (its shape: L4 H256 A4, FFN 1024, vocabulary 8,192), `base`
 (BERT-base: L12 H768 A12, FFN 3072, vocabulary 30,522), and the earlier report's `mini` (L4 H256 A4 with vocabulary
 30,522) and `minilm` (L6 H384 A12, FFN 1536). bertkit runs once per lever (common.LEVERS: plain = every position and
 dense MLM logits, as transformers; +sparse MLM; +unpadded; all = the default; all+jagged: with jagged attention), each its
@@ -13,7 +15,7 @@ bertkit's plain path and to transformers, and the speed-up each row's work allow
 FLOPs per real token against the plain path's, `flops_per_token`).
 
     python benchmarks/bench_pretrain_step.py [--sizes bertkit-mini,base] [--steps 4] [--rounds 2] [--batch-size 32]
-        [--levers plain,all] [--threads N] [--default-malloc] [--profile] [--json OUT]
+        [--levers plain,all] [--threads N] [--data FOLDER] [--default-malloc] [--profile] [--json OUT]
 """
 
 from __future__ import annotations
@@ -61,6 +63,19 @@ def make_batches(n: int, batch: int, seq: int, vocab: int, seed: int = 0) -> lis
         out.append(dict(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels,
                         next_sentence_label=nsp))
     return out
+
+
+def load_batches(folder: Path, n: int, batch: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    """n real pre-training batches of a prepared folder, as `bertkit pretrain` builds them (seeded random order)."""
+    from bertkit.data import PretrainingCollator, PretrainingDataset
+
+    dataset = PretrainingDataset(folder)
+    collate = PretrainingCollator(dataset.vocab_info(), dynamic_masking=dataset.dynamic_masking, config=dataset.config,
+                                  seed=seed, pad_to_multiple_of=8)
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))[: n * batch].tolist()
+    if len(order) < n * batch:
+        raise SystemExit(f"--data {folder}: {len(dataset)} instances, fewer than {n} batches of {batch}")
+    return [collate(dataset.__getitems__(order[i * batch:(i + 1) * batch])) for i in range(n)]
 
 
 def flops_per_token(shape: dict[str, int], batches: list[dict[str, torch.Tensor]], sparse_mlm: bool,
@@ -123,6 +138,8 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--data", type=Path, default=None,
+                   help="a prepared pre-training folder: its real batches (and vocabulary) instead of random ones")
     p.add_argument("--sizes", default="bertkit-mini,base")
     p.add_argument("--levers", default=",".join(LEVERS), help=f"bertkit's rows, of: {', '.join(LEVERS)}")
     p.add_argument("--profile", action="store_true",
@@ -144,10 +161,16 @@ def main() -> None:
           f"{a.rounds} rounds of {a.steps} steps, best round")
     report = {"cpu": cpu_line(), "capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
               "threads": torch.get_num_threads(), "batch_size": a.batch_size, "seq": a.seq, "malloc": malloc,
-              "steps": a.steps, "rounds": a.rounds, "sizes": {}}
+              "steps": a.steps, "rounds": a.rounds, "data": str(a.data) if a.data else "random", "sizes": {}}
     steps: dict[str, Callable] = {}
     for size in a.sizes.split(","):
-        batches = make_batches(a.steps + 2, a.batch_size, a.seq, SIZES[size]["vocab_size"])
+        if a.data:
+            from bertkit.data import PretrainingDataset
+
+            SIZES[size] = {**SIZES[size], "vocab_size": PretrainingDataset(a.data).vocab_info().vocab_size}
+            batches = load_batches(a.data, a.steps + 2, a.batch_size)
+        else:
+            batches = make_batches(a.steps + 2, a.batch_size, a.seq, SIZES[size]["vocab_size"])
         steps = {}
         for lever in levers:
             torch.manual_seed(0)

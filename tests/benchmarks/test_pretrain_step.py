@@ -22,3 +22,27 @@ def test_flops_per_token_by_hand() -> None:
     assert f(shape, [batch], sparse_mlm=False, unpadded=False) == pytest.approx((192 * 4 + 24 * 8 + 144 * 4) / 3)
     assert f(shape, [batch], sparse_mlm=True, unpadded=True) == pytest.approx((192 * 3 + 24 * 5 + 144 * 1) / 3)
     assert f(shape, [batch], sparse_mlm=True, unpadded=False) == pytest.approx((192 * 4 + 24 * 8 + 144 * 1) / 3)
+
+
+def test_load_batches_reads_the_folder_as_pretrain_does(tmp_path: Path, data_dir: Path, tokenizer) -> None:
+    """--data: real instances through the training collator: each row predicts min(20, max(1, round(0.15 n))) of
+    its n non-special tokens, widths are multiples of 8, the order is seeded, and too little data is refused."""
+    from bertkit.data import PretrainingDataConfig, PretrainingDataset, prepare_pretraining
+
+    out = tmp_path / "pt"
+    prepare_pretraining([data_dir / "jane_austen" / "persuasion.txt"], out, tokenizer,
+                        PretrainingDataConfig(max_length=64, dupe_factor=1, dynamic_masking=True))
+    batches = bench_pretrain_step.load_batches(out, 3, 4)
+    assert [b["input_ids"].shape[0] for b in batches] == [4, 4, 4]
+    special = torch.tensor(sorted({tokenizer.vocab[t] for t in ("[CLS]", "[SEP]", "[PAD]")}))
+    for b in batches:
+        assert b["input_ids"].shape[1] % 8 == 0 and b["input_ids"].shape[1] <= 64
+        real = b["attention_mask"].bool()
+        originals = torch.where(b["labels"] != -100, b["labels"], b["input_ids"])
+        n = (real & ~torch.isin(originals, special)).sum(1)
+        expected = torch.clamp(torch.round(n * 0.15), 1, 20)
+        assert torch.equal((b["labels"] != -100).sum(1), expected.long())
+    again = bench_pretrain_step.load_batches(out, 3, 4)
+    assert all(torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(batches, again))
+    with pytest.raises(SystemExit, match="fewer than"):
+        bench_pretrain_step.load_batches(out, len(PretrainingDataset(out)), 4)
