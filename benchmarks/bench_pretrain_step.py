@@ -4,9 +4,9 @@ transformers' (sdpa).
 Same batches for all: by default random ones, length 128 with real lengths drawn from 64..128 (padded to the
 longest), 15% of real tokens masked, NSP labels; with --data, real ones: instances of a `bertkit prepare-pretraining`
 folder in a seeded random order, through the collator `bertkit pretrain` uses (its padding to a multiple of 8 and
-dynamic masking), the model's vocabulary the data's. Sizes: `bertkit-mini` (its shape: L4 H256 A4, FFN 1024, vocabulary 8,192), `base`
-(BERT-base: L12 H768 A12, FFN 3072, vocabulary 30,522), and the earlier report's `mini` (L4 H256 A4 with vocabulary
-30,522) and `minilm` (L6 H384 A12, FFN 1536). bertkit runs once per lever (common.LEVERS: plain = every position and
+dynamic masking), the model's vocabulary the data's. Sizes: `bertkit-mini` (its shape: L4 H256 A4, FFN 1024,
+vocabulary 8,192), `base` (BERT-base: L12 H768 A12, FFN 3072, vocabulary 30,522), and the earlier report's `mini`
+(L4 H256 A4 with vocabulary 30,522) and `minilm` (L6 H384 A12, FFN 1536). bertkit runs once per lever (common.LEVERS: plain = every position and
 dense MLM logits, as transformers; +sparse MLM; +unpadded; all = the default; all+jagged: with jagged attention), each its
 own model from the same initial weights. The step functions take turns batch by batch in one process, under the
 same malloc setting (the one `bertkit pretrain` makes; --default-malloc: none); a round is one pass over the timed
