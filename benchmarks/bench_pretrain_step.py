@@ -3,16 +3,16 @@ transformers' (sdpa).
 
 Same batches for all: by default random ones, length 128 with real lengths drawn from 64..128 (padded to the
 longest), 15% of real tokens masked, NSP labels; with --data, real ones: instances of a `bertkit prepare-pretraining`
-folder in a seeded random order, through the collator `bertkit pretrain` uses (its padding to a multiple of 8 and
-dynamic masking), the model's vocabulary the data's. Sizes: `bertkit-mini` (its shape: L4 H256 A4, FFN 1024,
-vocabulary 8,192), `base` (BERT-base: L12 H768 A12, FFN 3072, vocabulary 30,522), and the earlier report's `mini`
-(L4 H256 A4 with vocabulary 30,522) and `minilm` (L6 H384 A12, FFN 1536). bertkit runs once per lever (common.LEVERS: plain = every position and
-dense MLM logits, as transformers; +sparse MLM; +unpadded; all = the default; all+jagged: with jagged attention), each its
-own model from the same initial weights. The step functions take turns batch by batch in one process, under the
-same malloc setting (the one `bertkit pretrain` makes; --default-malloc: none); a round is one pass over the timed
-batches, and each row's best round counts (the machine is shared). Prints real tokens/s, the ratios to
-bertkit's plain path and to transformers, and the speed-up each row's work allows over transformers' (its model
-FLOPs per real token against the plain path's, `flops_per_token`).
+folder in a seeded random order, through the collator `bertkit pretrain` builds with its default settings (padding
+to a multiple of 8, dynamic masking), the model's vocabulary the data's. Sizes: `bertkit-mini` (its shape: L4 H256
+A4, FFN 1024, vocabulary 8,192), `base` (BERT-base: L12 H768 A12, FFN 3072, vocabulary 30,522), and the earlier
+report's `mini` (L4 H256 A4 with vocabulary 30,522) and `minilm` (L6 H384 A12, FFN 1536). bertkit runs once per
+lever (common.LEVERS: plain = every position and dense MLM logits, as transformers; +sparse MLM; +unpadded; all =
+the default; all+jagged: with jagged attention), each its own model from the same initial weights. The step
+functions take turns batch by batch in one process, under the same malloc setting (the one `bertkit pretrain` makes;
+--default-malloc: none); a round is one pass over the timed batches, and each row's best round counts (the machine
+is shared). Prints real tokens/s, the ratios to bertkit's plain path and to transformers, and the speed-up each
+row's work allows over transformers' (its model FLOPs per real token against the plain path's, `flops_per_token`).
 
     python benchmarks/bench_pretrain_step.py [--sizes bertkit-mini,base] [--steps 4] [--rounds 2] [--batch-size 32]
         [--levers plain,all] [--threads N] [--data FOLDER] [--default-malloc] [--profile] [--json OUT]
@@ -67,11 +67,11 @@ def make_batches(n: int, batch: int, seq: int, vocab: int, seed: int = 0) -> lis
 
 def load_batches(folder: Path, n: int, batch: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
     """n real pre-training batches of a prepared folder, as `bertkit pretrain` builds them (seeded random order)."""
-    from bertkit.data import PretrainingCollator, PretrainingDataset
+    from bertkit.data import PretrainingDataset
+    from bertkit.jobs.pretrain import PretrainConfig, pretraining_collator
 
     dataset = PretrainingDataset(folder)
-    collate = PretrainingCollator(dataset.vocab_info(), dynamic_masking=dataset.dynamic_masking, config=dataset.config,
-                                  seed=seed, pad_to_multiple_of=8)
+    collate = pretraining_collator(dataset, seed, PretrainConfig())  # the job's own collator, default settings
     order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))[: n * batch].tolist()
     if len(order) < n * batch:
         raise SystemExit(f"--data {folder}: {len(dataset)} instances, fewer than {n} batches of {batch}")
