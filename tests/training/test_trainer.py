@@ -176,3 +176,35 @@ def test_fp16_overflow_steps_are_skipped_not_fatal(tmp_path: Path, monkeypatch) 
     data.y[:] = float("nan")
     with pytest.raises(TrainingError, match=r"step 1 \(phase 0 'train', epoch 0\.125\): the loss is nan\. "):
         Trainer(make_model(0.0), _config(tmp_path / "b", max_steps=4, metric_for_best=None), data).train()
+
+
+def test_compiled_training_matches_eager_and_saves_the_plain_model(tmp_path: Path, monkeypatch) -> None:
+    """TrainingConfig.compile: the steps run through torch.compile (here with the aot_eager backend, which traces
+    the forward and backward like inductor but runs the same kernels, so a CPU test stays quick) and end at the eager
+    run's weights; checkpoints and final/ hold the plain model's names, so a compiled run resumes uncompiled."""
+    modes = []
+    real_compile = torch.compile
+
+    def traced(model, mode=None):
+        modes.append(mode)
+        return real_compile(model, backend="aot_eager")
+
+    data = ToyData(32)
+    eager = make_model(dropout=0.0)
+    Trainer(eager, _config(tmp_path / "eager", max_steps=6), data).train()
+    monkeypatch.setattr(torch, "compile", traced)
+    compiled = make_model(dropout=0.0)
+    Trainer(compiled, _config(tmp_path / "compiled", max_steps=6, compile="reduce-overhead"), data).train()
+    assert modes == ["reduce-overhead"]
+    for (name, a), b in zip(eager.state_dict().items(), compiled.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+    saved = torch.load(tmp_path / "compiled" / "final" / "model.pt", weights_only=True)
+    assert list(saved) == list(eager.state_dict())  # no '_orig_mod.' prefix
+    monkeypatch.setattr(torch, "compile", real_compile)
+    resumed = Trainer(make_model(dropout=0.0), _config(tmp_path / "compiled", max_steps=8), data).train(resume=True)
+    assert resumed.global_step == 8
+
+
+def test_compile_mode_is_checked() -> None:
+    with pytest.raises(ConfigError, match=r"TrainingConfig.compile = 'fast': expected one of none, default"):
+        TrainingConfig(compile="fast")

@@ -28,6 +28,7 @@ from bertkit.errors import ConfigError
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "lamb")
 RESUME_MISMATCH = ("error", "warn")
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 
 
 
@@ -88,6 +89,10 @@ class TrainingConfig:
     activation_checkpointing: bool = False
     """Recompute each encoder layer's activations in the backward pass instead of keeping them: about a third more
     compute for far less activation memory (larger batches or longer sequences fit on one GPU)."""
+    compile: str = "none"
+    """torch.compile the model for the training steps (evaluation stays eager): 'none', 'default', 'reduce-overhead'
+    (CUDA graphs on a GPU: fixed shapes only, so pre-train with `sparse_mlm: false` and `unpadded: false`) or
+    'max-autotune'. The first steps are slow while it compiles; the weights and checkpoints are the eager model's."""
     seed: int = 42
     """Seed of every random choice: shuffling, dropout, masking (each process adds its rank for dropout)."""
 
@@ -159,6 +164,8 @@ class TrainingConfig:
                 raise bad(name, "an integer >= 1 or null")
         if self.num_workers < 0:
             raise bad("num_workers", "an integer >= 0")
+        if self.compile not in COMPILE_MODES:
+            raise bad("compile", f"one of {', '.join(COMPILE_MODES)}")
 
     # --- serialisation -------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -27,6 +27,7 @@ RESUME_MAY_CHANGE = (
     "num_workers",  # loader processes: the batches are a function of the seed, not of the workers
     "device",  # where the same computation runs (moving a run to another machine)
     "activation_checkpointing",  # recomputes the same activations (same RNG state) to save memory
+    "compile",  # the same computation in fused kernels (float rounding aside), like a move to another device
     "resume_mismatch",  # how this check itself reacts
 )
 """TrainingConfig fields a resume may change freely. Every other field changes what the run computes (optimiser,

@@ -587,6 +587,13 @@ class Trainer:
             else:
                 print(text, file=sys.stderr, flush=True)
 
+    def _compiled(self, model: nn.Module) -> nn.Module:
+        """`model` under torch.compile as TrainingConfig.compile says (the training steps' module only)."""
+        mode = self.config.compile
+        if mode == "none":
+            return model
+        return torch.compile(model, mode=None if mode == "default" else mode)
+
     def _wrap_ddp(self) -> nn.Module:
         if not self.dist.distributed:
             return self.model
@@ -612,7 +619,7 @@ class Trainer:
         self._setup(resume)
         if self.on_start is not None and self.dist.is_main:
             self.on_start()
-        model = self._wrap_ddp()
+        model = self._compiled(self._wrap_ddp())
         model.train()
         st = self.state
         bar = self._bar = progress_bar(self.total_steps, self.output_dir.name, "step", initial=st.step,
