@@ -28,9 +28,13 @@ def test_largest_batch_finds_the_boundary() -> None:
     assert gpu_suite.largest_batch(lambda b: True, cap=24) == 24
 
 
-def test_dry_run_report(tmp_path: Path, data_dir: Path, minilm_dir: Path) -> None:
+def test_dry_run_report(tmp_path: Path, data_dir: Path, minilm_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every section, with --compile: torch.compile is recorded and skipped here (dynamo's tracing takes minutes on a
+    CPU; the slow test below runs it), so the compiled rows' code runs in the suite."""
+    calls = []
+    monkeypatch.setattr(gpu_suite.torch, "compile", lambda model, **kw: calls.append(kw) or model)
     out = tmp_path / "report.json"
-    gpu_suite.main(["--dry-run", "--data", str(data_dir), "--minilm", str(minilm_dir), "--out", str(out)])
+    gpu_suite.main(["--dry-run", "--data", str(data_dir), "--minilm", str(minilm_dir), "--out", str(out), "--compile"])
     report = json.loads(out.read_text())
     assert report["dry_run"] and report["device"] == "cpu"
     sections = report["sections"]
@@ -52,6 +56,14 @@ def test_dry_run_report(tmp_path: Path, data_dir: Path, minilm_dir: Path) -> Non
     for lever, row in pre["levers"].items():
         assert row["tokens_per_s"] > 0 and row["mfu"] is None, lever
         assert math.isclose(row["vs_transformers"], row["tokens_per_s"] / pre["transformers_tokens_per_s"]), lever
+        assert math.isclose(row["vs_transformers_compiled"],
+                            row["tokens_per_s"] / pre["transformers_compiled_tokens_per_s"]), lever
+    # --compile: bertkit, each lever and a second transformers compiled (like with like; the dry run's backend is
+    # dynamo's eager one), beside the eager transformers row; each ratio against its own reference
+    assert calls[:6] == [{"backend": "eager"}] * 6 and pre["compile"]
+    assert math.isclose(pre["speedup_vs_compiled"],
+                        pre["bertkit_tokens_per_s"] / pre["transformers_compiled_tokens_per_s"])
+    assert not pre["meets_goal"]  # no CPU run reaches 45% MFU of an unknown peak
     embed = sections["embed"]["random-tiny"]
     assert embed["min_cosine_to_fp32"] >= 0.99 and embed["speedup"] > 0
     finetune = sections["finetune"]  # the dry run scores 32 SST-2 dev sentences: an accuracy in 32nds
@@ -72,3 +84,15 @@ def test_peak_flops_override_and_unknown(monkeypatch: pytest.MonkeyPatch) -> Non
     assert gpu_suite.peak_flops(None) == 989.4e12
     monkeypatch.setattr(gpu_suite.torch.cuda, "get_device_name", lambda i=0: "Some Future GPU")
     assert gpu_suite.peak_flops(None) is None
+
+
+@pytest.mark.slow
+def test_dry_run_compiled_pretrain_step_traces(tmp_path: Path, data_dir: Path, minilm_dir: Path) -> None:
+    """The pre-training rows with dynamo really tracing every model's step (its eager backend: no code generation)."""
+    out = tmp_path / "report.json"
+    gpu_suite.main(["--dry-run", "--data", str(data_dir), "--minilm", str(minilm_dir), "--out", str(out),
+                    "--sections", "pretrain", "--compile", "--levers", "plain"])
+    pre = json.loads(out.read_text())["sections"]["pretrain"]
+    assert "error" not in pre, pre.get("traceback")
+    assert pre["bertkit_tokens_per_s"] > 0 and pre["transformers_compiled_tokens_per_s"] > 0
+    assert pre["levers"]["plain"]["vs_transformers_compiled"] > 0
