@@ -104,49 +104,56 @@ def _choose_words(row_keys: np.ndarray, ids: np.ndarray, candidate: np.ndarray, 
     after_candidate[:, 1:] = candidate[:, :-1]
     starts = candidate & ~(tables.continuation[ids] & after_candidate)  # a word's first piece
     word = np.cumsum(starts.ravel()).reshape(batch, width) - 1  # word number in the batch, at its pieces
-    # Sort key: the word's random draw (from its row's key and its first piece's column) in the high bits, the
-    # position in the low 16, so a row sorts word by word in random word order, each word's pieces together, and
-    # the sorted keys still say where each piece is.
-    row, col = np.divmod(np.flatnonzero(starts), width)
-    word_draw = np.append(_draws(row_keys[row], col) & ~_POSITION_BITS, _NONE)  # (words + 1,): -1 reads the last
-    key = np.where(candidate, word_draw[word] | cols.astype(np.uint64), _NONE)
-    s_col = (np.sort(key, axis=1) & _POSITION_BITS).astype(np.intp)
-    n_cand = candidate.sum(1)  # the candidates sort first
-    sizes = np.bincount(word[candidate], minlength=1)
-    taken = np.zeros(len(sizes), dtype=bool)
+    word_flat = word.ravel()
+    sizes = np.bincount(word[candidate], minlength=1)  # pieces per word
+    n_words = starts.sum(1)
+    # Sort key of a word: its random draw (from its row's key and its first piece's column) in the high bits, that
+    # column in the low 16, so each row sorts its words into random order and the sorted keys say where each is.
+    at = np.flatnonzero(starts)
+    row, col = np.divmod(at, width)
+    key = np.full((batch, width), _NONE)
+    key.ravel()[at] = (_draws(row_keys[row], col) & ~_POSITION_BITS) | col.astype(np.uint64)
+    key.sort(axis=1)  # a row's words first, in random order
+    taken = np.zeros(len(sizes) + 1, dtype=bool)  # + 1: word -1 (none) is never taken
     remaining = k.copy()
 
     def view(rows: np.ndarray, upto: int) -> tuple[np.ndarray, ...]:
-        """The first `upto` sorted places of `rows`: word number (-1: none), word size, last piece, candidate."""
-        ext = min(upto + 1, width)  # one place more tells whether the last one ends its word
-        cand = cols[None, :ext] < n_cand[rows, None]
-        s_word = np.where(cand, np.take_along_axis(word[rows], np.minimum(s_col[rows, :ext], width - 1), axis=1), -1)
-        last = cand & (s_word != np.concatenate([s_word[:, 1:], np.full((len(rows), 1), -1)], axis=1))
-        s_word, last, cand = s_word[:, :upto], last[:, :upto], cand[:, :upto]
-        return s_word, np.where(cand, sizes[np.maximum(s_word, 0)], 0), last, cand
+        """The first `upto` words of `rows` in random order: word number (-1: none), size, whether a word."""
+        cand = cols[:upto] < n_words[rows, None]
+        first = (key[rows, :upto] & _POSITION_BITS).astype(np.intp)
+        np.minimum(first, width - 1, out=first)  # no word: any column, masked below
+        first += (rows * width)[:, None]
+        w = np.where(cand, word_flat[first], -1)
+        size = sizes[w]
+        size *= cand
+        return w, size, cand
 
-    def rounds(rows: np.ndarray, s_word: np.ndarray, size: np.ndarray, last: np.ndarray, cand: np.ndarray) -> None:
-        """Each round takes, per row, the longest run of the remaining words (in key order) that fits; the first
-        word that did not fit is larger than what is left, so the next round skips it and goes on, as the greedy
-        loop does. A row leaves when no word is taken (in a whole row: when none fits any more)."""
-        cand &= ~taken[np.maximum(s_word, 0)] & (size <= remaining[rows, None])
+    def rounds(rows: np.ndarray, w: np.ndarray, size: np.ndarray, cand: np.ndarray) -> None:
+        """Each round takes, per row, the longest run of the remaining words (in random order) that fits; the word
+        after it is larger than what is left, so it drops out with every other word that no longer fits, and the
+        next round goes on from there, as the greedy loop does. A row leaves when no word is left to try."""
+        cand &= ~taken[w]
+        cand &= size <= remaining[rows, None]
         while len(rows):
-            fits = cand & last & (np.cumsum(cand, axis=1) <= remaining[rows, None])
-            taken[s_word[fits]] = True
-            remaining[rows] -= np.where(fits, size, 0).sum(1)
-            cand &= ~taken[np.maximum(s_word, 0)] & (size <= remaining[rows, None])
-            more = fits.any(1) & cand.any(1)
-            rows, cand, size, last, s_word = rows[more], cand[more], size[more], last[more], s_word[more]
+            fits = np.cumsum(size * cand, axis=1) <= remaining[rows, None]
+            fits &= cand
+            taken[w[fits]] = True
+            remaining[rows] -= (size * fits).sum(1)
+            cand &= ~fits
+            cand &= size <= remaining[rows, None]
+            more = cand.any(1)
+            if not more.all():
+                rows, w, size, cand = rows[more], w[more], size[more], cand[more]
 
-    # The greedy loop rarely reads far down a row: first the leading places of every row, then the whole of the
-    # few rows that still have budget and places left. Exact: the first pass decides a prefix of each row's words.
-    upto = min(width, 2 * int(k.max(initial=0)) + 16)
+    # The greedy loop rarely reads far down a row: first the leading k + 16 words of every row, then the whole of
+    # the few rows that still have budget and words left. Exact: the first pass decides every word it reads.
+    upto = min(width, int(k.max(initial=0)) + 16)
     every = np.arange(batch)
     rounds(every, *view(every, upto))
-    rest = np.flatnonzero((remaining > 0) & (n_cand > upto))
+    rest = np.flatnonzero((remaining > 0) & (n_words > upto))
     if len(rest):
         rounds(rest, *view(rest, width))
-    return candidate & taken[np.maximum(word, 0)]
+    return candidate & taken[word]
 
 
 def mask_batch(
