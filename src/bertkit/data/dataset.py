@@ -114,6 +114,7 @@ class PretrainingDataset(Dataset):
         if int(self._starts[-1]) != self.index["num_instances"]:
             raise data_error(self.folder / "index.json", None, "shard instance counts do not add up to num_instances")
         self._shards: list[ShardArrays] | None = None
+        self._table: dict[str, np.ndarray] | None = None
 
     @property
     def dynamic_masking(self) -> bool:
@@ -135,6 +136,7 @@ class PretrainingDataset(Dataset):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_shards"] = None  # re-mapped in the receiving process
+        state["_table"] = None  # rebuilt there on its first batch
         return state
 
     def _shard(self, k: int) -> ShardArrays:
@@ -143,6 +145,26 @@ class PretrainingDataset(Dataset):
             self._shards = [ShardArrays(**{k: np.asarray(v) for k, v in open_shard(p, e).named().items()})
                             for p, e in zip(self._paths, self._entries)]
         return self._shards[k]
+
+    def _instance_table(self) -> dict[str, np.ndarray]:
+        """Every instance's shard, first token (in its shard), length, [CLS] A [SEP] length and next-sentence label
+        (and first masked entry and count with static masks), as flat arrays by dataset index: built on the first
+        batched read (about 20 bytes per instance), so that a batch's fields are one gather each, not a few array
+        operations per shard it touches."""
+        if self._table is None:
+            shards = [self._shard(k) for k in range(len(self._entries))]
+            table = {
+                "shard": np.repeat(np.arange(len(shards), dtype=np.int32), [len(s) for s in shards]),
+                "first": np.concatenate([s.offsets[:-1] for s in shards]).astype(np.int64),
+                "length": np.concatenate([np.diff(s.offsets) for s in shards]).astype(np.int64),
+                "a_length": np.concatenate([s.a_lengths for s in shards]).astype(np.int64),
+                "is_random_next": np.concatenate([s.is_random_next for s in shards]).astype(np.int64),
+            }
+            if shards[0].mask_offsets is not None:
+                table["mask_first"] = np.concatenate([s.mask_offsets[:-1] for s in shards]).astype(np.int64)
+                table["mask_count"] = np.concatenate([np.diff(s.mask_offsets) for s in shards]).astype(np.int64)
+            self._table = table
+        return self._table
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         n = len(self)
@@ -181,35 +203,26 @@ class PretrainingDataset(Dataset):
         if idx.min() < 0 or idx.max() >= n:
             raise IndexError(f"instance {int(idx.max() if idx.max() >= n else idx.min())} out of range for a "
                              f"dataset of {n}")
-        # The rows sorted by shard, so that each shard is read with a few array operations on one slice; the
-        # batch is put back in the order asked for at the end.
-        shard_of = np.searchsorted(self._starts, idx, side="right") - 1
+        t = self._instance_table()
+        # The rows sorted by shard, so that each shard's tokens are read with one array operation on one slice;
+        # the batch is put back in the order asked for at the end.
+        shard_of = t["shard"][idx]
         order = np.argsort(shard_of, kind="stable")
         by_shard = shard_of[order]
-        local = idx[order] - self._starts[by_shard]
         cuts = np.flatnonzero(by_shard[1:] != by_shard[:-1]) + 1
         blocks = [(self._shard(int(by_shard[lo])), lo, hi)
                   for lo, hi in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(idx)]]))]
-        first, lengths = np.empty_like(idx), np.empty_like(idx)
-        a_lengths, is_random_next = np.empty_like(idx), np.empty_like(idx)
-        static = blocks[0][0].mask_offsets is not None
-        mask_first, mask_counts = (np.empty_like(idx), np.empty_like(idx)) if static else (None, None)
-        for s, lo, hi in blocks:
-            j = local[lo:hi]
-            first[lo:hi] = s.offsets[j]
-            lengths[lo:hi] = s.offsets[j + 1] - first[lo:hi]
-            a_lengths[lo:hi], is_random_next[lo:hi] = s.a_lengths[j], s.is_random_next[j]
-            if static:
-                mask_first[lo:hi] = s.mask_offsets[j]
-                mask_counts[lo:hi] = s.mask_offsets[j + 1] - mask_first[lo:hi]
         back = np.empty_like(order)
         back[order] = np.arange(len(idx))
-        tokens = _gather_runs(blocks, "input_ids", first, lengths, back)
-        batch = InstanceBatch(tokens, lengths[back], a_lengths[back], is_random_next[back], idx)
-        if static:
-            batch.mask_counts = mask_counts[back]
-            batch.masked_positions = _gather_runs(blocks, "masked_positions", mask_first, mask_counts, back)
-            batch.masked_labels = _gather_runs(blocks, "masked_labels", mask_first, mask_counts, back)
+        sorted_idx = idx[order]
+        lengths = t["length"][idx]
+        tokens = _gather_runs(blocks, "input_ids", t["first"][sorted_idx], lengths[order], back)
+        batch = InstanceBatch(tokens, lengths, t["a_length"][idx], t["is_random_next"][idx], idx)
+        if "mask_first" in t:
+            counts = t["mask_count"][sorted_idx]
+            batch.mask_counts = counts[back]
+            batch.masked_positions = _gather_runs(blocks, "masked_positions", t["mask_first"][sorted_idx], counts, back)
+            batch.masked_labels = _gather_runs(blocks, "masked_labels", t["mask_first"][sorted_idx], counts, back)
         return batch
 
 
