@@ -5,11 +5,14 @@ Workloads (each reports real tokens per second):
 - `embed`: `bertkit.load(MODEL).encode` of WikiText-2 validation paragraphs in --precision (default fp32;
   tokenization included), the path of `bertkit embed` and the Python API;
 - `step`: one pre-training step (forward, backward, AdamW) of bertkit-mini's shape on batches of lengths 64..128,
-  the path of `bertkit pretrain` (bench_pretrain_step.make_batches, common.make_step).
+  the path of `bertkit pretrain` (bench_pretrain_step.make_batches, common.make_step);
+- `loader`, `loader-ww`: an epoch of dynamically masked pre-training batches (256 instances; token or whole-word
+  masking) read and collated in one process from bench_loader.py's 84 shards (made once into --work), the
+  path of `bertkit pretrain`'s DataLoader; the best of three passes.
 
     python3 benchmarks/bench_before_after.py --before ../wt-before --after . [--workloads embed,step]
         [--model bertkit-mini] [--precision fp32] [--paragraphs 600] [--steps 6] [--rounds 3] [--threads 1]
-        [--json OUT]
+        [--work /tmp/bertkit-bench-loader-84] [--json OUT]
 
 The environment passes through (BERTKIT_INT8_KERNEL=onednn picks the int8 kernel, for example).
 
@@ -67,6 +70,32 @@ for b in batches[1:]:
 print(json.dumps({{"tokens_per_s": tokens / (time.perf_counter() - start), "bertkit": bertkit.__file__}}))
 """
 
+LOADER = """
+import dataclasses, json, time, torch
+from pathlib import Path
+import bertkit
+from bertkit.data import PretrainingDataset
+from bertkit.data.collate import PretrainingCollator
+from bench_loader import prepare
+from bertkit.runtime import keep_freed_memory
+torch.set_num_threads({threads})
+keep_freed_memory()  # as bertkit pretrain's process and its loader workers
+ds = PretrainingDataset(prepare(Path({data!r}), Path({work!r})))
+config = dataclasses.replace(ds.config, whole_word_mask={whole_word})
+collate = PretrainingCollator(ds.vocab_info(), dynamic_masking=True, config=config, seed=0, pad_to_multiple_of=8)
+order = torch.randperm(len(ds), generator=torch.Generator().manual_seed(0)).tolist()
+batches = [order[i : i + 256] for i in range(0, len(order) - 255, 256)]
+collate(ds.__getitems__(batches[0]))  # warm-up: the shards mapped, their tables read
+best = 0.0
+for _ in range(3):  # the best of three passes over the epoch (one pass is a quarter of a second)
+    tokens = 0
+    start = time.perf_counter()
+    for b in batches:
+        tokens += int(collate(ds.__getitems__(b))["attention_mask"].sum())
+    best = max(best, tokens / (time.perf_counter() - start))
+print(json.dumps({{"tokens_per_s": best, "bertkit": bertkit.__file__}}))
+"""
+
 
 def run_once(tree: Path, code: str) -> dict:
     """Run `code` in a fresh interpreter that imports bertkit from `tree`; its last stdout line is JSON."""
@@ -92,6 +121,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="runs of each tree, in turn")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--data", type=Path, default=DATA)
+    p.add_argument("--work", type=Path, default=Path("/tmp/bertkit-bench-loader-84"), help="loader: the shards' home")
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args()
     for tree in (a.before, a.after):
@@ -99,7 +129,9 @@ def main() -> None:
             raise SystemExit(f"{tree}: no src/bertkit there (give a checkout's root)")
     codes = {"embed": EMBED.format(threads=a.threads, data=str(a.data), paragraphs=a.paragraphs, model=a.model,
                                   precision=a.precision),
-             "step": STEP.format(threads=a.threads, steps=a.steps)}
+             "step": STEP.format(threads=a.threads, steps=a.steps),
+             "loader": LOADER.format(threads=a.threads, data=str(a.data), work=str(a.work), whole_word=False),
+             "loader-ww": LOADER.format(threads=a.threads, data=str(a.data), work=str(a.work), whole_word=True)}
     workloads = a.workloads.split(",")
     unknown = [w for w in workloads if w not in codes]
     if unknown:
@@ -119,8 +151,9 @@ def main() -> None:
         ratio = best["after"] / best["before"]
         print(f"{name}: before {best['before']:,.0f} tok/s, after {best['after']:,.0f} tok/s, after/before "
               f"{ratio:.3f}")
-        setting = ({"model": a.model, "paragraphs": a.paragraphs, "precision": a.precision} if name == "embed" else
-                   {"steps": a.steps, "shape": "bertkit-mini", "batch": 16})
+        setting = {"embed": {"model": a.model, "paragraphs": a.paragraphs, "precision": a.precision},
+                   "step": {"steps": a.steps, "shape": "bertkit-mini", "batch": 16}}.get(
+                       name, {"batch": 256, "whole_word_mask": name == "loader-ww", "shards": str(a.work)})
         report["workloads"][name] = {"rates": rates, "best": best, "after_over_before": ratio, **setting}
     if a.json:
         tmp = a.json.with_suffix(a.json.suffix + ".tmp")

@@ -6,9 +6,12 @@ The shards are `bertkit prepare-pretraining` output (sentence pairs, length 128,
 valid, tiny Shakespeare and the Austen novels with bertkit-mini's tokenizer in 84 shards, made once into --work;
 --shards names another prepared folder. The batches are an epoch's shuffled order, as the trainer reads it. Rounds
 alternate the loaders; the best round of each counts (the machine is shared). Real tokens (no padding) per second.
+glibc malloc keeps freed memory (`bertkit.runtime.keep_freed_memory`), as in `bertkit pretrain`, whose loader builds
+its batches in the training process or in DataLoader workers forked from it; --default-malloc leaves malloc's
+defaults (every batch's large arrays then come from fresh, page-faulting mappings).
 
     python3 benchmarks/bench_loader.py [--batch-size 256] [--rounds 5] [--batches 40] [--whole-word]
-                                       [--shards FOLDER] [--work DIR] [--json OUT]
+                                       [--shards FOLDER] [--work DIR] [--default-malloc] [--json OUT]
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -92,9 +96,15 @@ def main() -> None:
     p.add_argument("--legacy-batches", type=int, default=3, help="batches per round for the replaced collator")
     p.add_argument("--whole-word", action="store_true", help="whole-word masking for both")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the loader's arrays are numpy's)")
+    p.add_argument("--default-malloc", action="store_true", help="leave glibc malloc's defaults alone")
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
+    from bertkit.runtime import keep_freed_memory
+
+    if a.default_malloc:
+        os.environ["BERTKIT_MALLOC"] = "default"
+    kept = keep_freed_memory()
 
     from bertkit.data import PretrainingDataset
     from bertkit.data.collate import PretrainingCollator
@@ -108,7 +118,8 @@ def main() -> None:
     batches = [order[i : i + a.batch_size] for i in range(0, len(order) - a.batch_size + 1, a.batch_size)]
     print(cpu_line())
     print(f"data: {folder} ({len(ds):,} instances, {ds.index['num_tokens']:,} tokens), batch {a.batch_size}, "
-          f"whole-word masking {'on' if a.whole_word else 'off'}, torch threads {torch.get_num_threads()}")
+          f"whole-word masking {'on' if a.whole_word else 'off'}, torch threads {torch.get_num_threads()}, "
+          f"malloc {'keeps freed memory' if kept else 'defaults'}")
 
     loaders = {
         "bertkit": (lambda b: collate(ds.__getitems__(b)), a.batches),
@@ -141,6 +152,7 @@ def main() -> None:
             "cpu": cpu_line(), "cpu_flags": sorted(cpu_flags()), "torch": torch.__version__,
             "capability": torch.backends.cpu.get_cpu_capability(), "data": str(folder),
             "instances": len(ds), "batch_size": a.batch_size, "whole_word_mask": a.whole_word,
+            "malloc_keeps_freed_memory": kept,
             "rounds": rates, "best": best, "ratio": ratio,
         }, indent=2) + "\n")
 

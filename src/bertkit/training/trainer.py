@@ -611,8 +611,9 @@ class Trainer:
 
     def _train(self, resume: bool) -> TrainResult:
         c = self.config
-        if self.device.type == "cpu":
-            keep_freed_memory()  # steady-state steps reuse warm pages instead of page-faulting (bertkit.runtime)
+        # Steady-state steps on a CPU, and the batches the loader builds on the host for any device (in this process
+        # or in the DataLoader workers forked from it), reuse warm pages instead of page-faulting (bertkit.runtime).
+        keep_freed_memory()
         if self.dist.is_main:
             make_dir(self.output_dir)
         barrier()
