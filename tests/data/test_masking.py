@@ -109,14 +109,16 @@ def _greedy_reference(ids: np.ndarray, keys: np.ndarray, k: np.ndarray) -> np.nd
     return chosen
 
 
-@pytest.mark.parametrize("pieces", [0.45, 0.7])  # 0.7: long words, so some rows need the second, whole-row pass
-def test_whole_words_follow_the_greedy_rule(pieces: float) -> None:
-    ids, lengths = make_batch(300, 64, 3, pieces=pieces)
+# (0.85, 3, 256): a budget of 3 among words of about 7 pieces, so in some rows the first k + 16 words leave budget
+# and the second, whole-row pass takes a short word further down (6 of 300 rows with this seed)
+@pytest.mark.parametrize("pieces, max_predictions, width", [(0.45, 20, 64), (0.7, 20, 64), (0.85, 3, 256)])
+def test_whole_words_follow_the_greedy_rule(pieces: float, max_predictions: int, width: int) -> None:
+    ids, lengths = make_batch(300, width, 3, pieces=pieces)
     ids[5, 1:4] = [1000, 1001, 1002]  # "##" pieces right after [CLS]: a word of their own
     keys = instance_keys(3, 1, np.arange(len(ids)))
-    out, labels = mask_batch(ids, keys, TABLES, whole_word_mask=True)
+    out, labels = mask_batch(ids, keys, TABLES, max_predictions_per_seq=max_predictions, whole_word_mask=True)
     predicted = labels != IGNORE_INDEX
-    k = predictions_per_row((~TABLES.special[ids]).sum(1), 0.15, 20)
+    k = predictions_per_row((~TABLES.special[ids]).sum(1), 0.15, max_predictions)
     assert np.array_equal(predicted, _greedy_reference(ids, keys, k))
     assert (predicted.sum(1) <= k).all() and predicted.sum() >= 0.97 * k.sum()
     assert not predicted[np.isin(ids, [PAD, CLS, SEP])].any()

@@ -149,7 +149,7 @@ class PretrainingDataset(Dataset):
     def _instance_table(self) -> dict[str, np.ndarray]:
         """Every instance's shard, first token (in its shard), length, [CLS] A [SEP] length and next-sentence label
         (and first masked entry and count with static masks), as flat arrays by dataset index: built on the first
-        batched read (about 20 bytes per instance), so that a batch's fields are one gather each, not a few array
+        batched read (36 bytes per instance), so that a batch's fields are one gather each, not a few array
         operations per shard it touches."""
         if self._table is None:
             shards = [self._shard(k) for k in range(len(self._entries))]
