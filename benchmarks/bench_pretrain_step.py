@@ -79,11 +79,12 @@ def load_batches(folder: Path, n: int, batch: int, seed: int = 0) -> list[dict[s
 
 
 def flops_per_token(shape: dict[str, int], batches: list[dict[str, torch.Tensor]], sparse_mlm: bool,
-                    unpadded: bool) -> float:
+                    unpadded: bool, mlm_slots: int = 0) -> float:
     """Model FLOPs of a training step (forward + backward = 3 x 2 per multiply-add) per real token: the encoder's
     linear layers and the attention products at every position or the real tokens only, the MLM transform and
-    decoder at every position or the masked ones (embeddings, pooler, NSP and the optimizer left out). The
-    ratio of two rows' figures is the speed-up their work allows at equal kernel efficiency."""
+    decoder at every position, the masked ones or `mlm_slots` per sequence (embeddings, pooler, NSP and the
+    optimizer left out). The ratio of two rows' figures is the speed-up their work allows at equal kernel
+    efficiency."""
     L, H, inner, V = (shape[k] for k in ("num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size"))
     total = 0.0
     for b in batches:
@@ -91,7 +92,8 @@ def flops_per_token(shape: dict[str, int], batches: list[dict[str, torch.Tensor]
         rows, width = b["input_ids"].shape
         tokens = float(lengths.sum()) if unpadded else rows * width
         attended = float((lengths**2).sum()) if unpadded else rows * width * width
-        predicted = float((b["labels"] != -100).sum()) if sparse_mlm else rows * width
+        masked = float((b["labels"] != -100).sum())
+        predicted = (rows * min(mlm_slots, width) if mlm_slots else masked) if sparse_mlm else rows * width
         total += (6 * L * (4 * H * H + 2 * H * inner) * tokens + 12 * L * H * attended
                   + 6 * (H * H + H * V) * predicted)
     return total / sum(float(b["attention_mask"].sum()) for b in batches)
@@ -180,7 +182,7 @@ def main() -> None:
         rates = time_interleaved(steps, batches, rounds=a.rounds)
         best = {name: max(r) for name, r in rates.items()}
         plain = best.get("plain")
-        work = {name: flops_per_token(SIZES[size], batches[2:], **({k: LEVERS[name][k] for k in ("sparse_mlm", "unpadded")}
+        work = {name: flops_per_token(SIZES[size], batches[2:], **({k: LEVERS[name].get(k, 0) for k in ("sparse_mlm", "unpadded", "mlm_slots")}
                                                                  if name in LEVERS else dict(sparse_mlm=False, unpadded=False)))
                 for name in steps}
         print(f"\n{size} ({', '.join(f'{k}={v}' for k, v in SIZES[size].items())})")

@@ -19,7 +19,7 @@ failed with its error, and the others still run):
                reference stays in the turns). bertkit runs its default step (--attention picks the attention of a
                padded batch: "jagged" is PyTorch's variable-length flash / memory-efficient attention) and, in the
                same turns, one model per lever of --levers (benchmarks/common.py LEVERS: plain, +sparse MLM,
-               +unpadded, all+jagged), compiled too under --compile.
+               +unpadded, all+jagged; also all, "+sparse MLM in 40 slots"), compiled too under --compile.
 - embed:       sentence embeddings of WikiText-2 paragraphs (max 256 tokens), bertkit's Encoder in bf16 against
                sentence-transformers in fp16, best of 3 interleaved rounds, real tokens/s; cosine to bertkit fp32.
                Goal: >= 2x, cosine >= 0.999.

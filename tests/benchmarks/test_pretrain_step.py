@@ -22,6 +22,9 @@ def test_flops_per_token_by_hand() -> None:
     assert f(shape, [batch], sparse_mlm=False, unpadded=False) == pytest.approx((192 * 4 + 24 * 8 + 144 * 4) / 3)
     assert f(shape, [batch], sparse_mlm=True, unpadded=True) == pytest.approx((192 * 3 + 24 * 5 + 144 * 1) / 3)
     assert f(shape, [batch], sparse_mlm=True, unpadded=False) == pytest.approx((192 * 4 + 24 * 8 + 144 * 1) / 3)
+    # a fixed block of 3 MLM places per sequence: at most the width (2), so 2 rows x 2 places
+    assert f(shape, [batch], sparse_mlm=True, unpadded=False, mlm_slots=3) == pytest.approx((192 * 4 + 24 * 8 + 144 * 4) / 3)
+    assert f(shape, [batch], sparse_mlm=True, unpadded=False, mlm_slots=1) == pytest.approx((192 * 4 + 24 * 8 + 144 * 2) / 3)
 
 
 def test_load_batches_reads_the_folder_as_pretrain_does(tmp_path: Path, data_dir: Path, tokenizer) -> None:

@@ -147,10 +147,16 @@ def test_mlm_only_recipe_end_to_end(prepared, tmp_path: Path, monkeypatch) -> No
         "eval_data": str(prepared["full_eval"]),
         "eval_batches": 2,
         "masking": {"masked_lm_prob": 0.3, "max_predictions_per_seq": 40},
+        "mlm_slots": 40,  # the masked positions in a fixed block, as CUDA graphs need
         "training": {"output_dir": str(tmp_path / "run"), "warmup": 0.5, "eval_every": 5, "log_every": 1,
                      "progress_bar": False, "lr": 1e-3},
     }
     path = tmp_path / "pretrain.yaml"
+    from bertkit.jobs.pretrain import PretrainConfig, run
+
+    too_few = {**config, "mlm_slots": 39, "training": {**config["training"], "output_dir": str(tmp_path / "no")}}
+    with pytest.raises(ConfigError, match=r"mlm_slots = 39: .*full masks up to 40 positions per sequence"):
+        run(PretrainConfig.from_dict(too_few))
     path.write_text(yaml.safe_dump(config))
     assert _main(["pretrain", "--config", str(path)], monkeypatch) == 0
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -249,5 +255,8 @@ def test_evaluation_is_the_same_with_dense_mlm_logits_and_every_attention(prepar
     assert default["mlm_accuracy"] >= 0 and default["nsp_accuracy"] >= 0
     with pytest.raises(ConfigError, match="PretrainConfig.attention = 'varlen': expected one of auto, padded, jagged"):
         PretrainConfig(attention="varlen")
+    for bad in ({"mlm_slots": -1}, {"mlm_slots": 20, "sparse_mlm": False}):
+        with pytest.raises(ConfigError, match=f"PretrainConfig.mlm_slots = {bad['mlm_slots']}: expected 0, or a"):
+            PretrainConfig.from_dict(bad)
     with pytest.raises(ConfigError, match="'jagged' with training.activation_checkpointing"):
         PretrainConfig.from_dict({"attention": "jagged", "training": {"activation_checkpointing": True}})

@@ -1,7 +1,7 @@
-"""The training-step levers (`set_execution`): sparse MLM, unpadded linear layers, grouped / padded / jagged
-attention. Each against the plain path (every position, dense MLM logits, as transformers computes): the same loss
-within 1e-5 relative and the same gradients within 1e-5 of each parameter's largest gradient, in float32; the
-weights' names and config.json do not change."""
+"""The training-step levers (`set_execution`): sparse MLM (the masked positions as they come, or in fixed slots),
+unpadded linear layers, grouped / padded / jagged attention. Each against the plain path (every position, dense MLM
+logits, as transformers computes): the same loss within 1e-5 relative and the same gradients within 1e-5 of each
+parameter's largest gradient, in float32; the weights' names and config.json do not change."""
 
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ LEVERS = {
     "unpadded, jagged attention": dict(sparse_mlm=False, unpadded=True, attention="jagged"),
     "all (the default)": dict(sparse_mlm=True, unpadded=True, attention="auto"),
     "all, jagged attention": dict(sparse_mlm=True, unpadded=True, attention="jagged"),
+    "sparse MLM in fixed slots": dict(sparse_mlm=True, unpadded=False, mlm_slots=24),
+    "all, fixed slots": dict(sparse_mlm=True, unpadded=True, attention="auto", mlm_slots=24),
 }
 
 
@@ -102,6 +104,29 @@ def test_dense_logits_cover_every_position_and_the_folder_is_unchanged(tmp_path:
     for name in ("config.json", "model.safetensors"):
         assert (tmp_path / "before" / name).read_bytes() == (tmp_path / "after" / name).read_bytes(), name
     assert "sparse_mlm" not in json.loads((tmp_path / "after" / "config.json").read_text())
+
+
+def test_fixed_slots_keep_static_shapes_in_training_and_the_masked_positions_in_evaluation() -> None:
+    """mlm_slots: a training step's MLM logits are a (batch * slots, vocab) block whatever the batch's number of
+    masked tokens; in eval mode (what make_evaluate reads) the masked positions as usual; too few slots for a
+    sequence's masked tokens is an error, not a silently smaller loss."""
+    torch.manual_seed(3)
+    model = BertForPreTraining(BertConfig(**TINY))
+    batch = padded_batch(99, seed=3)
+    masked = batch["labels"] != -100
+    most = int(masked.sum(1).max())
+    set_execution(model, mlm_slots=most)
+    for seed in (3, 4):  # two batches with different numbers of masked tokens, the same shape
+        b = padded_batch(99, seed=seed)
+        b["labels"][:, most + 1 :] = -100  # at most `most` per row
+        assert model.train()(**b).prediction_logits.shape == (12 * most, 99)
+    with torch.no_grad():
+        assert model.eval()(**batch).prediction_logits.shape == (int(masked.sum()), 99)
+    set_execution(model, mlm_slots=most - 1)
+    with pytest.raises(RuntimeError, match="more masked positions than mlm_slots"):
+        model.train()(**batch)
+    with pytest.raises(ConfigError, match="mlm_slots = -1: expected 0"):
+        set_execution(model, mlm_slots=-1)
 
 
 def test_jagged_attention_refuses_activation_checkpointing() -> None:

@@ -91,8 +91,13 @@ class PretrainConfig:
     """Attention over a padded batch: "auto" (grouped by length on CPU), "padded", or "jagged" (PyTorch's
     variable-length attention on nested tensors: flash / memory-efficient kernels on CUDA; slower on CPU; no ALiBi,
     no activation checkpointing).
-    These three choose how a step is computed, not the model: weights, config.json and the loss stay the same, so
-    they live here, not in the model's config."""
+    These choose how a step is computed, not the model: weights, config.json and the loss stay the same, so they
+    live here, not in the model's config."""
+    mlm_slots: int = 0
+    """With sparse_mlm: 0 takes the masked positions as they come (their number changes with every batch); N > 0 a
+    fixed block of N places per sequence in each training step, at least the data's max_predictions_per_seq, so
+    that every step has the same shapes, as `training.compile: reduce-overhead` (CUDA graphs) needs. The same loss
+    (tests/model/test_execution.py); evaluation takes the masked positions."""
     training: TrainingConfig = field(default_factory=_paper_training)
     """Optimizer, schedule, batching, precision, checkpoints (see TrainingConfig)."""
 
@@ -106,6 +111,9 @@ class PretrainConfig:
         if self.attention not in Packing.ATTENTION:
             raise ConfigError(f"PretrainConfig.attention = {self.attention!r}: expected one of "
                               f"{', '.join(Packing.ATTENTION)}")
+        if self.mlm_slots < 0 or (self.mlm_slots and not self.sparse_mlm):
+            raise ConfigError(f"PretrainConfig.mlm_slots = {self.mlm_slots}: expected 0, or a count > 0 with "
+                              "sparse_mlm: true (a fixed block of the masked positions)")
         if self.attention == "jagged" and self.training.activation_checkpointing:
             raise ConfigError("PretrainConfig.attention = 'jagged' with training.activation_checkpointing: torch "
                               "cannot recompute attention on nested tensors; choose one")
@@ -351,13 +359,20 @@ def run(config: PretrainConfig, resume: bool = False,
         if wrap_model is not None:
             model = wrap_model(model)
         # every BERT in the trained module (a distiller's teacher and student alike), so their logits line up
-        set_execution(model, sparse_mlm=config.sparse_mlm, unpadded=config.unpadded, attention=config.attention)
+        set_execution(model, sparse_mlm=config.sparse_mlm, unpadded=config.unpadded, attention=config.attention,
+                      mlm_slots=config.mlm_slots)
 
         # Phase k draws its dynamic masks from seed + k: phases over the same data (a batch ramp) see new masks.
+        collators = [pretraining_collator(ds, t.seed + k, config) for k, ds in enumerate(datasets)]
+        for ds, collator in zip(datasets, collators):
+            most = collator.config.max_predictions_per_seq
+            if 0 < config.mlm_slots < most:
+                raise ConfigError(f"PretrainConfig.mlm_slots = {config.mlm_slots}: {ds.folder} masks up to {most} "
+                                  f"positions per sequence (max_predictions_per_seq); give at least {most}")
         phases = [
-            TrainPhase(ds, pretraining_collator(ds, t.seed + k, config), p.max_steps, p.batch_size,
-                       name=Path(p.data).name, grad_accum_steps=p.grad_accum_steps)
-            for k, (ds, p) in enumerate(zip(datasets, phase_cfgs))
+            TrainPhase(ds, collator, p.max_steps, p.batch_size, name=Path(p.data).name,
+                       grad_accum_steps=p.grad_accum_steps)
+            for ds, collator, p in zip(datasets, collators, phase_cfgs)
         ]
         evaluate = None
         eval_batch_size = config.eval_batch_size or t.batch_size

@@ -30,7 +30,8 @@ from bertkit.model.kernels import Dropout, Packing
 @dataclass
 class BertForPreTrainingOutput:
     loss: Tensor | None  # MLM + NSP
-    prediction_logits: Tensor  # (batch, seq, vocab); with labels and sparse_mlm: (num_masked, vocab) at those only
+    prediction_logits: Tensor  # (batch, seq, vocab); with labels and sparse_mlm: (num_masked, vocab) at those only,
+    # or (batch * mlm_slots, vocab) in a training step with mlm_slots
     seq_relationship_logits: Tensor  # (batch, 2); 0 = IsNext, 1 = NotNext
     mlm_loss: Tensor | None = None
     nsp_loss: Tensor | None = None
@@ -41,7 +42,8 @@ class BertForPreTrainingOutput:
 @dataclass
 class MaskedLMOutput:
     loss: Tensor | None
-    logits: Tensor  # (batch, seq, vocab); with labels and sparse_mlm: (num_masked, vocab)
+    logits: Tensor  # (batch, seq, vocab); with labels and sparse_mlm: (num_masked, vocab),
+    # or (batch * mlm_slots, vocab) in a training step with mlm_slots
     hidden_states: tuple[Tensor, ...] | None = None
     attentions: tuple[Tensor, ...] | None = None
 
@@ -119,15 +121,27 @@ class BertPreTrainingHeads(nn.Module):
 
 
 def masked_lm_logits(head: BertLMPredictionHead, sequence: Tensor, labels: Tensor | None,
-                     sparse: bool = True) -> tuple[Tensor, Tensor | None]:
+                     sparse: bool = True, slots: int = 0) -> tuple[Tensor, Tensor | None]:
     """MLM logits and loss. With labels and `sparse`, the transform and decoder run only where a label is set:
     logits (num_masked, vocab), the loss the same as the dense one (NVIDIA's BERT and MosaicBERT do the same).
+    With `slots` as well, a fixed block of that many places per sequence, the masked positions first, so that every
+    step has the same shapes (torch.compile, CUDA graphs): logits (batch * slots, vocab), the places past a
+    sequence's masked positions ignored by the loss, which is still the dense one; more masked positions in a
+    sequence than `slots` is an error (checked on the device, without waiting for it).
     Without labels, or not `sparse`, every position: (batch, seq, vocab), as transformers computes them."""
     if labels is None:
         return head(sequence), None
     if not sparse:
         logits = head(sequence)
         return logits, F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.reshape(-1))
+    if slots:
+        masked = labels != IGNORE_INDEX  # (batch, seq)
+        torch._assert_async(masked.sum(1).max() <= slots, "a sequence has more masked positions than mlm_slots")
+        # the masked positions of each row first, in order (a stable sort of the flags), then the first `slots`
+        places = torch.sort(masked.to(torch.uint8), dim=1, descending=True, stable=True).indices[:, :slots]
+        picked = sequence.gather(1, places[..., None].expand(-1, -1, sequence.shape[-1]))
+        logits = head(picked.reshape(-1, sequence.shape[-1]))
+        return logits, F.cross_entropy(logits.float(), labels.gather(1, places).reshape(-1))
     selected = labels.reshape(-1) != IGNORE_INDEX
     logits = head(sequence.reshape(-1, sequence.shape[-1])[selected])
     return logits, F.cross_entropy(logits.float(), labels.reshape(-1)[selected])
@@ -154,26 +168,39 @@ class _MLMHeadMixin:
     """Ties the MLM decoder weight to the input word embeddings."""
 
     sparse_mlm: bool = True  # with labels, MLM logits at the masked positions only (`masked_lm_logits`)
+    mlm_slots: int = 0  # with sparse_mlm, in training mode: a fixed block of this many places per sequence
+
+    def _slots(self) -> int:
+        """The fixed MLM block of a training step (0: the masked positions as they come); evaluation, whose
+        callers read the logits at the masked positions, always takes those."""
+        return self.mlm_slots if self.training else 0  # type: ignore[attr-defined]
 
     def tie_weights(self) -> None:
         self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
 
 
 def set_execution(model: nn.Module, sparse_mlm: bool | None = None, unpadded: bool | None = None,
-                  attention: str | None = None) -> None:
+                  attention: str | None = None, mlm_slots: int | None = None) -> None:
     """Choose how every BERT inside `model` computes a training step; None leaves a setting as it is. None of them
     changes the weights, config.json or the loss (parity tests: tests/model/test_execution.py):
 
     - `sparse_mlm` (default True): the MLM transform and decoder only at the masked positions;
+    - `mlm_slots` (default 0): with `sparse_mlm`, N > 0 takes a fixed N places per sequence in training steps
+      (static shapes for torch.compile and CUDA graphs), N at least the data's max_predictions_per_seq;
     - `unpadded` (default True): linear layers, LayerNorm and GELU on the real tokens only (`Packing`);
     - `attention` (for padded batches, with `unpadded`): "auto" (default; grouped by length on CPU), "padded",
       or "jagged" (PyTorch's variable-length attention on nested tensors; not with ALiBi).
     """
     if attention is not None and attention not in Packing.ATTENTION:
         raise ConfigError(f"attention = {attention!r}: expected one of {', '.join(Packing.ATTENTION)}")
+    if mlm_slots is not None and mlm_slots < 0:
+        raise ConfigError(f"mlm_slots = {mlm_slots}: expected 0 (the masked positions as they come) or a count > 0")
     for module in model.modules():
-        if isinstance(module, _MLMHeadMixin) and sparse_mlm is not None:
-            module.sparse_mlm = sparse_mlm
+        if isinstance(module, _MLMHeadMixin):
+            if sparse_mlm is not None:
+                module.sparse_mlm = sparse_mlm
+            if mlm_slots is not None:
+                module.mlm_slots = mlm_slots
         if isinstance(module, BertModel):
             if attention == "jagged" and module.config.alibi:
                 raise ConfigError("attention = 'jagged' has no attention bias, so it cannot run an ALiBi model "
@@ -204,7 +231,7 @@ class BertForPreTraining(_MLMHeadMixin, BertHeadModel):
     ) -> BertForPreTrainingOutput:
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
         prediction_logits, mlm_loss = masked_lm_logits(self.cls.predictions, out.last_hidden_state, labels,
-                                                       self.sparse_mlm)
+                                                       self.sparse_mlm, self._slots())
         nsp_logits = self.cls.seq_relationship(out.pooler_output)  # (batch, 2)
         nsp_loss = None if next_sentence_label is None else F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
         losses = [x for x in (mlm_loss, nsp_loss) if x is not None]  # masked LM alone without NSP labels (RoBERTa)
@@ -233,7 +260,8 @@ class BertForMaskedLM(_MLMHeadMixin, BertHeadModel):
         output_attentions: bool = False,
     ) -> MaskedLMOutput:
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
-        logits, loss = masked_lm_logits(self.cls.predictions, out.last_hidden_state, labels, self.sparse_mlm)
+        logits, loss = masked_lm_logits(self.cls.predictions, out.last_hidden_state, labels, self.sparse_mlm,
+                                        self._slots())
         return MaskedLMOutput(loss, logits, out.hidden_states, out.attentions)
 
 
