@@ -137,3 +137,18 @@ def test_jagged_attention_refuses_activation_checkpointing() -> None:
         model(**padded_batch(99))
     model.set_activation_checkpointing(False)
     assert model(**padded_batch(99)).loss > 0
+
+
+def test_fixed_slots_make_the_training_step_one_graph() -> None:
+    """What mlm_slots is for: with unpadded off, the training forward traces into one graph with no break (so
+    torch.compile can capture it whole, CUDA graphs included); the masked positions as they come break it."""
+    import torch._dynamo as dynamo
+
+    torch.manual_seed(5)
+    model = BertForPreTraining(BertConfig(**TINY)).train()
+    batch = padded_batch(99, seed=5)
+    set_execution(model, sparse_mlm=True, unpadded=False, mlm_slots=24)
+    fixed = dynamo.explain(model)(**batch)
+    assert (fixed.graph_count, fixed.graph_break_count) == (1, 0), fixed.break_reasons
+    set_execution(model, mlm_slots=0)
+    assert dynamo.explain(model)(**batch).graph_break_count > 0
