@@ -71,20 +71,14 @@ print(json.dumps({{"tokens_per_s": tokens / (time.perf_counter() - start), "bert
 """
 
 LOADER = """
-import dataclasses, json, time, torch
+import json, time, torch
 from pathlib import Path
 import bertkit
-from bertkit.data import PretrainingDataset
-from bertkit.data.collate import PretrainingCollator
-from bench_loader import prepare
+from bench_loader import epoch_loader, prepare
 from bertkit.runtime import keep_freed_memory
 torch.set_num_threads({threads})
 keep_freed_memory()  # as bertkit pretrain's process and its loader workers
-ds = PretrainingDataset(prepare(Path({data!r}), Path({work!r})))
-config = dataclasses.replace(ds.config, whole_word_mask={whole_word})
-collate = PretrainingCollator(ds.vocab_info(), dynamic_masking=True, config=config, seed=0, pad_to_multiple_of=8)
-order = torch.randperm(len(ds), generator=torch.Generator().manual_seed(0)).tolist()
-batches = [order[i : i + 256] for i in range(0, len(order) - 255, 256)]
+ds, collate, batches = epoch_loader(prepare(Path({data!r}), Path({work!r})), {whole_word}, 256)
 collate(ds.__getitems__(batches[0]))  # warm-up: the shards mapped, their tables read
 best = 0.0
 for _ in range(3):  # the best of three passes over the epoch (one pass is a quarter of a second)

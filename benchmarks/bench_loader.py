@@ -47,6 +47,20 @@ def prepare(data: Path, work: Path) -> Path:
     return out
 
 
+def epoch_loader(folder: Path, whole_word: bool, batch_size: int) -> tuple[Any, Any, list[list[int]]]:
+    """What the benchmarks time: the dataset of `folder`, bertkit's dynamic-masking collator (seed 0, widths padded
+    to multiples of 8) and an epoch's shuffled batches of dataset indices, as the trainer reads them."""
+    from bertkit.data import PretrainingDataset
+    from bertkit.data.collate import PretrainingCollator
+
+    ds = PretrainingDataset(folder)
+    config = dataclasses.replace(ds.config, whole_word_mask=whole_word)
+    collate = PretrainingCollator(ds.vocab_info(), dynamic_masking=True, config=config, seed=0, pad_to_multiple_of=8)
+    order = torch.randperm(len(ds), generator=torch.Generator().manual_seed(0)).tolist()
+    batches = [order[i : i + batch_size] for i in range(0, len(order) - batch_size + 1, batch_size)]
+    return ds, collate, batches
+
+
 def legacy_collate(collator: Any) -> Callable[[Sequence[Mapping[str, Any]]], dict[str, torch.Tensor]]:
     """The replaced dynamic-masking collator's loop (commit ca5ad5c), kept here as the reference: per item, a
     `random.Random` from sha256(seed, epoch, index) and `mask_tokens` over the item's token list."""
@@ -106,16 +120,9 @@ def main() -> None:
         os.environ["BERTKIT_MALLOC"] = "default"
     kept = keep_freed_memory()
 
-    from bertkit.data import PretrainingDataset
-    from bertkit.data.collate import PretrainingCollator
-
     folder = a.shards or prepare(a.data, a.work)
-    ds = PretrainingDataset(folder)
-    config = dataclasses.replace(ds.config, whole_word_mask=a.whole_word)
-    collate = PretrainingCollator(ds.vocab_info(), dynamic_masking=True, config=config, seed=0, pad_to_multiple_of=8)
+    ds, collate, batches = epoch_loader(folder, a.whole_word, a.batch_size)
     legacy = legacy_collate(collate)
-    order = torch.randperm(len(ds), generator=torch.Generator().manual_seed(0)).tolist()
-    batches = [order[i : i + a.batch_size] for i in range(0, len(order) - a.batch_size + 1, a.batch_size)]
     print(cpu_line())
     print(f"data: {folder} ({len(ds):,} instances, {ds.index['num_tokens']:,} tokens), batch {a.batch_size}, "
           f"whole-word masking {'on' if a.whole_word else 'off'}, torch threads {torch.get_num_threads()}, "
