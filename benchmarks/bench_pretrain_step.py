@@ -79,23 +79,32 @@ def load_batches(folder: Path, n: int, batch: int, seed: int = 0) -> list[dict[s
 
 
 def flops_per_token(shape: dict[str, int], batches: list[dict[str, torch.Tensor]], sparse_mlm: bool,
-                    unpadded: bool, mlm_slots: int = 0) -> float:
+                    unpadded: bool, mlm_slots: int = 0, sparse_last_layer: bool = False) -> float:
     """Model FLOPs of a training step (forward + backward = 3 x 2 per multiply-add) per real token: the encoder's
     linear layers and the attention products at every position or the real tokens only, the MLM transform and
-    decoder at every position, the masked ones or `mlm_slots` per sequence (embeddings, pooler, NSP and the
+    decoder at every position, the masked ones or `mlm_slots` per sequence, and with `sparse_last_layer` the last
+    layer's keys and values at every token but its queries, output projections and feed-forward block at the
+    masked positions and [CLS] only, as many per sequence as the batch's most (embeddings, pooler, NSP and the
     optimizer left out). The ratio of two rows' figures is the speed-up their work allows at equal kernel
     efficiency."""
     L, H, inner, V = (shape[k] for k in ("num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size"))
+    layer = 4 * H * H + 2 * H * inner  # multiply-adds of one token's linear layers in one layer
     total = 0.0
     for b in batches:
         lengths = b["attention_mask"].sum(1).double()
         rows, width = b["input_ids"].shape
         tokens = float(lengths.sum()) if unpadded else rows * width
         attended = float((lengths**2).sum()) if unpadded else rows * width * width
-        masked = float((b["labels"] != -100).sum())
+        chosen = b["labels"] != -100
+        masked = float(chosen.sum())
         predicted = (rows * min(mlm_slots, width) if mlm_slots else masked) if sparse_mlm else rows * width
-        total += (6 * L * (4 * H * H + 2 * H * inner) * tokens + 12 * L * H * attended
-                  + 6 * (H * H + H * V) * predicted)
+        total += 6 * (H * H + H * V) * predicted
+        if sparse_mlm and sparse_last_layer:  # L - 1 whole layers, then the last one at `read` places per row
+            read = min(mlm_slots + 1, width) if mlm_slots else int((chosen.sum(1) + 1).max())
+            total += (6 * (L - 1) * layer * tokens + 12 * (L - 1) * H * attended
+                      + 6 * 2 * H * H * tokens + 6 * (layer - 2 * H * H) * rows * read + 12 * H * rows * read * width)
+        else:
+            total += 6 * L * layer * tokens + 12 * L * H * attended
     return total / sum(float(b["attention_mask"].sum()) for b in batches)
 
 
@@ -182,7 +191,7 @@ def main() -> None:
         rates = time_interleaved(steps, batches, rounds=a.rounds)
         best = {name: max(r) for name, r in rates.items()}
         plain = best.get("plain")
-        work = {name: flops_per_token(SIZES[size], batches[2:], **({k: LEVERS[name].get(k, 0) for k in ("sparse_mlm", "unpadded", "mlm_slots")}
+        work = {name: flops_per_token(SIZES[size], batches[2:], **({k: LEVERS[name].get(k, 0) for k in ("sparse_mlm", "unpadded", "mlm_slots", "sparse_last_layer")}
                                                                  if name in LEVERS else dict(sparse_mlm=False, unpadded=False)))
                 for name in steps}
         print(f"\n{size} ({', '.join(f'{k}={v}' for k, v in SIZES[size].items())})")

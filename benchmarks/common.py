@@ -51,14 +51,17 @@ def cpu_line() -> str:
 # The training-step levers of bertkit (bertkit.model.heads.set_execution), each a row of the step benchmarks:
 # the plain path computes what transformers computes (every position, dense MLM logits); "all" is the default.
 LEVERS = {
-    "plain": dict(sparse_mlm=False, unpadded=False, attention="auto"),
-    "+sparse MLM": dict(sparse_mlm=True, unpadded=False, attention="auto"),
-    "+unpadded": dict(sparse_mlm=False, unpadded=True, attention="auto"),
-    "all": dict(sparse_mlm=True, unpadded=True, attention="auto"),
-    "all+jagged": dict(sparse_mlm=True, unpadded=True, attention="jagged"),
+    "plain": dict(sparse_mlm=False, unpadded=False, attention="auto", sparse_last_layer=False),
+    "+sparse MLM": dict(sparse_mlm=True, unpadded=False, attention="auto", sparse_last_layer=False),
+    # sparse MLM, and the last layer's queries, feed-forward block and LayerNorms at the masked positions and [CLS]
+    "+sparse last layer": dict(sparse_mlm=True, unpadded=False, attention="auto", sparse_last_layer=True),
+    "+unpadded": dict(sparse_mlm=False, unpadded=True, attention="auto", sparse_last_layer=False),
+    "all": dict(sparse_mlm=True, unpadded=True, attention="auto", sparse_last_layer=True),
+    "all+jagged": dict(sparse_mlm=True, unpadded=True, attention="jagged", sparse_last_layer=True),
     # sparse MLM in a fixed block of 40 places per sequence (static shapes, for CUDA graphs): enough for 15% of 128
     # positions drawn at random (mean 19, 40 is over five standard deviations above it)
-    "+sparse MLM in 40 slots": dict(sparse_mlm=True, unpadded=False, attention="auto", mlm_slots=40),
+    "+sparse MLM in 40 slots": dict(sparse_mlm=True, unpadded=False, attention="auto", mlm_slots=40,
+                                    sparse_last_layer=False),
 }
 
 

@@ -25,6 +25,16 @@ def test_flops_per_token_by_hand() -> None:
     # a fixed block of 3 MLM places per sequence: at most the width (2), so 2 rows x 2 places
     assert f(shape, [batch], sparse_mlm=True, unpadded=False, mlm_slots=3) == pytest.approx((192 * 4 + 24 * 8 + 144 * 4) / 3)
     assert f(shape, [batch], sparse_mlm=True, unpadded=False, mlm_slots=1) == pytest.approx((192 * 4 + 24 * 8 + 144 * 2) / 3)
+    # the sparse last layer (here the only one): keys and values at every token, 6 x 2 H^2 = 48 each; queries,
+    # output projections and feed-forward block, 192 - 48 = 144, at the most masked positions + [CLS] of a row (2)
+    # in both rows; attention 24 per (place, key) pair: 2 rows x 2 places x width 2
+    assert f(shape, [batch], sparse_mlm=True, unpadded=True, sparse_last_layer=True) == pytest.approx(
+        (48 * 3 + 144 * 4 + 24 * 8 + 144 * 1) / 3)
+    assert f(shape, [batch], sparse_mlm=True, unpadded=False, sparse_last_layer=True) == pytest.approx(
+        (48 * 4 + 144 * 4 + 24 * 8 + 144 * 1) / 3)
+    # without sparse MLM the heads read every position, so the last layer is whole
+    assert f(shape, [batch], sparse_mlm=False, unpadded=False, sparse_last_layer=True) == pytest.approx(
+        (192 * 4 + 24 * 8 + 144 * 4) / 3)
 
 
 def test_load_batches_reads_the_folder_as_pretrain_does(tmp_path: Path, data_dir: Path, tokenizer) -> None:

@@ -237,7 +237,8 @@ def test_a_gpu_run_without_loader_workers_gets_a_hint() -> None:
 
 def test_evaluation_is_the_same_with_dense_mlm_logits_and_every_attention(prepared) -> None:
     """make_evaluate reads the MLM logits at the masked positions whether the model computed them there only
-    (sparse_mlm, the default) or at every position; the execution levers change no metric."""
+    (sparse_mlm and the sparse last layer, the default) or at every position; the execution levers change no
+    metric."""
     from bertkit.data import PretrainingDataset
     from bertkit.jobs.pretrain import PretrainConfig, make_evaluate, pretraining_collator
     from bertkit.model import BertConfig, BertForPreTraining
@@ -249,7 +250,8 @@ def test_evaluation_is_the_same_with_dense_mlm_logits_and_every_attention(prepar
     model = BertForPreTraining(BertConfig(vocab_size=30522, **TINY)).eval()
     with torch.no_grad():
         default = evaluate(model)
-        for levers in ({"sparse_mlm": False, "unpadded": False}, {"sparse_mlm": False, "attention": "jagged"}):
+        for levers in ({"sparse_last_layer": False}, {"sparse_mlm": False, "unpadded": False},
+                       {"sparse_mlm": False, "attention": "jagged"}):
             set_execution(model, **levers)
             assert evaluate(model) == pytest.approx(default, rel=1e-5), levers
     assert default["mlm_accuracy"] >= 0 and default["nsp_accuracy"] >= 0

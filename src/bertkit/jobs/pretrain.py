@@ -85,6 +85,10 @@ class PretrainConfig:
     """Compute the MLM transform and vocabulary decoder only at the masked positions (NVIDIA's BERT, MosaicBERT):
     the same loss and gradients as at every position (tests/model/test_execution.py), with about 15% of the
     decoder's work. False: every position, as transformers does (the plain path, for comparison)."""
+    sparse_last_layer: bool = True
+    """With sparse_mlm: the last encoder layer computes its queries, output projections and feed-forward block
+    only where the heads read it (the masked positions and [CLS]; every token stays a key and value of its
+    attention): the same loss and gradients. False: that layer at every position."""
     unpadded: bool = True
     """Run the linear layers, LayerNorm and GELU on the real tokens only, not on padding (exact)."""
     attention: str = "auto"
@@ -360,7 +364,7 @@ def run(config: PretrainConfig, resume: bool = False,
             model = wrap_model(model)
         # every BERT in the trained module (a distiller's teacher and student alike), so their logits line up
         set_execution(model, sparse_mlm=config.sparse_mlm, unpadded=config.unpadded, attention=config.attention,
-                      mlm_slots=config.mlm_slots)
+                      mlm_slots=config.mlm_slots, sparse_last_layer=config.sparse_last_layer)
 
         # Phase k draws its dynamic masks from seed + k: phases over the same data (a batch ramp) see new masks.
         collators = [pretraining_collator(ds, t.seed + k, config) for k, ds in enumerate(datasets)]

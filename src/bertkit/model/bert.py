@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from bertkit.errors import ConfigError
 from bertkit.model.config import BertConfig
-from bertkit.model.kernels import GELU, Dropout, Packing, dropout
+from bertkit.model.kernels import GELU, Dropout, Packing, dropout, gather_places
 
 
 @dataclass
@@ -95,7 +95,7 @@ class BertSelfAttention(nn.Module):
         return F.linear(x, w, b)
 
     def forward(self, x: Tensor, packing: Packing, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
-        # x: packed (tokens, hidden)
+        # x: packed (tokens, hidden); with `places`, see attend_at
         qkv = self.project_qkv(x)  # (tokens, 3 * hidden)
         if packing.offsets is not None and not output_attentions:
             return self.attend_jagged(qkv, packing.offsets), None
@@ -114,22 +114,43 @@ class BertSelfAttention(nn.Module):
         batch, seq_len = qkv.shape[:2]
         qkv = qkv.view(batch, seq_len, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # each (batch, heads, seq, head_dim)
-        dropout_p = self.dropout_p if self.training else 0.0
         mask = key_mask if self.alibi_slopes is None else self.alibi_bias(seq_len, key_mask, q.dtype)
-        if output_attentions or (dropout_p > 0 and qkv.device.type == "cpu"):
+        context, probs = self.scaled_attention(q, k, v, mask, output_attentions)
+        return context.transpose(1, 2).reshape(batch, seq_len, -1), probs  # (batch, seq, hidden)
+
+    def attend_at(self, x: Tensor, packing: Packing, places: Tensor) -> Tensor:
+        """Packed (tokens, hidden) -> the attention output at `places` only, (batch, n, hidden): queries at each
+        sequence's places (batch, n), keys and values at all its real tokens, as at every position."""
+        batch, n = places.shape
+        kv_weight = torch.cat([self.key.weight, self.value.weight])
+        kv = packing.unpack(F.linear(x, kv_weight, torch.cat([self.key.bias, self.value.bias])))  # (batch, seq, 2h)
+        seq_len = kv.shape[1]
+        k, v = kv.view(batch, seq_len, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        q = self.query(gather_places(packing.unpack(x), places))  # (batch, n, hidden)
+        q = q.view(batch, n, self.num_heads, self.head_dim).transpose(1, 2)  # (batch, heads, n, head_dim)
+        mask = packing.key_mask
+        if self.alibi_slopes is not None:
+            mask = self.alibi_bias(seq_len, mask, q.dtype, places)
+        context, _ = self.scaled_attention(q, k, v, mask)
+        return context.transpose(1, 2).reshape(batch, n, -1)
+
+    def scaled_attention(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                         output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
+        """softmax(q k^T / sqrt(d) + mask) v, with attention dropout in training: q (batch, heads, n, head_dim)
+        against k and v (batch, heads, seq, head_dim) -> (batch, heads, n, head_dim), and the probabilities
+        (batch, heads, n, seq) if asked. `mask`: boolean (keys to attend) or additive, broadcast to the scores."""
+        dropout_p = self.dropout_p if self.training else 0.0
+        if output_attentions or (dropout_p > 0 and q.device.type == "cpu"):
             # Written out (torch's CPU attention kernels have no dropout and would fall back to this anyway).
-            scores = (q / math.sqrt(self.head_dim)) @ k.transpose(-1, -2)  # (batch, heads, seq, seq)
+            scores = (q / math.sqrt(self.head_dim)) @ k.transpose(-1, -2)  # (batch, heads, n, seq)
             if mask is not None and mask.dtype == torch.bool:
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
             elif mask is not None:
                 scores = scores + mask
             probs = scores.softmax(-1)
             context = dropout(probs, dropout_p) @ v
-            probs = probs if output_attentions else None
-        else:
-            probs = None
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-        return context.transpose(1, 2).reshape(batch, seq_len, -1), probs  # (batch, seq, hidden)
+            return context, probs if output_attentions else None
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
 
     def attend_jagged(self, qkv: Tensor, offsets: Tensor) -> Tensor:
         """Packed (tokens, 3 * hidden), sequence b at rows offsets[b]:offsets[b + 1] -> (tokens, hidden), through
@@ -143,14 +164,17 @@ class BertSelfAttention(nn.Module):
             context = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
         return context.transpose(1, 2).values().reshape(tokens, -1)  # (tokens, hidden)
 
-    def alibi_bias(self, seq_len: int, key_mask: Tensor | None, dtype: torch.dtype) -> Tensor:
-        """Additive scores -m_h * |i - j|, (1 or batch, heads, seq, seq); masked keys get the dtype's minimum."""
+    def alibi_bias(self, seq_len: int, key_mask: Tensor | None, dtype: torch.dtype,
+                   places: Tensor | None = None) -> Tensor:
+        """Additive scores -m_h * |i - j| for queries i (every position, or `places` (batch, n)) and keys j:
+        (1 or batch, heads, seq or n, seq); masked keys get the dtype's minimum."""
         pos = torch.arange(seq_len, device=self.alibi_slopes.device)
-        distance = (pos[None, :] - pos[:, None]).abs().to(dtype)  # (seq, seq)
-        bias = -self.alibi_slopes.to(dtype)[:, None, None] * distance  # (heads, seq, seq)
+        queries = pos[None, :] if places is None else places  # (1 or batch, n)
+        distance = (pos[None, None, :] - queries[:, :, None]).abs().to(dtype)  # (1 or batch, n, seq)
+        bias = -self.alibi_slopes.to(dtype)[None, :, None, None] * distance[:, None]  # (1 or batch, heads, n, seq)
         if key_mask is None:
-            return bias[None]
-        return bias[None].masked_fill(~key_mask, torch.finfo(dtype).min)  # key_mask (batch, 1, 1, seq)
+            return bias
+        return bias.masked_fill(~key_mask, torch.finfo(dtype).min)  # key_mask (batch, 1, 1, seq)
 
 
 class BertSelfOutput(nn.Module):
@@ -186,7 +210,12 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(config)
         self.output = BertSelfOutput(config)
 
-    def forward(self, x: Tensor, packing: Packing, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, packing: Packing, output_attentions: bool = False,
+                places: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """Packed (tokens, hidden) -> packed; with `places` (batch, n), the outputs there only: (batch, n, hidden)."""
+        if places is not None:
+            context = self.self.attend_at(self.output.normalize_input(x), packing, places)
+            return self.output(context, gather_places(packing.unpack(x), places)), None
         context, probs = self.self(self.output.normalize_input(x), packing, output_attentions)
         return self.output(context, x), probs
 
@@ -219,8 +248,11 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
 
-    def forward(self, x: Tensor, packing: Packing, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
-        x, probs = self.attention(x, packing, output_attentions)
+    def forward(self, x: Tensor, packing: Packing, output_attentions: bool = False,
+                places: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """Packed (tokens, hidden) -> packed; with `places` (batch, n), the outputs there only: (batch, n, hidden)
+        (every token is still a key and value of the attention)."""
+        x, probs = self.attention(x, packing, output_attentions, places)
         return self.output(self.intermediate(self.output.normalize_input(x)), x), probs
 
 
@@ -239,19 +271,25 @@ class BertEncoder(nn.Module):
         self.gradient_checkpointing = False
 
     def forward(
-        self, x: Tensor, packing: Packing, output_hidden_states: bool = False, output_attentions: bool = False
+        self, x: Tensor, packing: Packing, output_hidden_states: bool = False, output_attentions: bool = False,
+        places: Tensor | None = None,
     ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
-        # x: packed (tokens, hidden)
+        """Packed (tokens, hidden) -> packed, with every layer's states and attentions if asked. With `places`
+        (batch, n), the last layer runs its queries, feed-forward block and LayerNorms at those places only and the
+        output is (batch, n, hidden) (`BertModel.forward`'s output_at)."""
         if self.gradient_checkpointing and self.training and packing.offsets is not None:
             raise ConfigError("attention 'jagged' cannot be recomputed by activation checkpointing (torch cannot "
                               "save nested tensors for it); use attention 'auto' or turn activation_checkpointing off")
         hidden_states = [packing.unpack(x)] if output_hidden_states else None
         attentions = [] if output_attentions else None
-        for layer in [self.layer[0]] * self.depth if self.shared else self.layer:
+        layers = [self.layer[0]] * self.depth if self.shared else list(self.layer)
+        for i, layer in enumerate(layers):
+            at = places if i == len(layers) - 1 else None
             if self.gradient_checkpointing and self.training:
-                x, probs = torch.utils.checkpoint.checkpoint(layer, x, packing, output_attentions, use_reentrant=False)
+                x, probs = torch.utils.checkpoint.checkpoint(layer, x, packing, output_attentions, at,
+                                                             use_reentrant=False)
             else:
-                x, probs = layer(x, packing, output_attentions)
+                x, probs = layer(x, packing, output_attentions, at)
             if hidden_states is not None:
                 hidden_states.append(packing.unpack(x))
             if attentions is not None:
@@ -367,7 +405,11 @@ class BertModel(BertPreTrainedModel):
         token_type_ids: Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        output_at: Tensor | None = None,
     ) -> BertModelOutput:
+        """`output_at` (batch, n): distinct positions per sequence where the caller reads last_hidden_state (the
+        pre-training heads' masked positions and [CLS], `sparse_last_layer`). The last layer then computes its
+        outputs there only, the same as everywhere else at those places; last_hidden_state is zero elsewhere."""
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (batch, seq), got shape {tuple(input_ids.shape)}")
         if input_ids.shape[1] > self.config.max_position_embeddings:
@@ -383,7 +425,15 @@ class BertModel(BertPreTrainedModel):
         packing = Packing(attention_mask, padded=torch.onnx.is_in_onnx_export() or not self.unpadded,
                           attention=self.attention_kernel)
         x = packing.pack(self.embeddings(input_ids, token_type_ids))  # (tokens, hidden)
-        x, hidden_states, attentions = self.encoder(x, packing, output_hidden_states, output_attentions)
-        last_hidden_state = packing.unpack(x)  # (batch, seq, hidden)
+        if output_at is not None and (output_hidden_states or output_attentions):
+            raise ValueError("output_at computes the last layer at some positions only; hidden states and "
+                             "attentions need every position")
+        x, hidden_states, attentions = self.encoder(x, packing, output_hidden_states, output_attentions, output_at)
+        if output_at is None:
+            last_hidden_state = packing.unpack(x)  # (batch, seq, hidden)
+        else:  # x: (batch, n, hidden) at the places; a place past a sequence's end is padding (zero)
+            x = x * gather_places(attention_mask, output_at)[..., None].to(x.dtype)
+            index = output_at[..., None].expand(-1, -1, x.shape[-1])
+            last_hidden_state = x.new_zeros(*input_ids.shape, x.shape[-1]).scatter(1, index, x)
         pooled = self.pooler(last_hidden_state, attention_mask) if self.pooler is not None else None
         return BertModelOutput(last_hidden_state, pooled, hidden_states, attentions)

@@ -19,7 +19,7 @@ from bertkit.dataclass_io import config_from_dict
 from bertkit.errors import ConfigError
 from bertkit.model.bert import BertModel, BertPreTrainedModel, activation
 from bertkit.model.config import BertConfig
-from bertkit.model.kernels import Dropout, Packing
+from bertkit.model.kernels import Dropout, Packing, first_places, gather_places
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -138,9 +138,8 @@ def masked_lm_logits(head: BertLMPredictionHead, sequence: Tensor, labels: Tenso
         masked = labels != IGNORE_INDEX  # (batch, seq)
         torch._assert_async(masked.sum(1).max() <= slots, "a sequence has more masked positions than mlm_slots")
         # the masked positions of each row first, in order (a stable sort of the flags), then the first `slots`
-        places = torch.sort(masked.to(torch.uint8), dim=1, descending=True, stable=True).indices[:, :slots]
-        picked = sequence.gather(1, places[..., None].expand(-1, -1, sequence.shape[-1]))
-        logits = head(picked.reshape(-1, sequence.shape[-1]))
+        places = first_places(masked, slots)
+        logits = head(gather_places(sequence, places).reshape(-1, sequence.shape[-1]))
         return logits, F.cross_entropy(logits.float(), labels.gather(1, places).reshape(-1))
     selected = labels.reshape(-1) != IGNORE_INDEX
     logits = head(sequence.reshape(-1, sequence.shape[-1])[selected])
@@ -165,28 +164,52 @@ def base_model(model: BertPreTrainedModel) -> BertModel:
 
 
 class _MLMHeadMixin:
-    """Ties the MLM decoder weight to the input word embeddings."""
+    """Ties the MLM decoder weight to the input word embeddings, and says where a step with labels reads the
+    encoder (`set_execution`)."""
 
     sparse_mlm: bool = True  # with labels, MLM logits at the masked positions only (`masked_lm_logits`)
     mlm_slots: int = 0  # with sparse_mlm, in training mode: a fixed block of this many places per sequence
+    sparse_last_layer: bool = True  # with sparse_mlm and labels, the last layer only where the heads read it
+    reads_cls: bool = False  # the head reads the pooled [CLS] vector too (NSP)
 
     def _slots(self) -> int:
         """The fixed MLM block of a training step (0: the masked positions as they come); evaluation, whose
         callers read the logits at the masked positions, always takes those."""
         return self.mlm_slots if self.training else 0  # type: ignore[attr-defined]
 
+    def _read_places(self, labels: Tensor | None, every_layer: bool) -> Tensor | None:
+        """Where this forward reads the last layer, for BertModel's output_at: with labels, sparse MLM and
+        `sparse_last_layer`, the masked positions and [CLS] when the head reads it (batch, n), n the most in a
+        sequence or the fixed slots (+ 1); None (every position) otherwise, or when every layer's states or
+        attentions are asked for (`every_layer`), or when the pooler averages every token."""
+        config: BertConfig = self.config  # type: ignore[attr-defined]
+        if labels is None or every_layer or not (self.sparse_mlm and self.sparse_last_layer):
+            return None
+        if self.reads_cls and config.pooling == "mean":
+            return None
+        wanted = labels != IGNORE_INDEX  # (batch, seq)
+        if self.reads_cls:
+            wanted = torch.cat([torch.ones_like(wanted[:, :1]), wanted[:, 1:]], 1)
+        slots = self._slots()
+        n = min(slots + self.reads_cls, labels.shape[1]) if slots else int(wanted.sum(1).max())
+        return first_places(wanted, n) if n else None
+
     def tie_weights(self) -> None:
         self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
 
 
 def set_execution(model: nn.Module, sparse_mlm: bool | None = None, unpadded: bool | None = None,
-                  attention: str | None = None, mlm_slots: int | None = None) -> None:
+                  attention: str | None = None, mlm_slots: int | None = None,
+                  sparse_last_layer: bool | None = None) -> None:
     """Choose how every BERT inside `model` computes a training step; None leaves a setting as it is. None of them
     changes the weights, config.json or the loss (parity tests: tests/model/test_execution.py):
 
     - `sparse_mlm` (default True): the MLM transform and decoder only at the masked positions;
     - `mlm_slots` (default 0): with `sparse_mlm`, N > 0 takes a fixed N places per sequence in training steps
       (static shapes for torch.compile and CUDA graphs), N at least the data's max_predictions_per_seq;
+    - `sparse_last_layer` (default True): with `sparse_mlm`, the last encoder layer computes its queries,
+      feed-forward block and LayerNorms only where the heads read it (the masked positions and [CLS]); every token
+      stays a key and value of its attention. Nothing else reads that layer's other outputs in a step with labels;
     - `unpadded` (default True): linear layers, LayerNorm and GELU on the real tokens only (`Packing`);
     - `attention` (for padded batches, with `unpadded`): "auto" (default; grouped by length on CPU), "padded",
       or "jagged" (PyTorch's variable-length attention on nested tensors; not with ALiBi).
@@ -201,6 +224,8 @@ def set_execution(model: nn.Module, sparse_mlm: bool | None = None, unpadded: bo
                 module.sparse_mlm = sparse_mlm
             if mlm_slots is not None:
                 module.mlm_slots = mlm_slots
+            if sparse_last_layer is not None:
+                module.sparse_last_layer = sparse_last_layer
         if isinstance(module, BertModel):
             if attention == "jagged" and module.config.alibi:
                 raise ConfigError("attention = 'jagged' has no attention bias, so it cannot run an ALiBi model "
@@ -213,6 +238,8 @@ def set_execution(model: nn.Module, sparse_mlm: bool | None = None, unpadded: bo
 
 class BertForPreTraining(_MLMHeadMixin, BertHeadModel):
     """BERT's pre-training model: masked LM over the tokens plus next-sentence prediction on [CLS]; loss = sum."""
+
+    reads_cls = True
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
@@ -229,7 +256,8 @@ class BertForPreTraining(_MLMHeadMixin, BertHeadModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> BertForPreTrainingOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        places = self._read_places(labels, output_hidden_states or output_attentions)
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions, places)
         prediction_logits, mlm_loss = masked_lm_logits(self.cls.predictions, out.last_hidden_state, labels,
                                                        self.sparse_mlm, self._slots())
         nsp_logits = self.cls.seq_relationship(out.pooler_output)  # (batch, 2)
@@ -259,7 +287,8 @@ class BertForMaskedLM(_MLMHeadMixin, BertHeadModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> MaskedLMOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        places = self._read_places(labels, output_hidden_states or output_attentions)
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions, places)
         logits, loss = masked_lm_logits(self.cls.predictions, out.last_hidden_state, labels, self.sparse_mlm,
                                         self._slots())
         return MaskedLMOutput(loss, logits, out.hidden_states, out.attentions)

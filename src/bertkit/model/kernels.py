@@ -9,7 +9,8 @@
 - GELU runs in blocks of a fixed number of rows on CPU (`GELU`), so the packed path's ever-changing token counts
   do not fill oneDNN's kernel cache with a kernel per count, and memory stays flat over a long job.
 
-`bertkit.model.bert` uses all three; none knows anything about BERT.
+`bertkit.model.bert` uses all three; none knows anything about BERT. Two helpers pick and read places in a batch
+(`first_places`, `gather_places`) for the parts of a step that need a few positions only (sparse MLM, the last layer).
 """
 
 from __future__ import annotations
@@ -86,6 +87,18 @@ class Dropout(nn.Module):
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
+
+
+def first_places(flags: Tensor, n: int) -> Tensor:
+    """(batch, seq) booleans -> (batch, n) positions: each row's flagged positions in order, then its unflagged
+    ones from the start, cut at n. The places of a row are distinct (the first n of a permutation)."""
+    return torch.sort(flags.to(torch.uint8), dim=1, descending=True, stable=True).indices[:, :n]
+
+
+def gather_places(x: Tensor, places: Tensor) -> Tensor:
+    """x (batch, seq, ...) at places (batch, n) -> (batch, n, ...)."""
+    index = places.reshape(*places.shape, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:])
+    return x.gather(1, index)
 
 
 @dataclass
