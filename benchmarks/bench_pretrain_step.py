@@ -7,15 +7,16 @@ folder in a seeded random order, through the collator `bertkit pretrain` builds 
 to a multiple of 8, dynamic masking), the model's vocabulary the data's. Sizes: `bertkit-mini` (its shape: L4 H256
 A4, FFN 1024, vocabulary 8,192), `base` (BERT-base: L12 H768 A12, FFN 3072, vocabulary 30,522), and the earlier
 report's `mini` (L4 H256 A4 with vocabulary 30,522) and `minilm` (L6 H384 A12, FFN 1536). bertkit runs once per
-lever (common.LEVERS: plain = every position and dense MLM logits, as transformers; +sparse MLM; +unpadded; all =
-the default; all+jagged: with jagged attention), each its own model from the same initial weights. The step
+lever (common.LEVERS: plain = every position and dense MLM logits, as transformers; +sparse MLM; +sparse last
+layer, its last layer only at the masked positions and [CLS] as well; +unpadded; all = the default; all+jagged: with
+jagged attention; the fixed-slot rows), each its own model from the same initial weights. The step
 functions take turns batch by batch in one process, under the same malloc setting (the one `bertkit pretrain` makes;
 --default-malloc: none); a round is one pass over the timed batches, and each row's best round counts (the machine
 is shared). Prints real tokens/s, the ratios to bertkit's plain path and to transformers, and the speed-up each
 row's work allows over transformers' (its model FLOPs per real token against the plain path's, `flops_per_token`).
 
     python benchmarks/bench_pretrain_step.py [--sizes bertkit-mini,base] [--steps 4] [--rounds 2] [--batch-size 32]
-        [--levers plain,all] [--threads N] [--data FOLDER] [--default-malloc] [--profile] [--json OUT]
+        [--levers plain,all] [--threads N] [--data FOLDER] [--compile] [--default-malloc] [--profile] [--json OUT]
 """
 
 from __future__ import annotations
@@ -108,6 +109,18 @@ def flops_per_token(shape: dict[str, int], batches: list[dict[str, torch.Tensor]
     return total / sum(float(b["attention_mask"].sum()) for b in batches)
 
 
+COMPILED = ", compiled"  # the suffix of a compiled row's name (--compile)
+
+
+def lever_work(row: str) -> dict[str, object]:
+    """flops_per_token's arguments for a row of the table: its lever's settings (a compiled row does its lever's
+    work); transformers computes what the plain path does."""
+    lever = LEVERS.get(row.removesuffix(COMPILED))
+    if lever is None:
+        return dict(sparse_mlm=False, unpadded=False)
+    return {k: lever.get(k, 0) for k in ("sparse_mlm", "unpadded", "mlm_slots", "sparse_last_layer")}
+
+
 def build(lib: str, size: str) -> torch.nn.Module:
     """A freshly initialised BertForPreTraining of `size`, bertkit's or transformers'."""
     if lib == "bertkit":
@@ -153,6 +166,9 @@ def main() -> None:
                    help="a prepared pre-training folder: its real batches (and vocabulary) instead of random ones")
     p.add_argument("--sizes", default="bertkit-mini,base")
     p.add_argument("--levers", default=",".join(LEVERS), help=f"bertkit's rows, of: {', '.join(LEVERS)}")
+    p.add_argument("--compile", action="store_true",
+                   help="also each bertkit row through torch.compile (inductor, dynamic shapes), as 'ROW, compiled'; "
+                        "it compiles during the warm-up and the first rounds, so give --rounds 2 or more")
     p.add_argument("--profile", action="store_true",
                    help="afterwards, torch.profiler's top ops over two steps of bertkit's last row, last size")
     p.add_argument("--default-malloc", action="store_true",
@@ -186,20 +202,23 @@ def main() -> None:
         for lever in levers:
             torch.manual_seed(0)
             steps[lever] = make_step(with_levers(build("bertkit", size), lever))
+        for lever in levers if a.compile else []:
+            torch.manual_seed(0)
+            model = with_levers(build("bertkit", size), lever)
+            model.compile(dynamic=True)
+            steps[f"{lever}{COMPILED}"] = make_step(model)
         torch.manual_seed(0)
         steps[REFERENCE] = make_step(build("transformers", size))
         rates = time_interleaved(steps, batches, rounds=a.rounds)
         best = {name: max(r) for name, r in rates.items()}
         plain = best.get("plain")
-        work = {name: flops_per_token(SIZES[size], batches[2:], **({k: LEVERS[name].get(k, 0) for k in ("sparse_mlm", "unpadded", "mlm_slots", "sparse_last_layer")}
-                                                                 if name in LEVERS else dict(sparse_mlm=False, unpadded=False)))
-                for name in steps}
+        work = {name: flops_per_token(SIZES[size], batches[2:], **lever_work(name)) for name in steps}
         print(f"\n{size} ({', '.join(f'{k}={v}' for k, v in SIZES[size].items())})")
-        print(f"{'row':24} {'tok/s':>9} {'rounds':>17} {'MFLOP/tok':>10} {'/ plain':>8} {'/ transformers':>15} "
+        print(f"{'row':30} {'tok/s':>9} {'rounds':>17} {'MFLOP/tok':>10} {'/ plain':>8} {'/ transformers':>15} "
               f"{'work allows':>12}")
         for name, r in rates.items():
             vs_plain = f"{best[name] / plain:7.2f}x" if plain else ""
-            print(f"{name:24} {best[name]:9.0f} {' '.join(f'{x:.0f}' for x in r):>17} {work[name] / 1e6:10.1f} "
+            print(f"{name:30} {best[name]:9.0f} {' '.join(f'{x:.0f}' for x in r):>17} {work[name] / 1e6:10.1f} "
                   f"{vs_plain:>8} {best[name] / best[REFERENCE]:14.2f}x {work[REFERENCE] / work[name]:11.2f}x")
         report["sizes"][size] = {"shape": SIZES[size], "rounds": rates, "best": best, "flops_per_token": work}
     if a.json:

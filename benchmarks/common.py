@@ -62,6 +62,9 @@ LEVERS = {
     # positions drawn at random (mean 19, 40 is over five standard deviations above it)
     "+sparse MLM in 40 slots": dict(sparse_mlm=True, unpadded=False, attention="auto", mlm_slots=40,
                                     sparse_last_layer=False),
+    # both sparse levers with static shapes: the MLM head in 40 slots, the last layer in those and [CLS]
+    "+sparse in 40 slots": dict(sparse_mlm=True, unpadded=False, attention="auto", mlm_slots=40,
+                                sparse_last_layer=True),
 }
 
 

@@ -19,7 +19,8 @@ failed with its error, and the others still run):
                reference stays in the turns). bertkit runs its default step (--attention picks the attention of a
                padded batch: "jagged" is PyTorch's variable-length flash / memory-efficient attention) and, in the
                same turns, one model per lever of --levers (benchmarks/common.py LEVERS: plain, +sparse MLM,
-               +unpadded, all+jagged; also all, "+sparse MLM in 40 slots"), compiled too under --compile.
+               +sparse last layer, +unpadded, all+jagged; also all, "+sparse MLM in 40 slots", "+sparse in 40
+               slots"), compiled too under --compile.
 - embed:       sentence embeddings of WikiText-2 paragraphs (max 256 tokens), bertkit's Encoder in bf16 against
                sentence-transformers in fp16, best of 3 interleaved rounds, real tokens/s; cosine to bertkit fp32.
                Goal: >= 2x, cosine >= 0.999.
@@ -666,7 +667,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compile", action="store_true", help="torch.compile bertkit's models (pretrain, embed)")
     p.add_argument("--attention", default="auto", choices=("auto", "padded", "jagged"),
                    help="attention of bertkit's padded pre-training batches (pretrain section)")
-    p.add_argument("--levers", default="plain,+sparse MLM,+unpadded,all+jagged",
+    p.add_argument("--levers", default="plain,+sparse MLM,+sparse last layer,+unpadded,all+jagged",
                    help="extra bertkit rows of the pretrain section, of benchmarks/common.py LEVERS ('' for none)")
     p.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, when the table lacks it")
     p.add_argument("--max-batch", type=int, help="cap of the memory search (default 1024; dry run 8)")

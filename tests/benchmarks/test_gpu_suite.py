@@ -52,7 +52,8 @@ def test_dry_run_report(tmp_path: Path, data_dir: Path, minilm_dir: Path, monkey
     assert pre["bertkit_tokens_per_s"] > 0 and pre["transformers_tokens_per_s"] > 0
     assert math.isclose(pre["speedup"], pre["bertkit_tokens_per_s"] / pre["transformers_tokens_per_s"])
     assert "6 N" in pre["mfu_formula"] and pre["bertkit_mfu"] is None  # no peak on a CPU
-    assert list(pre["levers"]) == ["plain", "+sparse MLM", "+unpadded", "all+jagged"]  # every lever's code path
+    # every lever's code path
+    assert list(pre["levers"]) == ["plain", "+sparse MLM", "+sparse last layer", "+unpadded", "all+jagged"]
     for lever, row in pre["levers"].items():
         assert row["tokens_per_s"] > 0 and row["mfu"] is None, lever
         assert math.isclose(row["vs_transformers"], row["tokens_per_s"] / pre["transformers_tokens_per_s"]), lever

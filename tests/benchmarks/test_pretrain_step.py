@@ -59,3 +59,10 @@ def test_load_batches_reads_the_folder_as_pretrain_does(tmp_path: Path, data_dir
     assert all(torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(batches, again))
     with pytest.raises(SystemExit, match="fewer than"):
         bench_pretrain_step.load_batches(out, len(PretrainingDataset(out)), 4)
+
+
+def test_a_compiled_row_does_its_levers_work_and_transformers_the_plain_paths() -> None:
+    assert bench_pretrain_step.lever_work("all, compiled") == bench_pretrain_step.lever_work("all") == dict(
+        sparse_mlm=True, unpadded=True, mlm_slots=0, sparse_last_layer=True)
+    assert bench_pretrain_step.lever_work("transformers") == dict(sparse_mlm=False, unpadded=False)
+    assert bench_pretrain_step.lever_work("+sparse MLM in 40 slots")["mlm_slots"] == 40
