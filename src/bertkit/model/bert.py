@@ -47,6 +47,11 @@ def activation(name: str) -> nn.Module:
     return nn.ReLU()
 
 
+def fused_linear(x: Tensor, *layers: nn.Linear) -> Tensor:
+    """Several linear layers on the same input in one matrix product, their outputs side by side."""
+    return F.linear(x, torch.cat([m.weight for m in layers]), torch.cat([m.bias for m in layers]))
+
+
 class BertEmbeddings(nn.Module):
     """Sum of word-piece, segment and learned absolute position embeddings, then LayerNorm and dropout.
 
@@ -90,12 +95,10 @@ class BertSelfAttention(nn.Module):
 
     def project_qkv(self, x: Tensor) -> Tensor:
         """(tokens, hidden) -> (tokens, 3 * hidden): Q, K and V in one matrix product."""
-        w = torch.cat([self.query.weight, self.key.weight, self.value.weight])
-        b = torch.cat([self.query.bias, self.key.bias, self.value.bias])
-        return F.linear(x, w, b)
+        return fused_linear(x, self.query, self.key, self.value)
 
     def forward(self, x: Tensor, packing: Packing, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
-        # x: packed (tokens, hidden); with `places`, see attend_at
+        # x: packed (tokens, hidden)
         qkv = self.project_qkv(x)  # (tokens, 3 * hidden)
         if packing.offsets is not None and not output_attentions:
             return self.attend_jagged(qkv, packing.offsets), None
@@ -118,16 +121,14 @@ class BertSelfAttention(nn.Module):
         context, probs = self.scaled_attention(q, k, v, mask, output_attentions)
         return context.transpose(1, 2).reshape(batch, seq_len, -1), probs  # (batch, seq, hidden)
 
-    def attend_at(self, x: Tensor, packing: Packing, places: Tensor) -> Tensor:
-        """Packed (tokens, hidden) -> the attention output at `places` only, (batch, n, hidden): queries at each
-        sequence's places (batch, n), keys and values at all its real tokens, as at every position."""
+    def attend_at(self, x: Tensor, queries: Tensor, packing: Packing, places: Tensor) -> Tensor:
+        """The attention output at `places` (batch, n) only, (batch, n, hidden): keys and values from every real
+        token of packed x (tokens, hidden), queries from `queries` (batch, n, hidden), x's rows at those places."""
         batch, n = places.shape
-        kv_weight = torch.cat([self.key.weight, self.value.weight])
-        kv = packing.unpack(F.linear(x, kv_weight, torch.cat([self.key.bias, self.value.bias])))  # (batch, seq, 2h)
+        kv = packing.unpack(fused_linear(x, self.key, self.value))  # (batch, seq, 2 * hidden)
         seq_len = kv.shape[1]
         k, v = kv.view(batch, seq_len, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        q = self.query(gather_places(packing.unpack(x), places))  # (batch, n, hidden)
-        q = q.view(batch, n, self.num_heads, self.head_dim).transpose(1, 2)  # (batch, heads, n, head_dim)
+        q = self.query(queries).view(batch, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, heads, n, d)
         mask = packing.key_mask
         if self.alibi_slopes is not None:
             mask = self.alibi_bias(seq_len, mask, q.dtype, places)
@@ -213,9 +214,10 @@ class BertAttention(nn.Module):
     def forward(self, x: Tensor, packing: Packing, output_attentions: bool = False,
                 places: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """Packed (tokens, hidden) -> packed; with `places` (batch, n), the outputs there only: (batch, n, hidden)."""
-        if places is not None:
-            context = self.self.attend_at(self.output.normalize_input(x), packing, places)
-            return self.output(context, gather_places(packing.unpack(x), places)), None
+        if places is not None:  # queries from the places' rows (a pre-LN LayerNorm is per token, so it may run there)
+            at = gather_places(packing.unpack(x), places)  # (batch, n, hidden)
+            normalize = self.output.normalize_input
+            return self.output(self.self.attend_at(normalize(x), normalize(at), packing, places), at), None
         context, probs = self.self(self.output.normalize_input(x), packing, output_attentions)
         return self.output(context, x), probs
 
@@ -417,6 +419,9 @@ class BertModel(BertPreTrainedModel):
                 f"sequence length {input_ids.shape[1]} exceeds max_position_embeddings "
                 f"({self.config.max_position_embeddings}); truncate the input"
             )
+        if output_at is not None and (output_hidden_states or output_attentions):
+            raise ValueError("output_at computes the last layer at some positions only; hidden states and "
+                             "attentions need every position")
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if token_type_ids is None:
@@ -425,9 +430,6 @@ class BertModel(BertPreTrainedModel):
         packing = Packing(attention_mask, padded=torch.onnx.is_in_onnx_export() or not self.unpadded,
                           attention=self.attention_kernel)
         x = packing.pack(self.embeddings(input_ids, token_type_ids))  # (tokens, hidden)
-        if output_at is not None and (output_hidden_states or output_attentions):
-            raise ValueError("output_at computes the last layer at some positions only; hidden states and "
-                             "attentions need every position")
         x, hidden_states, attentions = self.encoder(x, packing, output_hidden_states, output_attentions, output_at)
         if output_at is None:
             last_hidden_state = packing.unpack(x)  # (batch, seq, hidden)
