@@ -9,14 +9,16 @@ A4, FFN 1024, vocabulary 8,192), `base` (BERT-base: L12 H768 A12, FFN 3072, voca
 report's `mini` (L4 H256 A4 with vocabulary 30,522) and `minilm` (L6 H384 A12, FFN 1536). bertkit runs once per
 lever (common.LEVERS: plain = every position and dense MLM logits, as transformers; +sparse MLM; +sparse last
 layer, its last layer only at the masked positions and [CLS] as well; +unpadded; all = the default; all+jagged: with
-jagged attention; the fixed-slot rows), each its own model from the same initial weights. The step
+jagged attention; the fixed-slot rows), each its own model from the same initial weights; with --bf16 each row
+(transformers too) again under bf16 autocast, as `bertkit pretrain --training.precision bf16` runs it. The step
 functions take turns batch by batch in one process, under the same malloc setting (the one `bertkit pretrain` makes;
 --default-malloc: none); a round is one pass over the timed batches, and each row's best round counts (the machine
 is shared). Prints real tokens/s, the ratios to bertkit's plain path and to transformers, and the speed-up each
 row's work allows over transformers' (its model FLOPs per real token against the plain path's, `flops_per_token`).
 
     python benchmarks/bench_pretrain_step.py [--sizes bertkit-mini,base] [--steps 4] [--rounds 2] [--batch-size 32]
-        [--levers plain,all] [--threads N] [--data FOLDER] [--compile] [--default-malloc] [--profile] [--json OUT]
+        [--levers plain,all] [--threads N] [--data FOLDER] [--compile] [--bf16] [--default-malloc] [--profile]
+        [--json OUT]
 """
 
 from __future__ import annotations
@@ -110,12 +112,13 @@ def flops_per_token(shape: dict[str, int], batches: list[dict[str, torch.Tensor]
 
 
 COMPILED = ", compiled"  # the suffix of a compiled row's name (--compile)
+BF16 = ", bf16"  # the suffix of a row under bf16 autocast (--bf16)
 
 
 def lever_work(row: str) -> dict[str, object]:
     """flops_per_token's arguments for a row of the table: its lever's settings (a compiled row does its lever's
-    work); transformers computes what the plain path does."""
-    lever = LEVERS.get(row.removesuffix(COMPILED))
+    work, and so does a bf16 row); transformers computes what the plain path does."""
+    lever = LEVERS.get(row.removesuffix(BF16).removesuffix(COMPILED))
     if lever is None:
         return dict(sparse_mlm=False, unpadded=False)
     return {k: lever.get(k, 0) for k in ("sparse_mlm", "unpadded", "mlm_slots", "sparse_last_layer")}
@@ -169,6 +172,9 @@ def main() -> None:
     p.add_argument("--compile", action="store_true",
                    help="also each bertkit row through torch.compile (inductor, dynamic shapes), as 'ROW, compiled'; "
                         "it compiles during the warm-up and the first rounds, so give --rounds 2 or more")
+    p.add_argument("--bf16", action="store_true",
+                   help="also each row, transformers too, under bf16 autocast, as 'ROW, bf16' (fast on CPUs with "
+                        "AVX512-BF16 or AMX, emulated and many times slower elsewhere: the CPU line says which)")
     p.add_argument("--profile", action="store_true",
                    help="afterwards, torch.profiler's top ops over two steps of bertkit's last row, last size")
     p.add_argument("--default-malloc", action="store_true",
@@ -207,8 +213,14 @@ def main() -> None:
             model = with_levers(build("bertkit", size), lever)
             model.compile(dynamic=True)
             steps[f"{lever}{COMPILED}"] = make_step(model)
+        for lever in levers if a.bf16 else []:
+            torch.manual_seed(0)
+            steps[f"{lever}{BF16}"] = make_step(with_levers(build("bertkit", size), lever), autocast_device="cpu")
         torch.manual_seed(0)
         steps[REFERENCE] = make_step(build("transformers", size))
+        if a.bf16:
+            torch.manual_seed(0)
+            steps[f"{REFERENCE}{BF16}"] = make_step(build("transformers", size), autocast_device="cpu")
         rates = time_interleaved(steps, batches, rounds=a.rounds)
         best = {name: max(r) for name, r in rates.items()}
         plain = best.get("plain")

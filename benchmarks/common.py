@@ -78,7 +78,7 @@ def with_levers(model: torch.nn.Module, lever: str) -> torch.nn.Module:
 
 def make_step(model: torch.nn.Module, autocast_device: str | None = None) -> Callable[[dict[str, torch.Tensor]], None]:
     """One training step of `model`: forward, backward, clipping, AdamW, as both trainers run it; under bf16
-    autocast on `autocast_device` when given (the GPU suite)."""
+    autocast on `autocast_device` when given (the GPU suite; bench_pretrain_step.py --bf16 on the CPU)."""
     from bertkit.training.optim import parameter_groups
 
     model.train()

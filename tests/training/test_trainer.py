@@ -144,6 +144,19 @@ def test_warmup_longer_than_the_run_is_reported(tmp_path, capsys) -> None:
     assert "warmup is 10 steps but the run has 4" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("native", [False, True])
+def test_bf16_on_a_cpu_without_bf16_units_is_reported(tmp_path, capsys, monkeypatch, native: bool) -> None:
+    """bf16 autocast on a CPU that emulates bf16 is many times slower than fp32: the run says so at its start."""
+    import bertkit.training.trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "cpu_has_native_bf16", lambda: native)
+    cfg = TrainingConfig(output_dir=str(tmp_path / "run"), max_steps=2, warmup=0, batch_size=8, progress_bar=False,
+                         tensorboard=False, precision="bf16")
+    Trainer(ToyModel(), cfg, ToyData()).train()
+    err = capsys.readouterr().err
+    assert ("no bf16 matrix units" in err) is not native, err
+
+
 def test_activation_checkpointing_needs_a_bert_encoder(tmp_path: Path) -> None:
     from bertkit.model import BertConfig, BertForMaskedLM
 

@@ -83,7 +83,8 @@ class TrainingConfig:
     # --- numerics and device ---
     precision: str = "auto"
     """'auto' (bf16 autocast on a CUDA GPU that supports it, fp16 + loss scaling on older GPUs, fp32 on CPU),
-    'fp32', 'bf16' (allowed on CPU too) or 'fp16' (CUDA only)."""
+    'fp32', 'bf16' (on a CPU too, fast only with bf16 matrix units, AVX512-BF16 or AMX: elsewhere PyTorch emulates
+    it, many times slower than fp32, and the trainer warns) or 'fp16' (CUDA only)."""
     device: str = "auto"
     """'auto' (the local CUDA GPU if any, else CPU), 'cpu', 'cuda', or 'cuda:N'."""
     activation_checkpointing: bool = False

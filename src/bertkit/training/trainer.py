@@ -34,7 +34,7 @@ from bertkit.errors import CheckpointError, ConfigError, TrainingError
 from bertkit.io import folder_lock, make_dir
 from bertkit.model.bert import set_activation_checkpointing
 from bertkit.progress import progress_bar
-from bertkit.runtime import keep_freed_memory
+from bertkit.runtime import cpu_has_native_bf16, keep_freed_memory
 import bertkit.training.checkpoint as ckpt
 from bertkit.training.config import TrainingConfig
 from bertkit.training.distributed import DistInfo, all_gather_objects, any_rank, barrier, setup_distributed
@@ -551,6 +551,11 @@ class Trainer:
         if warmup_steps >= self.total_steps:
             self._print(f"warning: TrainingConfig.warmup is {warmup_steps} steps but the run has {self.total_steps}: "
                         f"the learning rate never reaches its peak {c.lr:g} (give warmup as a fraction, e.g. 0.1)")
+        if self.precision == "bf16" and self.device.type == "cpu" and not cpu_has_native_bf16():
+            self._print("warning: TrainingConfig.precision is 'bf16' but this CPU has no bf16 matrix units (no "
+                        "avx512_bf16 or amx_bf16 in /proc/cpuinfo): PyTorch emulates bf16 here, and a pre-training "
+                        "step runs many times slower than in fp32 (34x for bertkit-mini's on an AVX2 EPYC, "
+                        "benchmarks/bench_pretrain_step.py --bf16); use precision 'fp32' or 'auto' on this machine")
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
         self.state = TrainState()
         self._resume_record: dict[str, Any] | None = None
