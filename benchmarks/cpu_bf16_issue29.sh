@@ -21,8 +21,10 @@ if ! grep -qwE "avx512_bf16|amx_bf16" /proc/cpuinfo && [ "${FORCE:-0}" != 1 ]; t
   exit 2
 fi
 STEP="python3 benchmarks/bench_pretrain_step.py --bf16 --levers plain,all"
-$STEP --sizes bertkit-mini --data "$PT" --batch-size 16 --steps 8 --rounds 3 --threads 2 --json "$OUT/step-mini-real-t2.json"
-$STEP --sizes bertkit-mini --data "$PT" --batch-size 16 --steps 8 --rounds 3 --threads 1 --json "$OUT/step-mini-real-t1.json"
+for threads in 2 1; do
+  $STEP --sizes bertkit-mini --data "$PT" --batch-size 16 --steps 8 --rounds 3 --threads $threads \
+    --json "$OUT/step-mini-real-t$threads.json"
+done
 $STEP --sizes bertkit-mini --steps 4 --rounds 3 --batch-size 32 --threads 1 --json "$OUT/step-mini.json"
 $STEP --sizes base --steps 2 --rounds 2 --batch-size 8 --threads 1 --json "$OUT/step-base.json"
 python3 benchmarks/bf16_pretrain_curves.py --train-data "$PT" --eval-data "$HELDOUT" --out "$OUT/curves" \
