@@ -553,9 +553,9 @@ class Trainer:
                         f"the learning rate never reaches its peak {c.lr:g} (give warmup as a fraction, e.g. 0.1)")
         if self.precision == "bf16" and self.device.type == "cpu" and not cpu_has_native_bf16():
             self._print("warning: TrainingConfig.precision is 'bf16' but this CPU has no bf16 matrix units (no "
-                        "avx512_bf16 or amx_bf16 in /proc/cpuinfo): PyTorch emulates bf16 here, and a pre-training "
-                        "step runs many times slower than in fp32 (34x for bertkit-mini's on an AVX2 EPYC, "
-                        "benchmarks/bench_pretrain_step.py --bf16); use precision 'fp32' or 'auto' on this machine")
+                        "avx512_bf16 or amx_bf16 in /proc/cpuinfo): PyTorch emulates bf16 here, and a training step "
+                        "runs many times slower than in fp32 (benchmarks/bench_pretrain_step.py --bf16 measures it); "
+                        "use precision 'fp32' or 'auto' on this machine")
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
         self.state = TrainState()
         self._resume_record: dict[str, Any] | None = None
