@@ -7,7 +7,8 @@ final/ folder is there is not run again, and a stopped one resumes. Then it prin
 run's median training tokens/s and their ratio, the largest and the mean relative gap between the two training
 losses at the logged steps, and both runs' held-out evaluations; OUT/curves.png draws both runs' curves in one panel
 per metric. The CPU line says whether bf16 runs in hardware here (avx512_bf16 or amx_bf16): elsewhere PyTorch emulates
-it, many times slower, but the arithmetic (bf16 inputs, float32 sums) and so the curves are the same.
+it, many times slower, with the same roundings to bf16 (only the order of float32 sums inside a matrix product may
+differ), so the curves should be those of a CPU with the units, the speed not.
 
     python benchmarks/bf16_pretrain_curves.py --train-data DATA/pt128 --eval-data DATA/heldout --out runs/bf16 \\
         [--config configs/pretrain-mini-cpu.yaml] [--steps 200] [--eval-batches 8] [--json OUT]
