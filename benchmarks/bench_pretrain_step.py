@@ -118,7 +118,7 @@ BF16 = ", bf16"  # the suffix of a row under bf16 autocast (--bf16)
 def lever_work(row: str) -> dict[str, object]:
     """flops_per_token's arguments for a row of the table: its lever's settings (a compiled row does its lever's
     work, and so does a bf16 row); transformers computes what the plain path does."""
-    lever = LEVERS.get(row.removesuffix(BF16).removesuffix(COMPILED))
+    lever = LEVERS.get(row.removesuffix(COMPILED).removesuffix(BF16))
     if lever is None:
         return dict(sparse_mlm=False, unpadded=False)
     return {k: lever.get(k, 0) for k in ("sparse_mlm", "unpadded", "mlm_slots", "sparse_last_layer")}
@@ -171,12 +171,14 @@ def main() -> None:
     p.add_argument("--levers", default=",".join(LEVERS), help=f"bertkit's rows, of: {', '.join(LEVERS)}")
     p.add_argument("--compile", action="store_true",
                    help="also each bertkit row through torch.compile (inductor, dynamic shapes), as 'ROW, compiled'; "
-                        "it compiles during the warm-up and the first rounds, so give --rounds 2 or more")
+                        "it compiles during the warm-up and the first rounds, so give --rounds 2 or more; with --bf16 "
+                        "also each bertkit row compiled under bf16 autocast, as 'ROW, bf16, compiled'")
     p.add_argument("--bf16", action="store_true",
                    help="also each row, transformers too, under bf16 autocast, as 'ROW, bf16' (fast on CPUs with "
                         "AVX512-BF16 or AMX, emulated and many times slower elsewhere: the CPU line says which)")
     p.add_argument("--profile", action="store_true",
-                   help="afterwards, torch.profiler's top ops over two steps of bertkit's last row, last size")
+                   help="afterwards, torch.profiler's top ops over two steps of bertkit's last row (its bf16 "
+                        "row with --bf16), last size")
     p.add_argument("--default-malloc", action="store_true",
                    help="leave glibc malloc as it is instead of bertkit's training setting (for both libraries)")
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
@@ -216,6 +218,11 @@ def main() -> None:
         for lever in levers if a.bf16 else []:
             torch.manual_seed(0)
             steps[f"{lever}{BF16}"] = make_step(with_levers(build("bertkit", size), lever), autocast_device="cpu")
+        for lever in levers if a.bf16 and a.compile else []:
+            torch.manual_seed(0)
+            model = with_levers(build("bertkit", size), lever)
+            model.compile(dynamic=True)
+            steps[f"{lever}{BF16}{COMPILED}"] = make_step(model, autocast_device="cpu")
         torch.manual_seed(0)
         steps[REFERENCE] = make_step(build("transformers", size))
         if a.bf16:
@@ -238,14 +245,15 @@ def main() -> None:
     if a.profile:
         from torch.profiler import ProfilerActivity, profile
 
-        step = steps[levers[-1]]
+        profiled = f"{levers[-1]}{BF16}" if a.bf16 else levers[-1]
+        step = steps[profiled]
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for b in batches[:2]:
                 step(b)
         events = prof.key_averages()
         total = sum(e.self_cpu_time_total for e in events)
         linear = sum(e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm"))
-        print(f"\nwhere the bertkit {size} step ({levers[-1]}) spends its time (torch.profiler, self CPU time): "
+        print(f"\nwhere the bertkit {size} step ({profiled}) spends its time (torch.profiler, self CPU time): "
               f"{linear / total:.0%} in matrix products of the linear layers (aten::mm, aten::addmm)")
         print(events.table(sort_by="self_cpu_time_total", row_limit=12))
 

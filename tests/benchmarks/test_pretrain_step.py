@@ -65,6 +65,7 @@ def test_a_compiled_or_bf16_row_does_its_levers_work_and_transformers_the_plain_
     assert bench_pretrain_step.lever_work("all, compiled") == bench_pretrain_step.lever_work("all") == dict(
         sparse_mlm=True, unpadded=True, mlm_slots=0, sparse_last_layer=True)
     assert bench_pretrain_step.lever_work("all, bf16") == bench_pretrain_step.lever_work("all")
+    assert bench_pretrain_step.lever_work("all, bf16, compiled") == bench_pretrain_step.lever_work("all")
     assert bench_pretrain_step.lever_work("transformers") == dict(sparse_mlm=False, unpadded=False)
     assert bench_pretrain_step.lever_work("transformers, bf16") == dict(sparse_mlm=False, unpadded=False)
     assert bench_pretrain_step.lever_work("+sparse MLM in 40 slots")["mlm_slots"] == 40

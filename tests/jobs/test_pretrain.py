@@ -262,3 +262,48 @@ def test_evaluation_is_the_same_with_dense_mlm_logits_and_every_attention(prepar
             PretrainConfig.from_dict(bad)
     with pytest.raises(ConfigError, match="'jagged' with training.activation_checkpointing"):
         PretrainConfig.from_dict({"attention": "jagged", "training": {"activation_checkpointing": True}})
+
+
+def test_bf16_on_a_cpu_keeps_the_steps_shapes_fixed_unless_told_otherwise() -> None:
+    """oneDNN builds a bf16 kernel per matrix shape on a CPU: there the defaults become padded batches and the MLM
+    head in the data's max_predictions_per_seq slots; float32 and GPUs keep the packed, as-they-come defaults, and
+    a value the config gives always wins."""
+    from bertkit.jobs.pretrain import PretrainConfig, step_shapes
+
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    unpadded, slots, note = step_shapes(PretrainConfig(), cpu, "bf16", 20)
+    assert (unpadded, slots) == (False, 20)
+    assert "unpadded: false, mlm_slots: 20" in note and "oneDNN" in note
+    for device, precision in ((cpu, "fp32"), (gpu, "bf16"), (gpu, "fp16")):
+        assert step_shapes(PretrainConfig(), device, precision, 20) == (True, 0, None)
+    assert step_shapes(PretrainConfig(unpadded=True, mlm_slots=0), cpu, "bf16", 20) == (True, 0, None)
+    unpadded, slots, note = step_shapes(PretrainConfig(unpadded=True), cpu, "bf16", 20)
+    assert (unpadded, slots) == (True, 20) and "(mlm_slots: 20)" in note
+    assert step_shapes(PretrainConfig(mlm_slots=32), cpu, "bf16", 20)[:2] == (False, 32)
+    assert step_shapes(PretrainConfig(unpadded=False, mlm_slots=0), cpu, "fp32", 20) == (False, 0, None)
+    # without sparse MLM there are no slots to fix
+    assert step_shapes(PretrainConfig(sparse_mlm=False), cpu, "bf16", 20)[:2] == (False, 0)
+
+
+def test_a_bf16_cpu_run_trains_with_fixed_shapes_and_says_so(prepared, tmp_path: Path, monkeypatch, capsys) -> None:
+    """`bertkit pretrain --training.precision bf16` on a CPU: the note at the start, and the model it trained ran
+    padded with its MLM head in max_predictions_per_seq (here 64 // 6 = 10) slots; the saved config keeps None."""
+    import bertkit.model.heads as heads
+
+    seen: dict = {}
+    real = heads.set_execution
+
+    def spy(model: torch.nn.Module, **levers) -> None:  # noqa: ANN003
+        seen.update(levers)
+        real(model, **levers)
+
+    monkeypatch.setattr(heads, "set_execution", spy)
+    out = tmp_path / "run"
+    argv = ["pretrain", "--model", "tiny", "--train_data", str(prepared["train"]), "--eval_data", str(prepared["eval"]),
+            "--eval_batches", "1", "--training.output_dir", str(out), "--training.max_steps", "2",
+            "--training.batch_size", "4", "--training.precision", "bf16", "--training.progress_bar", "false"]
+    assert _main(argv, monkeypatch) == 0
+    assert seen["unpadded"] is False and seen["mlm_slots"] == 10
+    assert "bf16 on a CPU: the step keeps fixed shapes (unpadded: false, mlm_slots: 10)" in capsys.readouterr().err
+    saved = yaml.safe_load((out / "pretrain_config.yaml").read_text())
+    assert saved["unpadded"] is None and saved["mlm_slots"] is None

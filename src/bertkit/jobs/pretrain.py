@@ -22,7 +22,7 @@ from bertkit.data.dataset import IGNORE_INDEX
 from bertkit.errors import ConfigError
 from bertkit.pretrained import resolve_model_dir
 from bertkit.training.config import TrainingConfig, config_from_dict, read_config_file, save_config
-from bertkit.training.trainer import Trainer, TrainPhase, TrainResult
+from bertkit.training.trainer import Trainer, TrainPhase, TrainResult, resolve_precision
 
 if TYPE_CHECKING:
     from bertkit.model.folder import FolderConfig
@@ -89,19 +89,21 @@ class PretrainConfig:
     """With sparse_mlm: the last encoder layer computes its queries, output projections and feed-forward block
     only where the heads read it (the masked positions and [CLS]; every token stays a key and value of its
     attention): the same loss and gradients. False: that layer at every position."""
-    unpadded: bool = True
-    """Run the linear layers, LayerNorm and GELU on the real tokens only, not on padding (exact)."""
+    unpadded: bool | None = None
+    """Run the linear layers, LayerNorm and GELU on the real tokens only, not on padding (exact). None (default):
+    True, except under bf16 autocast on a CPU, where fixed shapes run faster (see `step_shapes`)."""
     attention: str = "auto"
     """Attention over a padded batch: "auto" (grouped by length on CPU), "padded", or "jagged" (PyTorch's
     variable-length attention on nested tensors: flash / memory-efficient kernels on CUDA; slower on CPU; no ALiBi,
     no activation checkpointing).
     These choose how a step is computed, not the model: weights, config.json and the loss stay the same, so they
     live here, not in the model's config."""
-    mlm_slots: int = 0
+    mlm_slots: int | None = None
     """With sparse_mlm: 0 takes the masked positions as they come (their number changes with every batch); N > 0 a
     fixed block of N places per sequence in each training step, at least the data's max_predictions_per_seq, so
     that every step has the same shapes, as `training.compile: reduce-overhead` (CUDA graphs) needs. The same loss
-    (tests/model/test_execution.py); evaluation takes the masked positions."""
+    (tests/model/test_execution.py); evaluation takes the masked positions. None (default): 0, except under bf16
+    autocast on a CPU: the data's max_predictions_per_seq (see `step_shapes`)."""
     training: TrainingConfig = field(default_factory=_paper_training)
     """Optimizer, schedule, batching, precision, checkpoints (see TrainingConfig)."""
 
@@ -115,7 +117,7 @@ class PretrainConfig:
         if self.attention not in Packing.ATTENTION:
             raise ConfigError(f"PretrainConfig.attention = {self.attention!r}: expected one of "
                               f"{', '.join(Packing.ATTENTION)}")
-        if self.mlm_slots < 0 or (self.mlm_slots and not self.sparse_mlm):
+        if self.mlm_slots is not None and (self.mlm_slots < 0 or (self.mlm_slots and not self.sparse_mlm)):
             raise ConfigError(f"PretrainConfig.mlm_slots = {self.mlm_slots}: expected 0, or a count > 0 with "
                               "sparse_mlm: true (a fixed block of the masked positions)")
         if self.attention == "jagged" and self.training.activation_checkpointing:
@@ -180,6 +182,31 @@ def loader_note(device: torch.device, num_workers: int) -> str | None:
         return None
     return ("note: training.num_workers is 0, so the batches are built in the training process between steps while "
             "the GPU waits; set training.num_workers to 1 or 2 to build them during the steps")
+
+
+def step_shapes(config: PretrainConfig, device: torch.device, precision: str,
+                max_predictions: int) -> tuple[bool, int, str | None]:
+    """The training step's `unpadded` and `mlm_slots` where the config leaves them to bertkit (None), and a note
+    to print when that choice departs from the defaults (True, 0).
+
+    Under bf16 autocast on a CPU, PyTorch multiplies bf16 matrices with oneDNN, which builds (JIT-compiles) a
+    kernel for each new matrix shape: with the real tokens packed and the masked positions taken as they come,
+    nearly every step brings new shapes, and building their kernels costs more than bf16 saves
+    (docs/results/pretrain-bf16-cpu-xeon-amx-2026-11-27.md). There the step keeps fixed shapes: padded batches
+    (lengths a multiple of pad_to_multiple_of) and the MLM head in `max_predictions` slots per sequence, the data's
+    max_predictions_per_seq. Both are exact: the same loss as the default path (tests/model/test_execution.py).
+    float32 on a CPU (MKL) and every precision on a GPU have no such cost and keep the defaults."""
+    fixed = device.type == "cpu" and precision == "bf16"
+    unpadded = config.unpadded if config.unpadded is not None else not fixed
+    slots = config.mlm_slots if config.mlm_slots is not None else (max_predictions if fixed and config.sparse_mlm
+                                                                   else 0)
+    chosen = ["unpadded: false"] if config.unpadded is None and not unpadded else []
+    chosen += [f"mlm_slots: {slots}"] if config.mlm_slots is None and slots else []
+    note = None
+    if chosen:
+        note = (f"note: bf16 on a CPU: the step keeps fixed shapes ({', '.join(chosen)}), since oneDNN builds a bf16 "
+                "kernel for every new matrix shape; set unpadded / mlm_slots to choose yourself")
+    return unpadded, slots, note
 
 
 def pretraining_collator(dataset: Any, seed: int, config: PretrainConfig, evaluation: bool = False):  # noqa: ANN202
@@ -362,17 +389,21 @@ def run(config: PretrainConfig, resume: bool = False,
             check_same_vocabulary(model_dir, tok_dir / "vocab.txt")
         if wrap_model is not None:
             model = wrap_model(model)
-        # every BERT in the trained module (a distiller's teacher and student alike), so their logits line up
-        set_execution(model, sparse_mlm=config.sparse_mlm, unpadded=config.unpadded, attention=config.attention,
-                      mlm_slots=config.mlm_slots, sparse_last_layer=config.sparse_last_layer)
-
         # Phase k draws its dynamic masks from seed + k: phases over the same data (a batch ramp) see new masks.
         collators = [pretraining_collator(ds, t.seed + k, config) for k, ds in enumerate(datasets)]
+        most = max(collator.config.max_predictions_per_seq for collator in collators)
+        unpadded, slots, note = step_shapes(config, dist_info.device, resolve_precision(t.precision, dist_info.device),
+                                            most)
+        if note and dist_info.is_main:
+            print(note, file=sys.stderr)
         for ds, collator in zip(datasets, collators):
             most = collator.config.max_predictions_per_seq
-            if 0 < config.mlm_slots < most:
-                raise ConfigError(f"PretrainConfig.mlm_slots = {config.mlm_slots}: {ds.folder} masks up to {most} "
+            if 0 < slots < most:
+                raise ConfigError(f"PretrainConfig.mlm_slots = {slots}: {ds.folder} masks up to {most} "
                                   f"positions per sequence (max_predictions_per_seq); give at least {most}")
+        # every BERT in the trained module (a distiller's teacher and student alike), so their logits line up
+        set_execution(model, sparse_mlm=config.sparse_mlm, unpadded=unpadded, attention=config.attention,
+                      mlm_slots=slots, sparse_last_layer=config.sparse_last_layer)
         phases = [
             TrainPhase(ds, collator, p.max_steps, p.batch_size, name=Path(p.data).name,
                        grad_accum_steps=p.grad_accum_steps)
