@@ -12,13 +12,13 @@ layer, its last layer only at the masked positions and [CLS] as well; +unpadded;
 jagged attention; the fixed-slot rows), each its own model from the same initial weights; with --bf16 each row
 (transformers too) again under bf16 autocast, as `bertkit pretrain --training.precision bf16` runs it. The step
 functions take turns batch by batch in one process, under the same malloc setting (the one `bertkit pretrain` makes;
---default-malloc: none); a round is one pass over the timed batches, and each row's best round counts (the machine
-is shared). Prints real tokens/s, the ratios to bertkit's plain path and to transformers, and the speed-up each
+--default-malloc: none); a round is one pass over the timed batches (--fresh: each round its own), and each row's
+best round counts (the machine is shared). Prints real tokens/s, the ratios to bertkit's plain path and to transformers, and the speed-up each
 row's work allows over transformers' (its model FLOPs per real token against the plain path's, `flops_per_token`).
 
     python benchmarks/bench_pretrain_step.py [--sizes bertkit-mini,base] [--steps 4] [--rounds 2] [--batch-size 32]
-        [--levers plain,all] [--threads N] [--data FOLDER] [--compile] [--bf16] [--default-malloc] [--profile]
-        [--json OUT]
+        [--levers plain,all] [--threads N] [--data FOLDER] [--compile] [--bf16] [--fresh] [--default-malloc]
+        [--profile] [--json OUT]
 """
 
 from __future__ import annotations
@@ -137,18 +137,21 @@ def build(lib: str, size: str) -> torch.nn.Module:
 
 
 def time_interleaved(steps: dict[str, Callable], batches: list[dict[str, torch.Tensor]], warmup: int = 2,
-                     rounds: int = 1) -> dict[str, list[float]]:
+                     rounds: int = 1, fresh: bool = False) -> dict[str, list[float]]:
     """Real tokens per second of each step function, per round. After `warmup` untimed steps each, the step
-    functions take turns on every batch, so a change in the machine's speed affects all alike."""
+    functions take turns on every batch, so a change in the machine's speed affects all alike. Every round times
+    the same batches, or with `fresh` its own share of them (shapes new to the kernels, as in training)."""
     for step in steps.values():
         for b in batches[:warmup]:
             step(b)
     timed = batches[warmup:]
-    tokens = sum(int(b["attention_mask"].sum()) for b in timed)
+    per_round = len(timed) // rounds if fresh else len(timed)
     rates: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(rounds):
+    for r in range(rounds):
+        these = timed[r * per_round:(r + 1) * per_round] if fresh else timed
+        tokens = sum(int(b["attention_mask"].sum()) for b in these)
         seconds = dict.fromkeys(steps, 0.0)
-        for b in timed:
+        for b in these:
             for name, step in steps.items():
                 start = time.perf_counter()
                 step(b)
@@ -181,6 +184,10 @@ def main() -> None:
                         "row with --bf16), last size")
     p.add_argument("--default-malloc", action="store_true",
                    help="leave glibc malloc as it is instead of bertkit's training setting (for both libraries)")
+    p.add_argument("--fresh", action="store_true",
+                   help="each round its own batches instead of the same ones again: no batch shape is seen twice, "
+                        "as in training (under bf16 on a CPU oneDNN builds a kernel per new shape, which repeated "
+                        "batches hide)")
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     a = p.parse_args()
     if a.threads:
@@ -196,16 +203,17 @@ def main() -> None:
           f"{a.rounds} rounds of {a.steps} steps, best round")
     report = {"cpu": cpu_line(), "capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
               "threads": torch.get_num_threads(), "batch_size": a.batch_size, "seq": a.seq, "malloc": malloc,
-              "steps": a.steps, "rounds": a.rounds, "data": str(a.data) if a.data else "random", "sizes": {}}
+              "steps": a.steps, "rounds": a.rounds, "fresh": a.fresh, "data": str(a.data) if a.data else "random", "sizes": {}}
     steps: dict[str, Callable] = {}
     for size in a.sizes.split(","):
         if a.data:
             from bertkit.data import PretrainingDataset
 
             SIZES[size] = {**SIZES[size], "vocab_size": PretrainingDataset(a.data).vocab_info().vocab_size}
-            batches = load_batches(a.data, a.steps + 2, a.batch_size)
+            batches = load_batches(a.data, a.steps * (a.rounds if a.fresh else 1) + 2, a.batch_size)
         else:
-            batches = make_batches(a.steps + 2, a.batch_size, a.seq, SIZES[size]["vocab_size"])
+            batches = make_batches(a.steps * (a.rounds if a.fresh else 1) + 2, a.batch_size, a.seq,
+                                   SIZES[size]["vocab_size"])
         steps = {}
         for lever in levers:
             torch.manual_seed(0)
@@ -228,16 +236,16 @@ def main() -> None:
         if a.bf16:
             torch.manual_seed(0)
             steps[f"{REFERENCE}{BF16}"] = make_step(build("transformers", size), autocast_device="cpu")
-        rates = time_interleaved(steps, batches, rounds=a.rounds)
+        rates = time_interleaved(steps, batches, rounds=a.rounds, fresh=a.fresh)
         best = {name: max(r) for name, r in rates.items()}
         plain = best.get("plain")
         work = {name: flops_per_token(SIZES[size], batches[2:], **lever_work(name)) for name in steps}
         print(f"\n{size} ({', '.join(f'{k}={v}' for k, v in SIZES[size].items())})")
-        print(f"{'row':30} {'tok/s':>9} {'rounds':>17} {'MFLOP/tok':>10} {'/ plain':>8} {'/ transformers':>15} "
+        print(f"{'row':38} {'tok/s':>9} {'rounds':>17} {'MFLOP/tok':>10} {'/ plain':>8} {'/ transformers':>15} "
               f"{'work allows':>12}")
         for name, r in rates.items():
             vs_plain = f"{best[name] / plain:7.2f}x" if plain else ""
-            print(f"{name:30} {best[name]:9.0f} {' '.join(f'{x:.0f}' for x in r):>17} {work[name] / 1e6:10.1f} "
+            print(f"{name:38} {best[name]:9.0f} {' '.join(f'{x:.0f}' for x in r):>17} {work[name] / 1e6:10.1f} "
                   f"{vs_plain:>8} {best[name] / best[REFERENCE]:14.2f}x {work[REFERENCE] / work[name]:11.2f}x")
         report["sizes"][size] = {"shape": SIZES[size], "rounds": rates, "best": best, "flops_per_token": work}
     if a.json:
