@@ -13,8 +13,9 @@ jagged attention; the fixed-slot rows), each its own model from the same initial
 (transformers too) again under bf16 autocast, as `bertkit pretrain --training.precision bf16` runs it. The step
 functions take turns batch by batch in one process, under the same malloc setting (the one `bertkit pretrain` makes;
 --default-malloc: none); a round is one pass over the timed batches (--fresh: each round its own), and each row's
-best round counts (the machine is shared). Prints real tokens/s, the ratios to bertkit's plain path and to transformers, and the speed-up each
-row's work allows over transformers' (its model FLOPs per real token against the plain path's, `flops_per_token`).
+best round counts (the machine is shared). Prints real tokens/s, the ratios to bertkit's plain path and to
+transformers, and the speed-up each row's work allows over transformers' (its model FLOPs per real token against the
+plain path's, `flops_per_token`).
 
     python benchmarks/bench_pretrain_step.py [--sizes bertkit-mini,base] [--steps 4] [--rounds 2] [--batch-size 32]
         [--levers plain,all] [--threads N] [--data FOLDER] [--compile] [--bf16] [--fresh] [--default-malloc]
@@ -203,7 +204,8 @@ def main() -> None:
           f"{a.rounds} rounds of {a.steps} steps, best round")
     report = {"cpu": cpu_line(), "capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
               "threads": torch.get_num_threads(), "batch_size": a.batch_size, "seq": a.seq, "malloc": malloc,
-              "steps": a.steps, "rounds": a.rounds, "fresh": a.fresh, "data": str(a.data) if a.data else "random", "sizes": {}}
+              "steps": a.steps, "rounds": a.rounds, "fresh": a.fresh, "data": str(a.data) if a.data else "random",
+              "sizes": {}}
     steps: dict[str, Callable] = {}
     for size in a.sizes.split(","):
         if a.data:

@@ -307,3 +307,14 @@ def test_a_bf16_cpu_run_trains_with_fixed_shapes_and_says_so(prepared, tmp_path:
     assert "bf16 on a CPU: the step keeps fixed shapes (unpadded: false, mlm_slots: 10)" in capsys.readouterr().err
     saved = yaml.safe_load((out / "pretrain_config.yaml").read_text())
     assert saved["unpadded"] is None and saved["mlm_slots"] is None
+
+
+def test_a_cpu_with_bf16_units_left_in_float32_gets_a_hint() -> None:
+    from bertkit.jobs.pretrain import precision_note
+
+    cpu = torch.device("cpu")
+    assert "--training.precision bf16" in precision_note(cpu, "auto", native_bf16=True)
+    assert precision_note(cpu, "auto", native_bf16=False) is None  # bf16 would be emulated: no hint
+    assert precision_note(cpu, "fp32", native_bf16=True) is None  # float32 chosen on purpose
+    assert precision_note(cpu, "bf16", native_bf16=True) is None
+    assert precision_note(torch.device("cuda"), "auto", native_bf16=True) is None  # auto is bf16 there already
