@@ -144,3 +144,22 @@ def test_int8_sst2_accuracy_within_half_a_point_of_fp32() -> None:
     assert abs(fp32 - int8) <= 0.5
     assert float(diff.max()) > 1e-3  # int8 ran: float32 twice gives the same logits
     assert float(diff.mean()) < 0.1 * float(fp32_logits.abs().mean()) and agree >= 0.98  # ... and stayed close
+
+
+def test_a_float_unit_gives_each_row_the_same_bits_at_every_row_count() -> None:
+    """FloatLinear feeds int8 units, so a row's output must not depend on how many rows share the product (issue 24,
+    N11). MKL picks kernels by row count (on an AMX Xeon a 384 -> 1536 product gave other bits from 16 rows up):
+    every call has FLOAT_BLOCK_ROWS rows, so each row's bits are those of the row alone."""
+    from bertkit.inference.quantize import FLOAT_BLOCK_ROWS, FloatLinear
+
+    torch.manual_seed(0)
+    for out_features, in_features in ((1536, 384), (384, 1536)):
+        unit = FloatLinear(torch.randn(out_features, in_features), torch.randn(out_features))
+        x = torch.randn(3 * FLOAT_BLOCK_ROWS + 5, in_features)
+        alone = torch.cat([unit(x[i : i + 1]) for i in range(8)])
+        for rows in (8, 13, FLOAT_BLOCK_ROWS, FLOAT_BLOCK_ROWS + 1, len(x)):
+            assert torch.equal(unit(x[:rows])[:8], alone), (out_features, rows)
+        assert torch.allclose(unit(x), torch.nn.functional.linear(x, unit.weight, unit.bias), atol=1e-4)
+        assert unit(x.view(1, -1, in_features)).shape == (1, len(x), out_features)
+    no_bias = FloatLinear(torch.randn(4, 6), None)
+    assert torch.allclose(no_bias(torch.ones(2, 6)), torch.ones(2, 6) @ no_bias.weight.t())

@@ -70,7 +70,7 @@ WEIGHT_LEVELS = 63
 # products but hurts the GELU-fed ones of early layers (measured), so calibration picks 0.5 or None (no smoothing)
 # per unit, whichever gives the smaller output error.
 SMOOTHING_CHOICES: tuple[float | None, ...] = (0.5, None)
-MIN_FLOAT_ROWS = 32  # FloatLinear's least row count: above what AVX2 needed, a margin for other CPUs' kernels
+FLOAT_BLOCK_ROWS = 64  # FloatLinear's rows per GEMM call, always exactly this many (see FloatLinear)
 DEFAULT_MIN_COSINE = 0.997  # on the calibration text; a margin over the 0.995 goal on unseen text
 # Fewer distinct token ids than this: the text runs in float32 (see the module docstring). The smallest count at which
 # int8 kept the 0.995 goal on unseen texts: docs/results/int8-short-texts-epyc-avx2-2026-11-25.md.
@@ -231,12 +231,14 @@ class Int8Linear(nn.Module):
 
 
 class FloatLinear(nn.Module):
-    """y = x W^T + b in float32, run on at least MIN_FLOAT_ROWS rows (zero rows added, then dropped).
+    """y = x W^T + b in float32, in blocks of exactly FLOAT_BLOCK_ROWS rows (the last padded with zero rows, dropped).
 
     A unit the plan keeps in float32 feeds int8 units downstream, which round their input to a grid, so its rows
     must come out bit for bit the same however many rows share the product (issue 24, N11). MKL's float32 GEMM
-    takes other kernels for a few rows: on the 2-core AVX2 machine, rows differ in the last bit for 1-3, 5-7 and
-    9-11 rows of 12 or more (1-3 with one thread); every row count from 12 to 1100 gives the same bits."""
+    picks its kernel and blocking by the row count: on the 2-core AVX2 EPYC rows differed in the last bit below 12
+    rows; on a 2-core AMX Xeon a 384 -> 1536 product gave other bits from 16 rows up, and a 1536 -> 384 one for
+    some multiples of 64 from 256 up, while a row's bits never depended on its place within one call. So every
+    call gets the same row count, and a row's result depends on nothing but the row."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         super().__init__()
@@ -245,10 +247,15 @@ class FloatLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         rows = x.shape[:-1].numel()
-        if rows >= MIN_FLOAT_ROWS:
-            return F.linear(x, self.weight, self.bias)
-        flat = F.pad(x.reshape(rows, x.shape[-1]), (0, 0, 0, MIN_FLOAT_ROWS - rows))
-        return F.linear(flat, self.weight, self.bias)[:rows].view(*x.shape[:-1], -1)
+        padded = -(-rows // FLOAT_BLOCK_ROWS) * FLOAT_BLOCK_ROWS
+        flat = F.pad(x.reshape(rows, x.shape[-1]), (0, 0, 0, padded - rows))
+        out = flat.new_empty(padded, self.weight.shape[0])
+        for block, o in zip(flat.split(FLOAT_BLOCK_ROWS), out.split(FLOAT_BLOCK_ROWS)):
+            if self.bias is None:
+                torch.mm(block, self.weight.t(), out=o)
+            else:
+                torch.addmm(self.bias, block, self.weight.t(), out=o)
+        return out[:rows].view(*x.shape[:-1], -1)
 
 
 @dataclass
