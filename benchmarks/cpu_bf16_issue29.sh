@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 29's CPU measurements on a CPU with bf16 matrix units (avx512_bf16 or amx_bf16 in /proc/cpuinfo): bf16
 # autocast pre-training against float32 on the same CPU, and the CPU goals again with it (first run on a 2-core AMX
-# Xeon: docs/results/pretrain-bf16-cpu-xeon-amx-2026-11-27.md). About 35 minutes on 2 cores. Without those units
+# Xeon: docs/results/pretrain-bf16-cpu-xeon-amx-2026-11-27.md). 30-40 minutes on 2 cores. Without those units
 # PyTorch emulates bf16 (bertkit-mini's step 32x slower on an AVX2 EPYC), so the script stops unless FORCE=1.
 # Usage, from the repository root, with the mini recipe's data (benchmarks/pretrain_evidence.sh makes both):
 #   PT=runs/pretrain_evidence/pt128 HELDOUT=runs/pretrain_evidence/heldout bash benchmarks/cpu_bf16_issue29.sh [OUT]

@@ -187,13 +187,15 @@ def loader_note(device: torch.device, num_workers: int) -> str | None:
 
 def precision_note(device: torch.device, precision: str, native_bf16: bool) -> str | None:
     """A hint when `precision: auto` leaves a CPU with bf16 matrix units (`native_bf16`: AVX512-BF16 or AMX) in
-    float32: bf16 autocast pre-trains the mini recipe about 1.8x faster there, along the float32 loss curve
-    (docs/results/pretrain-bf16-cpu-xeon-amx-2026-11-27.md). `auto` itself stays float32 on every CPU, so that a
-    run's numbers do not depend on which CPU it lands on; None when there is nothing to say."""
+    float32: bf16 autocast pre-trained the mini recipe 1.85x faster than float32 on an AMX Xeon, along the float32
+    loss curve (docs/results/pretrain-bf16-cpu-xeon-amx-2026-11-27.md; other CPUs with bf16 units unmeasured).
+    `auto` itself stays float32 on every CPU, so that a run's numbers do not depend on which CPU it lands on; None
+    when there is nothing to say."""
     if device.type != "cpu" or precision != "auto" or not native_bf16:
         return None
     return ("note: this CPU multiplies bf16 matrices in hardware (AVX512-BF16/AMX): --training.precision bf16 "
-            "pre-trains about 1.8x faster here, within bf16's rounding of float32; precision 'auto' stays float32")
+            "pre-trained the mini recipe 1.85x faster than float32 on an AMX Xeon, within bf16's rounding; precision "
+            "'auto' stays float32")
 
 
 def step_shapes(config: PretrainConfig, device: torch.device, precision: str,
@@ -404,9 +406,9 @@ def run(config: PretrainConfig, resume: bool = False,
             model = wrap_model(model)
         # Phase k draws its dynamic masks from seed + k: phases over the same data (a batch ramp) see new masks.
         collators = [pretraining_collator(ds, t.seed + k, config) for k, ds in enumerate(datasets)]
-        most = max(collator.config.max_predictions_per_seq for collator in collators)
+        most_predictions = max(collator.config.max_predictions_per_seq for collator in collators)
         unpadded, slots, note = step_shapes(config, dist_info.device, resolve_precision(t.precision, dist_info.device),
-                                            most)
+                                            most_predictions)
         if note and dist_info.is_main:
             print(note, file=sys.stderr)
         for ds, collator in zip(datasets, collators):
