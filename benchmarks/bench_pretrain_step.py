@@ -10,7 +10,9 @@ report's `mini` (L4 H256 A4 with vocabulary 30,522) and `minilm` (L6 H384 A12, F
 lever (common.LEVERS: plain = every position and dense MLM logits, as transformers; +sparse MLM; +sparse last
 layer, its last layer only at the masked positions and [CLS] as well; +unpadded; all = the default; all+jagged: with
 jagged attention; the fixed-slot rows), each its own model from the same initial weights; with --bf16 each row
-(transformers too) again under bf16 autocast, as `bertkit pretrain --training.precision bf16` runs it. The step
+(transformers too) again under bf16 autocast, as `bertkit pretrain --training.precision bf16` runs it, and with
+--bf16-weights each row (transformers too) on a bf16 working copy of its weights with a float32 master copy, as
+`--training.bf16_weights true` runs it (bertkit.training.bf16_weights; as 'ROW, bf16 weights'). The step
 functions take turns batch by batch in one process, under the same malloc setting (the one `bertkit pretrain` makes;
 --default-malloc: none); a round is one pass over the timed batches (--fresh: each round its own), and each row's
 best round counts (the machine is shared). Prints real tokens/s, the ratios to bertkit's plain path and to
@@ -18,7 +20,8 @@ transformers, and the speed-up each row's work allows over transformers' (its mo
 plain path's, `flops_per_token`).
 
     python benchmarks/bench_pretrain_step.py [--sizes bertkit-mini,base] [--steps 4] [--rounds 2] [--batch-size 32]
-        [--levers plain,all] [--threads N] [--data FOLDER] [--compile] [--bf16] [--fresh] [--default-malloc]
+        [--levers plain,all] [--threads N] [--data FOLDER] [--compile] [--bf16] [--bf16-weights] [--fresh]
+        [--default-malloc]
         [--profile] [--json OUT]
 """
 
@@ -114,12 +117,13 @@ def flops_per_token(shape: dict[str, int], batches: list[dict[str, torch.Tensor]
 
 COMPILED = ", compiled"  # the suffix of a compiled row's name (--compile)
 BF16 = ", bf16"  # the suffix of a row under bf16 autocast (--bf16)
+BF16_WEIGHTS = ", bf16 weights"  # the suffix of a row on bf16 weights with a float32 master copy (--bf16-weights)
 
 
 def lever_work(row: str) -> dict[str, object]:
     """flops_per_token's arguments for a row of the table: its lever's settings (a compiled row does its lever's
     work, and so does a bf16 row); transformers computes what the plain path does."""
-    lever = LEVERS.get(row.removesuffix(COMPILED).removesuffix(BF16))
+    lever = LEVERS.get(row.removesuffix(COMPILED).removesuffix(BF16).removesuffix(BF16_WEIGHTS))
     if lever is None:
         return dict(sparse_mlm=False, unpadded=False)
     return {k: lever.get(k, 0) for k in ("sparse_mlm", "unpadded", "mlm_slots", "sparse_last_layer")}
@@ -180,9 +184,12 @@ def main() -> None:
     p.add_argument("--bf16", action="store_true",
                    help="also each row, transformers too, under bf16 autocast, as 'ROW, bf16' (fast on CPUs with "
                         "AVX512-BF16 or AMX, emulated and many times slower elsewhere: the CPU line says which)")
+    p.add_argument("--bf16-weights", action="store_true",
+                   help="also each row, transformers too, on a bf16 copy of its weights (a float32 master copy for "
+                        "AdamW) under bf16 autocast, as 'ROW, bf16 weights' (same CPU caveat as --bf16)")
     p.add_argument("--profile", action="store_true",
                    help="afterwards, torch.profiler's top ops over two steps of bertkit's last row (its bf16 "
-                        "row with --bf16), last size")
+                        "row with --bf16, its bf16-weights row with --bf16-weights), last size")
     p.add_argument("--default-malloc", action="store_true",
                    help="leave glibc malloc as it is instead of bertkit's training setting (for both libraries)")
     p.add_argument("--fresh", action="store_true",
@@ -233,11 +240,19 @@ def main() -> None:
             model = with_levers(build("bertkit", size), lever)
             model.compile(dynamic=True)
             steps[f"{lever}{BF16}{COMPILED}"] = make_step(model, autocast_device="cpu")
+        for lever in levers if a.bf16_weights else []:
+            torch.manual_seed(0)
+            steps[f"{lever}{BF16_WEIGHTS}"] = make_step(with_levers(build("bertkit", size), lever),
+                                                        autocast_device="cpu", bf16_weights=True)
         torch.manual_seed(0)
         steps[REFERENCE] = make_step(build("transformers", size))
         if a.bf16:
             torch.manual_seed(0)
             steps[f"{REFERENCE}{BF16}"] = make_step(build("transformers", size), autocast_device="cpu")
+        if a.bf16_weights:
+            torch.manual_seed(0)
+            steps[f"{REFERENCE}{BF16_WEIGHTS}"] = make_step(build("transformers", size), autocast_device="cpu",
+                                                            bf16_weights=True)
         rates = time_interleaved(steps, batches, rounds=a.rounds, fresh=a.fresh)
         best = {name: max(r) for name, r in rates.items()}
         plain = best.get("plain")
@@ -255,7 +270,7 @@ def main() -> None:
     if a.profile:
         from torch.profiler import ProfilerActivity, profile
 
-        profiled = f"{levers[-1]}{BF16}" if a.bf16 else levers[-1]
+        profiled = levers[-1] + (BF16_WEIGHTS if a.bf16_weights else BF16 if a.bf16 else "")
         step = steps[profiled]
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for b in batches[:2]:

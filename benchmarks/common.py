@@ -80,22 +80,36 @@ def with_levers(model: torch.nn.Module, lever: str) -> torch.nn.Module:
     return model
 
 
-def make_step(model: torch.nn.Module, autocast_device: str | None = None) -> Callable[[dict[str, torch.Tensor]], None]:
+def make_step(model: torch.nn.Module, autocast_device: str | None = None, bf16_weights: bool = False,
+              compiler: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+              ) -> Callable[[dict[str, torch.Tensor]], None]:
     """One training step of `model`: forward, backward, clipping, AdamW, as both trainers run it; under bf16
-    autocast on `autocast_device` when given (the GPU suite; bench_pretrain_step.py --bf16 on the CPU)."""
+    autocast on `autocast_device` when given (the GPU suite; bench_pretrain_step.py --bf16 on the CPU); with
+    `bf16_weights` as well, on a bf16 working copy of the weights, the float32 ones the optimizer's master copy
+    (bertkit.training.bf16_weights, as `--training.bf16_weights` runs it; it takes any module, transformers' too).
+    `compiler` (torch.compile) wraps the module the steps run: the bf16 working copy with `bf16_weights`."""
+    from bertkit.training.bf16_weights import Bf16Weights
     from bertkit.training.optim import parameter_groups
 
     model.train()
     # The fused AdamW kernel for both: bertkit's build_optimizer uses it, and so does the transformers Trainer's
     # default optimizer ("adamw_torch_fused" with torch >= 2.8).
     opt = torch.optim.AdamW(parameter_groups(model, 0.01), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, fused=True)
+    copy = Bf16Weights(model) if bf16_weights else None
+    stepped = copy.working if copy is not None else model
+    if compiler is not None:
+        stepped = compiler(stepped)
 
     def step(b: dict[str, torch.Tensor]) -> None:
         with torch.autocast(autocast_device or "cpu", dtype=torch.bfloat16, enabled=autocast_device is not None):
-            loss = model(**b).loss
+            loss = stepped(**b).loss
         loss.backward()
+        if copy is not None:
+            copy.take_gradients()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if copy is not None:
+            copy.refresh()
         opt.zero_grad(set_to_none=True)
 
     return step

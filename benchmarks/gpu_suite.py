@@ -20,7 +20,8 @@ failed with its error, and the others still run):
                padded batch: "jagged" is PyTorch's variable-length flash / memory-efficient attention) and, in the
                same turns, one model per lever of --levers (benchmarks/common.py LEVERS: plain, +sparse MLM,
                +sparse last layer, +unpadded, all+jagged; also all, "+sparse MLM in 40 slots", "+sparse in 40
-               slots"), compiled too under --compile.
+               slots"), compiled too under --compile; --bf16-weights adds bertkit's default step, each lever and
+               transformers on bf16 weights with a float32 master copy ('bertkit_bf16_weights', 'ROW, bf16 weights').
 - embed:       sentence embeddings of WikiText-2 paragraphs (max 256 tokens), bertkit's Encoder in bf16 against
                sentence-transformers in fp16, best of 3 interleaved rounds, real tokens/s; cosine to bertkit fp32.
                Goal: >= 2x, cosine >= 0.999.
@@ -92,6 +93,7 @@ class Suite:
         self.pretrain_batch = args.pretrain_batch
         self.attention = args.attention
         self.levers = [x for x in args.levers.split(",") if x]
+        self.bf16_weights = args.bf16_weights
         self.max_batch = args.max_batch or (8 if self.dry else 1024)
         self.scratch = Path(tempfile.mkdtemp(prefix="gpu_suite_"))
 
@@ -339,11 +341,13 @@ def pretraining_batches(suite: Suite, n: int, batch: int, seq: int) -> list[dict
     return out
 
 
-def training_step(model: torch.nn.Module, device: torch.device) -> Callable[[dict], None]:
-    """forward + backward + clipping + fused AdamW under bf16 autocast: bench_pretrain_step's step, on `device`."""
+def training_step(model: torch.nn.Module, device: torch.device, bf16_weights: bool = False,
+                  compiler: Callable | None = None) -> Callable[[dict], None]:
+    """forward + backward + clipping + fused AdamW under bf16 autocast: bench_pretrain_step's step, on `device`;
+    with `bf16_weights` on a bf16 working copy of the weights (float32 master copy); `compiler` compiles it."""
     from common import make_step
 
-    return make_step(model, autocast_device=device.type)
+    return make_step(model, autocast_device=device.type, bf16_weights=bf16_weights, compiler=compiler)
 
 
 def section_pretrain(suite: Suite, peak: float | None) -> dict:
@@ -376,10 +380,18 @@ def section_pretrain(suite: Suite, peak: float | None) -> dict:
            "transformers": training_step(reference(), suite.device)}
     if suite.compile:  # like with like: the reference compiled too, beside its eager row
         fns["transformers_compiled"] = training_step(compiler(reference()), suite.device)
-    for lever in suite.levers:  # the same initial weights, computed lever by lever (compiled under --compile)
+    if suite.bf16_weights:  # both libraries on bf16 weights with a float32 master copy (like with like)
         torch.manual_seed(0)
-        model = with_levers(BertForPreTraining(BertConfig(**size, vocab_size=30522)), lever).to(suite.device)
-        fns[f"lever:{lever}"] = training_step(maybe_compiled(model), suite.device)
+        model = BertForPreTraining(BertConfig(**size, vocab_size=30522)).to(suite.device)
+        set_execution(model, attention=suite.attention)
+        fns["bertkit_bf16_weights"] = training_step(model, suite.device, True, maybe_compiled)
+        fns["transformers_bf16_weights"] = training_step(reference(), suite.device, True)
+    for lever in suite.levers:  # the same initial weights, computed lever by lever (compiled under --compile)
+        for bf16_weights in (False, True) if suite.bf16_weights else (False,):
+            torch.manual_seed(0)
+            model = with_levers(BertForPreTraining(BertConfig(**size, vocab_size=30522)), lever).to(suite.device)
+            name = f"lever:{lever}{', bf16 weights' if bf16_weights else ''}"
+            fns[name] = training_step(model, suite.device, bf16_weights, maybe_compiled)
     seconds = dict.fromkeys(fns, 0.0)
     for b in batches[:3]:
         for fn in fns.values():
@@ -413,6 +425,8 @@ def section_pretrain(suite: Suite, peak: float | None) -> dict:
         row["vs_transformers"] = row["tokens_per_s"] / tokens * seconds["transformers"]
         if suite.compile:
             row["vs_transformers_compiled"] = row["tokens_per_s"] / tokens * seconds["transformers_compiled"]
+        if suite.bf16_weights:
+            row["vs_transformers_bf16_weights"] = row["tokens_per_s"] / tokens * seconds["transformers_bf16_weights"]
     result["speedup"] = result["bertkit_tokens_per_s"] / result["transformers_tokens_per_s"]
     met = [result["speedup"] >= GOALS["pretrain_speedup_vs_transformers"],
            (result["bertkit_mfu"] or 0) >= GOALS["pretrain_mfu"]]
@@ -426,6 +440,12 @@ def section_pretrain(suite: Suite, peak: float | None) -> dict:
     if suite.compile:
         print(f"  transformers compiled {result['transformers_compiled_tokens_per_s']:,.0f} tok/s: bertkit "
               f"{result['speedup_vs_compiled']:.2f}x", flush=True)
+    if suite.bf16_weights:  # like with like: both libraries' steps on bf16 weights
+        result["bf16_weights_speedup"] = (result["bertkit_bf16_weights_tokens_per_s"]
+                                          / result["transformers_bf16_weights_tokens_per_s"])
+        print(f"  bf16 weights: bertkit {result['bertkit_bf16_weights_tokens_per_s']:,.0f} tok/s, transformers "
+              f"{result['transformers_bf16_weights_tokens_per_s']:,.0f} tok/s: {result['bf16_weights_speedup']:.2f}x",
+              flush=True)
     for lever, row in result["levers"].items():
         print(f"  lever {lever}: {row['tokens_per_s']:,.0f} tok/s, {row['vs_transformers']:.2f}x transformers",
               flush=True)
@@ -669,6 +689,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="attention of bertkit's padded pre-training batches (pretrain section)")
     p.add_argument("--levers", default="plain,+sparse MLM,+sparse last layer,+unpadded,all+jagged",
                    help="extra bertkit rows of the pretrain section, of benchmarks/common.py LEVERS ('' for none)")
+    p.add_argument("--bf16-weights", action="store_true",
+                   help="pretrain section: also bertkit's default step, each lever and transformers on bf16 weights "
+                        "with a float32 master copy (bertkit.training.bf16_weights), as 'ROW, bf16 weights'")
     p.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, when the table lacks it")
     p.add_argument("--max-batch", type=int, help="cap of the memory search (default 1024; dry run 8)")
     p.add_argument("--ddp-worker", help=argparse.SUPPRESS)

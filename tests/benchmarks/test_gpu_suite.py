@@ -34,7 +34,8 @@ def test_dry_run_report(tmp_path: Path, data_dir: Path, minilm_dir: Path, monkey
     calls = []
     monkeypatch.setattr(gpu_suite.torch, "compile", lambda model, **kw: calls.append(kw) or model)
     out = tmp_path / "report.json"
-    gpu_suite.main(["--dry-run", "--data", str(data_dir), "--minilm", str(minilm_dir), "--out", str(out), "--compile"])
+    gpu_suite.main(["--dry-run", "--data", str(data_dir), "--minilm", str(minilm_dir), "--out", str(out), "--compile",
+                    "--bf16-weights"])
     report = json.loads(out.read_text())
     assert report["dry_run"] and report["device"] == "cpu"
     sections = report["sections"]
@@ -53,8 +54,14 @@ def test_dry_run_report(tmp_path: Path, data_dir: Path, minilm_dir: Path, monkey
     assert math.isclose(pre["speedup"], pre["bertkit_tokens_per_s"] / pre["transformers_tokens_per_s"])
     assert "6 N" in pre["mfu_formula"] and pre["bertkit_mfu"] is None  # no peak on a CPU
     # every lever's code path
-    assert list(pre["levers"]) == ["plain", "+sparse MLM", "+sparse last layer", "+unpadded", "all+jagged"]
+    levers = ["plain", "+sparse MLM", "+sparse last layer", "+unpadded", "all+jagged"]
+    assert list(pre["levers"]) == [f"{x}{w}" for x in levers for w in ("", ", bf16 weights")]
+    # --bf16-weights: both libraries' steps on bf16 weights too, each lever's ratio against that reference as well
+    assert math.isclose(pre["bf16_weights_speedup"],
+                        pre["bertkit_bf16_weights_tokens_per_s"] / pre["transformers_bf16_weights_tokens_per_s"])
     for lever, row in pre["levers"].items():
+        assert math.isclose(row["vs_transformers_bf16_weights"],
+                            row["tokens_per_s"] / pre["transformers_bf16_weights_tokens_per_s"]), lever
         assert row["tokens_per_s"] > 0 and row["mfu"] is None, lever
         assert math.isclose(row["vs_transformers"], row["tokens_per_s"] / pre["transformers_tokens_per_s"]), lever
         assert math.isclose(row["vs_transformers_compiled"],
@@ -89,11 +96,14 @@ def test_peak_flops_override_and_unknown(monkeypatch: pytest.MonkeyPatch) -> Non
 
 @pytest.mark.slow
 def test_dry_run_compiled_pretrain_step_traces(tmp_path: Path, data_dir: Path, minilm_dir: Path) -> None:
-    """The pre-training rows with dynamo really tracing every model's step (its eager backend: no code generation)."""
+    """The pre-training rows with dynamo really tracing every model's step (its eager backend: no code generation),
+    the bf16 working copies of --bf16-weights too."""
     out = tmp_path / "report.json"
     gpu_suite.main(["--dry-run", "--data", str(data_dir), "--minilm", str(minilm_dir), "--out", str(out),
-                    "--sections", "pretrain", "--compile", "--levers", "plain"])
+                    "--sections", "pretrain", "--compile", "--levers", "plain", "--bf16-weights"])
     pre = json.loads(out.read_text())["sections"]["pretrain"]
     assert "error" not in pre, pre.get("traceback")
     assert pre["bertkit_tokens_per_s"] > 0 and pre["transformers_compiled_tokens_per_s"] > 0
     assert pre["levers"]["plain"]["vs_transformers_compiled"] > 0
+    assert pre["bertkit_bf16_weights_tokens_per_s"] > 0  # the compiled bf16 working copy
+    assert pre["levers"]["plain, bf16 weights"]["vs_transformers_compiled"] > 0

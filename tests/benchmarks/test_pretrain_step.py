@@ -68,4 +68,23 @@ def test_a_compiled_or_bf16_row_does_its_levers_work_and_transformers_the_plain_
     assert bench_pretrain_step.lever_work("all, bf16, compiled") == bench_pretrain_step.lever_work("all")
     assert bench_pretrain_step.lever_work("transformers") == dict(sparse_mlm=False, unpadded=False)
     assert bench_pretrain_step.lever_work("transformers, bf16") == dict(sparse_mlm=False, unpadded=False)
+    assert bench_pretrain_step.lever_work("all, bf16 weights") == bench_pretrain_step.lever_work("all")
+    assert bench_pretrain_step.lever_work("transformers, bf16 weights") == dict(sparse_mlm=False, unpadded=False)
     assert bench_pretrain_step.lever_work("+sparse MLM in 40 slots")["mlm_slots"] == 40
+
+
+@pytest.mark.parametrize("lib", ["bertkit", "transformers"])
+def test_a_bf16_weights_step_updates_the_float32_master_weights(lib: str, monkeypatch) -> None:
+    """--bf16-weights rows: the step runs a bf16 copy and AdamW moves every float32 weight, for either library."""
+    pytest.importorskip("transformers")
+    from common import make_step
+
+    shape = dict(vocab_size=1100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+    monkeypatch.setitem(bench_pretrain_step.SIZES, "test", shape)  # random batches draw ids from 1000 up
+    torch.manual_seed(0)
+    model = bench_pretrain_step.build(lib, "test")
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    step = make_step(model, autocast_device="cpu", bf16_weights=True)
+    step(bench_pretrain_step.make_batches(1, 4, 16, 1100)[0])
+    for name, p in model.named_parameters():
+        assert p.dtype == torch.float32 and not torch.equal(p, before[name]), name

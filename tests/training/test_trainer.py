@@ -27,10 +27,13 @@ def _config(out: Path, **kw) -> TrainingConfig:
     return TrainingConfig(**base)
 
 
-def test_interrupted_and_resumed_run_ends_bitwise_equal(tmp_path: Path) -> None:
-    """N steps straight vs k steps, SIGTERM, resume to N: same weights, with dropout on, accumulation, 2 epochs+."""
+@pytest.mark.parametrize("precision", ["fp32", "bf16 weights"])
+def test_interrupted_and_resumed_run_ends_bitwise_equal(tmp_path: Path, precision: str) -> None:
+    """N steps straight vs k steps, SIGTERM, resume to N: same weights, with dropout on, accumulation, 2 epochs+;
+    with bf16 weights too (the working copy is made again from the resumed float32 weights)."""
     data = ToyData(36)  # 9 batches of 4 per epoch: epochs end mid-accumulation
-    kw = dict(max_steps=11, grad_accum_steps=2, eval_every=4, save_every=3)
+    kw = dict(max_steps=11, grad_accum_steps=2, eval_every=4, save_every=3,
+              **(dict(precision="bf16", bf16_weights=True) if precision == "bf16 weights" else {}))
     straight = make_model(dropout=0.3)
     Trainer(straight, _config(tmp_path / "a", **kw), data, evaluate=evaluate_fn(data)).train()
 

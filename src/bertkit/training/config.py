@@ -85,6 +85,12 @@ class TrainingConfig:
     """'auto' (bf16 autocast on a CUDA GPU that supports it, fp16 + loss scaling on older GPUs, fp32 on CPU),
     'fp32', 'bf16' (on a CPU too, fast only with bf16 matrix units, AVX512-BF16 or AMX: elsewhere PyTorch emulates
     it, many times slower than fp32, and the trainer warns) or 'fp16' (CUDA only)."""
+    bf16_weights: bool = False
+    """With bf16 precision: run the training steps on a bf16 copy of the model, the float32 weights kept as the
+    optimizer's master copy (bertkit.training.bf16_weights), instead of autocast re-casting float32 weights and
+    activations in every step. Activations, LayerNorms and the residual stream are then bf16 too (looser than
+    autocast); the update, checkpoints and saved models stay float32. Gradients of a step's micro-batches add up in
+    float32 (in bf16 under torch.distributed, where DDP reduces them)."""
     device: str = "auto"
     """'auto' (the local CUDA GPU if any, else CPU), 'cpu', 'cuda', or 'cuda:N'."""
     activation_checkpointing: bool = False
@@ -139,6 +145,9 @@ class TrainingConfig:
             raise bad("resume_mismatch", f"one of {', '.join(RESUME_MISMATCH)}")
         if self.precision not in PRECISIONS:
             raise bad("precision", f"one of {', '.join(PRECISIONS)}")
+        if self.bf16_weights and self.precision in ("fp32", "fp16"):
+            raise ConfigError(f"TrainingConfig.bf16_weights = True with precision = {self.precision!r}: bf16 weights "
+                              "need precision 'bf16' (or 'auto' on a GPU that supports bf16)")
         if not self.lr > 0:
             raise bad("lr", "a positive number")
         if self.weight_decay < 0:

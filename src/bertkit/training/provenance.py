@@ -81,11 +81,17 @@ def flatten(prefix: str, values: dict[str, Any]) -> dict[str, Any]:
     return {f"{prefix}.{k}": v for k, v in values.items()}
 
 
+ADDED_LATER = {"bf16_weights": False}
+"""TrainingConfig fields added after checkpoints were written without them, and their defaults: at its default
+such a field stays out of the fingerprint, so that those checkpoints still resume."""
+
+
 def training_fingerprint(config: Any) -> dict[str, Any]:
     """The TrainingConfig fields that change what a run computes (all but RESUME_MAY_CHANGE and
-    CHECKED_BY_THE_TRAINER), as training.NAME."""
+    CHECKED_BY_THE_TRAINER, and those of ADDED_LATER at their defaults), as training.NAME."""
     values = {k: v for k, v in dataclasses.asdict(config).items()
-              if k not in RESUME_MAY_CHANGE and k not in CHECKED_BY_THE_TRAINER}
+              if k not in RESUME_MAY_CHANGE and k not in CHECKED_BY_THE_TRAINER
+              and not (k in ADDED_LATER and v == ADDED_LATER[k])}
     return flatten("training", values)
 
 

@@ -35,6 +35,7 @@ from bertkit.io import folder_lock, make_dir
 from bertkit.model.bert import set_activation_checkpointing
 from bertkit.progress import progress_bar
 from bertkit.runtime import cpu_has_native_bf16, keep_freed_memory
+from bertkit.training.bf16_weights import Bf16Weights
 import bertkit.training.checkpoint as ckpt
 from bertkit.training.config import TrainingConfig
 from bertkit.training.distributed import DistInfo, all_gather_objects, any_rank, barrier, setup_distributed
@@ -277,11 +278,15 @@ class Trainer:
         self.dist = dist_info or setup_distributed(config.device)
         self.device = self.dist.device
         self.precision = resolve_precision(config.precision, self.device)
+        if config.bf16_weights and self.precision != "bf16":
+            raise ConfigError(f"TrainingConfig.bf16_weights = True, but precision {config.precision!r} is "
+                              f"{self.precision} on {self.device}: bf16 weights need precision 'bf16'")
         self.output_dir = Path(config.output_dir)
         self.model = model.to(self.device)
         if config.activation_checkpointing and not set_activation_checkpointing(self.model, True):
             raise ConfigError("training.activation_checkpointing: the model has no BERT encoder to checkpoint")
         self._stop_signal: int | None = None
+        self.bf16: Bf16Weights | None = None  # the bf16 working copy of a run with bf16_weights (made by train)
         for i, ph in enumerate(self.phases):
             if len(ph.dataset) == 0:  # type: ignore[arg-type]
                 raise ConfigError(f"Trainer: phase {i} ({ph.name}) has an empty dataset")
@@ -599,13 +604,13 @@ class Trainer:
             return model
         return torch.compile(model, mode=None if mode == "default" else mode)
 
-    def _wrap_ddp(self) -> nn.Module:
+    def _wrap_ddp(self, model: nn.Module) -> nn.Module:
         if not self.dist.distributed:
-            return self.model
+            return model
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return DDP(self.model, device_ids=ids)
+        return DDP(model, device_ids=ids)
 
     def train(self, resume: bool = False) -> TrainResult:
         """Train to the end of the last phase (or until SIGINT/SIGTERM); `resume` continues the latest checkpoint.
@@ -625,7 +630,9 @@ class Trainer:
         self._setup(resume)
         if self.on_start is not None and self.dist.is_main:
             self.on_start()
-        model = self._compiled(self._wrap_ddp())
+        # The module the steps run: the model, or its bf16 working copy (made after a resume has loaded the weights)
+        self.bf16 = Bf16Weights(self.model) if c.bf16_weights else None
+        model = self._compiled(self._wrap_ddp(self.bf16.working if self.bf16 is not None else self.model))
         model.train()
         st = self.state
         bar = self._bar = progress_bar(self.total_steps, self.output_dir.name, "step", initial=st.step,
@@ -687,7 +694,8 @@ class Trainer:
 
     def train_step(self, model: nn.Module, stream: Iterator[tuple[Any, _Position, bool]]) -> StepOutcome:
         """One optimizer update: the phase's micro-batches with gradients accumulated (DDP syncs on the last one
-        only), then unscaling (fp16), clipping, the optimizer, scheduler and scaler steps."""
+        only), then unscaling (fp16), clipping, the optimizer, scheduler and scaler steps. With bf16 weights `model`
+        runs the working copy, whose gradients go to the float32 weights, which the optimizer updates."""
         c, st = self.config, self.state
         accum = self._accum_steps(st.position.phase)
         loss_sum, tokens, epoch_ended = torch.zeros((), device=self.device), 0, False
@@ -702,10 +710,12 @@ class Trainer:
                     loss = batch_loss(_forward(model, batch))
                 scaled = loss / accum
                 (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+            if self.bf16 is not None and (last or not self.dist.distributed):  # DDP reduces what it holds at the last
+                self.bf16.take_gradients()
             loss_sum += loss.detach().float()
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        params = [p for p in model.parameters() if p.requires_grad]
+        params = [p for p in unwrap(self.model).parameters() if p.requires_grad]
         if c.max_grad_norm is not None:
             grad_norm = torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
         else:  # still measured: a non-finite gradient must stop the run, clipped or not
@@ -717,6 +727,8 @@ class Trainer:
             self.scaler.update()
         else:
             self.optimizer.step()
+        if self.bf16 is not None:
+            self.bf16.refresh()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return StepOutcome(loss_sum, accum, tokens, lr, grad_norm, epoch_ended)
