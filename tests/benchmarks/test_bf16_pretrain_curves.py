@@ -24,6 +24,12 @@ def test_each_run_is_a_pretrain_command_bertkit_accepts(tmp_path: Path) -> None:
     options = dict(zip(command[4::2], command[5::2]))
     assert options["--training.precision"] == "bf16" and options["--training.max_steps"] == "200"
     assert options["--training.eval_every"] == "100" and "--resume" in command
+    weights = bf16_pretrain_curves.pretrain_command(ROOT / "configs" / "pretrain-mini-cpu.yaml", tmp_path / "pt",
+                                                    tmp_path / "heldout", tmp_path / "w", "bf16-weights", 200, 8)
+    options = dict(zip(weights[4::2], weights[5::2]))
+    assert options["--training.precision"] == "bf16" and options["--training.bf16_weights"] == "true"
+    args = build_parser().parse_args(weights[3:])
+    assert args.command == "pretrain"
 
 
 def test_compare_gives_the_speed_ratio_loss_gaps_and_evaluations() -> None:
@@ -40,6 +46,13 @@ def test_compare_gives_the_speed_ratio_loss_gaps_and_evaluations() -> None:
     assert figures["loss_gap_max"] == pytest.approx(0.01)
     assert figures["loss_gap_mean"] == pytest.approx((0.01 + 0 + 0.005) / 3)
     assert figures["evaluations"] == {"fp32": {30: {"mlm_accuracy": 0.1}}, "bf16": {30: {"mlm_accuracy": 0.12}}}
+    assert "bf16-weights" not in figures
+    runs = {"fp32": records([4.0, 3.0, 2.0], [100, 300, 200], 0.1),
+            "bf16": records([4.04, 3.0, 2.01], [50, 40, 60], 0.12),
+            "bf16-weights": records([4.0, 3.06, 2.0], [400, 300, 500], 0.11)}
+    weights = bf16_pretrain_curves.compare(runs)["bf16-weights"]
+    assert weights["over_fp32"] == pytest.approx(2.0) and weights["steps_compared"] == 3
+    assert weights["loss_gap_max"] == pytest.approx(0.02) and weights["loss_gap_mean"] == pytest.approx(0.02 / 3)
 
 
 def test_runs_with_no_common_logged_step_are_refused() -> None:
