@@ -84,13 +84,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-every", type=int, default=None)
     p.add_argument("--resume", action="store_true")
     p.add_argument("--nan-rank", type=int, default=None, help="this DDP rank's targets are all NaN")
+    p.add_argument("--bf16-weights", action="store_true", help="precision bf16 with bf16 weights")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     data = ToyData(64, a.delay)
     if a.nan_rank is not None and int(os.environ.get("RANK", "0")) == a.nan_rank:
         data.y[:] = float("nan")
     cfg = TrainingConfig(output_dir=a.out, lr=0.05, batch_size=a.batch_size, max_steps=a.steps, warmup=2,
-                         progress_bar=False, log_every=1, save_every=a.save_every, metric_for_best=None)
+                         progress_bar=False, log_every=1, save_every=a.save_every, metric_for_best=None,
+                         **(dict(precision="bf16", bf16_weights=True) if a.bf16_weights else {}))
     try:
         result = Trainer(make_model(a.dropout), cfg, data).train(resume=a.resume)
     except BertkitError as e:  # as the CLI does: the message, no traceback
