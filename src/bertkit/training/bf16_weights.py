@@ -2,8 +2,9 @@
 
 Under bf16 autocast the model's weights stay float32: every forward pass casts each weight to bf16 again, and the
 activations go back and forth between the two types (LayerNorm and the residual stream in float32, matrix products
-in bf16). The H100 profile of issue 29 found 13% of CUDA time in those copies, the AMX CPU profile 12.9%.
-Mixed precision with master weights (Micikevicius et al. 2018; NVIDIA's BERT, Megatron) runs the steps on a bf16
+in bf16). The H100 profile of issue 29 found 13% of CUDA time in copies. (On an AMX CPU the copies are mostly of
+activations, which this does not remove: 12.9% of the step under autocast, 12.4% on bf16 weights, and the step is
+level with autocast's there: docs/results/pretrain-bf16-weights-cpu-xeon-amx-2026-11-27.md.) Mixed precision with master weights (Micikevicius et al. 2018; NVIDIA's BERT, Megatron) runs the steps on a bf16
 model instead and keeps the float32 weights for the update, where bf16's 8-bit mantissa would lose small updates:
 
 - the steps run `working`, a bf16 copy of the model (weights, activations, LayerNorms and residual stream in bf16;
