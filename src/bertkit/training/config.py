@@ -124,6 +124,13 @@ class TrainingConfig:
     """Also write TensorBoard events under output_dir/tensorboard when tensorboard is installed."""
     progress_bar: bool = True
     """Show a tqdm progress bar (rank 0 only)."""
+    profile_steps: int = 0
+    """Profile this many optimizer steps with torch.profiler (the CPU's ops, and the GPU's on a GPU), each step's
+    parts marked (loader, copy to the device, forward, backward, finiteness check, optimizer): rank 0 writes
+    profile.txt (time per step, the parts' shares, the top ops) and profile-trace.json (for ui.perfetto.dev) to
+    output_dir (bertkit.training.profiling). 0 = off."""
+    profile_from: int = 20
+    """The steps done before the profile starts (past the warm-up, compilation and the loader's start)."""
     resume_mismatch: str = "error"
     """What a resume does when the data or a setting that changes the result differs from the checkpoint's
     (bertkit.training.provenance): 'error' refuses, naming each difference; 'warn' continues, printing the
@@ -170,6 +177,9 @@ class TrainingConfig:
         for name in ("batch_size", "grad_accum_steps", "keep_last", "log_every"):
             if getattr(self, name) < 1:
                 raise bad(name, "an integer >= 1")
+        for name in ("profile_steps", "profile_from"):
+            if getattr(self, name) < 0:
+                raise bad(name, "an integer >= 0")
         for name in ("eval_every", "save_every"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise bad(name, "an integer >= 1 or null")

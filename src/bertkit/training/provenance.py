@@ -23,7 +23,7 @@ RESUME_MAY_CHANGE = (
     "output_dir",  # the same folder by definition (the checkpoint is read from it)
     "max_steps", "epochs",  # how far to train: a resume may extend (or shorten) the run
     "eval_every", "save_every", "keep_last", "log_every",  # cadence of evaluation, checkpoints and records
-    "tensorboard", "progress_bar",  # display and output-only
+    "tensorboard", "progress_bar", "profile_steps", "profile_from",  # display and output-only
     "num_workers",  # loader processes: the batches are a function of the seed, not of the workers
     "device",  # where the same computation runs (moving a run to another machine)
     "activation_checkpointing",  # recomputes the same activations (same RNG state) to save memory

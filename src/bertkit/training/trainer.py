@@ -42,6 +42,7 @@ from bertkit.training.distributed import DistInfo, all_gather_objects, any_rank,
 from bertkit.training.logging import MetricsLogger, read_metrics, truncate_metrics
 from bertkit.training.optim import build_optimizer
 from bertkit.training.plots import plot_metrics
+from bertkit.training.profiling import StepProfiler
 from bertkit.training.provenance import describe, differences, normalise, plain, training_fingerprint
 from bertkit.training.schedule import build_scheduler, resolve_warmup
 
@@ -632,6 +633,11 @@ class Trainer:
             self.on_start()
         # The module the steps run: the model, or its bf16 working copy (made after a resume has loaded the weights)
         self.bf16 = Bf16Weights(self.model) if c.bf16_weights else None
+        self.profiler = StepProfiler(self.output_dir, c.profile_from, c.profile_steps, self.device,
+                                     enabled=self.dist.is_main and self.state.step <= c.profile_from)
+        if self.profiler.enabled and c.profile_from + c.profile_steps > self.total_steps:
+            self._print(f"warning: TrainingConfig.profile_from + profile_steps = {c.profile_from + c.profile_steps} "
+                        f"but the run has {self.total_steps} steps: the profile covers the steps there are")
         model = self._compiled(self._wrap_ddp(self.bf16.working if self.bf16 is not None else self.model))
         model.train()
         st = self.state
@@ -644,6 +650,7 @@ class Trainer:
         except BaseException:
             bar.close()
             self._bar = None
+            self.profiler.close()
             self.logger.close()
             raise
 
@@ -655,8 +662,13 @@ class Trainer:
         with self._signals():
             while st.step < self.total_steps:
                 stream = self._stream_at(st, stream)
+                self.profiler.begin(st.step)
                 outcome = self.train_step(model, stream)
                 st.step += 1
+                self.profiler.end(outcome.tokens // self.dist.world_size)
+                if self.profiler.written is not None:
+                    self._print(f"profile of steps {c.profile_from + 1}-{st.step} written to {self.profiler.written}")
+                    self.profiler.written = None
                 bar.update(1)
                 window.add(outcome)
                 if st.step % c.log_every == 0 or st.step == self.total_steps:
@@ -671,6 +683,8 @@ class Trainer:
                     return self._stop(bar)
         bar.close()
         self._bar = None
+        if self.profiler.finish(note=f" (the run ended after {st.step - c.profile_from} of them)") is not None:
+            self._print(f"profile of steps {c.profile_from + 1}-{st.step} written to {self.profiler.written}")
         if st.last_eval_step != st.step:
             self.run_evaluation()
         self.save_checkpoint()
@@ -699,38 +713,46 @@ class Trainer:
         c, st = self.config, self.state
         accum = self._accum_steps(st.position.phase)
         loss_sum, tokens, epoch_ended = torch.zeros((), device=self.device), 0, False
+        part = self.profiler.part
         for micro in range(accum):
-            batch, st.position, ended = next(stream)
+            with part("load"):
+                batch, st.position, ended = next(stream)
             epoch_ended |= ended
             tokens += _count_tokens(batch) * self.dist.world_size
-            batch = _to_device(batch, self.device)
+            with part("to_device"):
+                batch = _to_device(batch, self.device)
             last = micro == accum - 1
             with contextlib.nullcontext() if last or not self.dist.distributed else model.no_sync():
-                with self._autocast():
+                with part("forward"), self._autocast():
                     loss = batch_loss(_forward(model, batch))
                 scaled = loss / accum
-                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+                with part("backward"):
+                    (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
             if self.bf16 is not None and (last or not self.dist.distributed):  # DDP reduces what it holds at the last
-                self.bf16.take_gradients()
+                with part("backward"):
+                    self.bf16.take_gradients()
             loss_sum += loss.detach().float()
-        if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)
-        params = [p for p in unwrap(self.model).parameters() if p.requires_grad]
-        if c.max_grad_norm is not None:
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
-        else:  # still measured: a non-finite gradient must stop the run, clipped or not
-            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-        self._stop_if_not_finite(loss_sum / accum, grad_norm)
-        lr = self.optimizer.param_groups[0]["lr"]
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        if self.bf16 is not None:
-            self.bf16.refresh()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        with part("optimizer"):
+            if self.scaler is not None:
+                self.scaler.unscale_(self.optimizer)
+            params = [p for p in unwrap(self.model).parameters() if p.requires_grad]
+            if c.max_grad_norm is not None:
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
+            else:  # still measured: a non-finite gradient must stop the run, clipped or not
+                grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+        with part("finite_check"):
+            self._stop_if_not_finite(loss_sum / accum, grad_norm)
+        with part("optimizer"):
+            lr = self.optimizer.param_groups[0]["lr"]
+            if self.scaler is not None:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
+            if self.bf16 is not None:
+                self.bf16.refresh()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
         return StepOutcome(loss_sum, accum, tokens, lr, grad_norm, epoch_ended)
 
     def _stop_if_not_finite(self, loss: Tensor, grad_norm: Tensor) -> None:
@@ -773,6 +795,7 @@ class Trainer:
     def _stop(self, bar: Any) -> TrainResult:
         """A signal arrived: write a checkpoint and return an interrupted result."""
         signum = self._stop_signal or signal.SIGTERM
+        self.profiler.close()
         folder = self.save_checkpoint()
         bar.close()
         self._bar = None

@@ -1,0 +1,160 @@
+"""Where a training step's time goes: torch.profiler over a window of a real run's steps
+(TrainingConfig.profile_steps, profile_from).
+
+The trainer marks the parts of each step (`PARTS`: taking the next batch from the loader, copying it to the device,
+forward, backward, the finiteness check, clipping and the optimizer) with record_function, so that host-side waits
+show beside the kernels: a GPU step whose parts take longer on the host than its kernels take on the device is
+bound by the host, not by its arithmetic. Rank 0 writes two files into the output folder when the window ends:
+
+- `profile.txt`: the steps' wall time and tokens/s, each part's share of it, and the ops by self time on the CPU
+  (and on the GPU, when there is one), per step. Only the steps count: an evaluation or a checkpoint that falls
+  inside the window is left out of every figure;
+- `profile-trace.json`: the whole trace, evaluations included, for chrome://tracing or https://ui.perfetto.dev.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, ContextManager
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from bertkit.io import atomic_path, atomic_write_text
+
+PROFILE_TEXT = "profile.txt"
+PROFILE_TRACE = "profile-trace.json"
+PARTS = ("load", "to_device", "forward", "backward", "finite_check", "optimizer")
+"""The parts of a step the trainer marks, in order; their record_function names are `step.<part>`."""
+STEP_SPAN = "step.step"
+"""The record_function span around each whole step: the ops inside these spans are the ones profile.txt counts."""
+TOP_OPS = 25
+
+
+class StepProfiler:
+    """Profiles the optimizer steps `start + 1 .. start + steps` (1-based, as the progress bar counts) of a run.
+
+    The trainer calls `begin(step)` before each step (the number of steps done so far), wraps the step's parts in
+    `part(name)` and calls `end(tokens)` after it. Outside the window every call is a no-op."""
+
+    def __init__(self, output_dir: Path, start: int, steps: int, device: torch.device, enabled: bool = True) -> None:
+        self.output_dir, self.start, self.steps, self.device = output_dir, start, steps, device
+        self.enabled = enabled and steps > 0
+        self._prof: Any = None
+        self._done, self._tokens, self._seconds, self._t0 = 0, 0, 0.0, 0.0
+        self._span: Any = None
+        self.written: Path | None = None
+
+    @property
+    def active(self) -> bool:
+        return self._prof is not None
+
+    def begin(self, step: int) -> None:
+        """Open the step's span; first start the profiler when `step` steps are done and the window starts here."""
+        if self.enabled and self._prof is None and step == self.start:
+            activities = [ProfilerActivity.CPU]
+            if self.device.type == "cuda":
+                activities.append(ProfilerActivity.CUDA)
+            self._sync()
+            self._prof = profile(activities=activities)
+            self._prof.__enter__()
+        if self._prof is not None:
+            self._span = record_function(STEP_SPAN)
+            self._span.__enter__()
+            self._t0 = time.perf_counter()
+
+    def part(self, name: str) -> ContextManager:
+        """A record_function span named `step.<name>` while profiling, else nothing."""
+        return record_function(f"step.{name}") if self._prof is not None else contextlib.nullcontext()
+
+    def end(self, tokens: int) -> None:
+        """Count a profiled step (its real tokens); write the files after the window's last step."""
+        if self._prof is None:
+            return
+        if self._done + 1 == self.steps:
+            self._sync()  # the last step's queued device work belongs to it
+        self._seconds += time.perf_counter() - self._t0
+        self._span.__exit__(None, None, None)
+        self._done += 1
+        self._tokens += tokens
+        if self._done == self.steps:
+            self.finish()
+
+    def finish(self, note: str = "") -> Path | None:
+        """Stop the profiler (the device's queued work included) and write the files; `note` says why it stopped
+        early, when the run ended inside the window."""
+        if self._prof is None:
+            return None
+        self._sync()
+        prof, self._prof = self._prof, None
+        prof.__exit__(None, None, None)
+        self.enabled = False  # one window per run
+        with atomic_path(self.output_dir / PROFILE_TRACE) as tmp:
+            prof.export_chrome_trace(str(tmp))
+        text = report(prof.events(), self._done, self._seconds, self._tokens, self.start, self.device, note)
+        atomic_write_text(self.output_dir / PROFILE_TEXT, text)
+        self.written = self.output_dir / PROFILE_TEXT
+        return self.written
+
+    def close(self) -> None:
+        """Stop a running profiler without writing anything (the run stopped inside the window)."""
+        if self._prof is not None:
+            prof, self._prof, self._span = self._prof, None, None
+            prof.__exit__(None, None, None)
+        self.enabled = False
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def in_steps(events: list[Any]) -> list[Any]:
+    """The profiled events that ran inside a step's span (STEP_SPAN) and are not spans themselves."""
+    spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == STEP_SPAN)
+    starts = [a for a, _ in spans]
+
+    def inside(e: Any) -> bool:
+        i = bisect.bisect_right(starts, e.time_range.start) - 1
+        return i >= 0 and e.time_range.end <= spans[i][1]
+
+    return [e for e in events if not e.name.startswith("step.") and inside(e)]
+
+
+def report(events: list[Any], steps: int, seconds: float, tokens: int, start: int, device: torch.device,
+           note: str = "") -> str:
+    """profile.txt's text: the steps' wall time and tokens/s, the parts' shares, the top ops on each device."""
+    ms_per_step = 1000 * seconds / max(1, steps)
+    lines = [f"# training steps {start + 1}-{start + steps}, profiled with torch.profiler{note}",
+             f"wall time {ms_per_step:.2f} ms per step (the profiler's own cost included), "
+             f"{tokens / max(seconds, 1e-12):,.0f} real tokens/s", "",
+             "## the step's parts (host wall time inside each record_function span)", "",
+             f"{'part':<16}{'ms per step':>14}{'share of the step':>20}"]
+    part_us: dict[str, float] = defaultdict(float)
+    for e in events:
+        if e.name.startswith("step.") and e.name != STEP_SPAN:
+            part_us[e.name[len("step."):]] += e.time_range.elapsed_us()
+    for part in PARTS:
+        if part in part_us:
+            ms = part_us[part] / 1000 / max(1, steps)
+            lines.append(f"{part:<16}{ms:>14.3f}{ms / ms_per_step:>20.1%}")
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    for e in in_steps(events):
+        row = totals[e.key]
+        row[0] += e.self_cpu_time_total
+        row[1] += e.self_device_time_total
+        row[2] += 1
+    tables = [("CPU", 0)] + ([("GPU", 1)] if device.type == "cuda" else [])
+    for name, col in tables:
+        total = sum(row[col] for row in totals.values()) or 1.0
+        lines += ["", f"## ops by self {name} time ({name} total {total / 1000 / max(1, steps):.2f} ms per step)", "",
+                  f"{'op':<48}{'ms per step':>14}{'share':>9}{'calls per step':>16}"]
+        for key, row in sorted(totals.items(), key=lambda kv: kv[1][col], reverse=True)[:TOP_OPS]:
+            if row[col] <= 0:
+                break
+            lines.append(f"{key[:47]:<48}{row[col] / 1000 / max(1, steps):>14.3f}{row[col] / total:>9.1%}"
+                         f"{row[2] / max(1, steps):>16.1f}")
+    return "\n".join(lines) + "\n"
