@@ -14,7 +14,7 @@
 #      (goal 1.5x transformers compiled, 45% MFU);
 #   2b. eager on bf16 weights with a float32 master copy, bertkit and transformers alike (--bf16-weights);
 #   3. the mini recipe at batch 512 end to end with CUDA graphs and both sparse levers in fixed slots
-#      (goal 3x 1.69 M tokens/s);
+#      (goal 3x 1.69 M tokens/s), steps 251-260 profiled (training.profile_steps: host parts against kernels);
 #   4. where the eager default step spends its time (benchmarks/gpu_profile_step.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +32,9 @@ timeout 150 $S --bf16-weights --levers "all" --out "$OUT/pre256w.json" 2>&1 | qu
 timeout 120 python3 -m bertkit pretrain --config configs/bertkit-mini-gpu.yaml --train_data "$G/full128" \
   --eval_data "$G/wt2test128" --training.output_dir /tmp/mini-graphs --training.max_steps 400 \
   --training.eval_every 100000 --training.save_every 100000 --training.log_every 50 --training.progress_bar false \
-  --training.num_workers 4 --training.compile reduce-overhead --unpadded false --mlm-slots 20 2>&1 | quiet | tail -6
+  --training.num_workers 4 --training.compile reduce-overhead --unpadded false --mlm-slots 20 \
+  --training.profile_from 250 --training.profile_steps 10 2>&1 | quiet | tail -6
 cp /tmp/mini-graphs/metrics.jsonl "$OUT/mini-graphs.jsonl" 2>/dev/null
+cp /tmp/mini-graphs/profile.txt "$OUT/mini-graphs-profile.txt" 2>/dev/null && head -40 "$OUT/mini-graphs-profile.txt"
 timeout 60 python3 benchmarks/gpu_profile_step.py 256 > "$OUT/profile256.txt" 2>&1
 tail -30 "$OUT/profile256.txt"

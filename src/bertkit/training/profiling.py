@@ -48,6 +48,8 @@ class StepProfiler:
         self._done, self._tokens, self._seconds, self._t0 = 0, 0, 0.0, 0.0
         self._span: Any = None
         self.written: Path | None = None
+        self.write_seconds = 0.0
+        """How long writing the files took (the trainer leaves it out of the logged tokens/s)."""
 
     @property
     def active(self) -> bool:
@@ -90,6 +92,7 @@ class StepProfiler:
         if self._prof is None:
             return None
         self._sync()
+        started = time.perf_counter()
         prof, self._prof = self._prof, None
         prof.__exit__(None, None, None)
         self.enabled = False  # one window per run
@@ -98,6 +101,7 @@ class StepProfiler:
         text = report(prof.events(), self._done, self._seconds, self._tokens, self.start, self.device, note)
         atomic_write_text(self.output_dir / PROFILE_TEXT, text)
         self.written = self.output_dir / PROFILE_TEXT
+        self.write_seconds = time.perf_counter() - started
         return self.written
 
     def close(self) -> None:

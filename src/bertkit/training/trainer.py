@@ -669,6 +669,7 @@ class Trainer:
                 if self.profiler.written is not None:
                     self._print(f"profile of steps {c.profile_from + 1}-{st.step} written to {self.profiler.written}")
                     self.profiler.written = None
+                    window.start += self.profiler.write_seconds  # the logged tokens/s are the steps'
                 bar.update(1)
                 window.add(outcome)
                 if st.step % c.log_every == 0 or st.step == self.total_steps:
