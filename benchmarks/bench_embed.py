@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from common import MAX_LEN, cpu_line, minilm_dir, wikitext_paragraphs
 
+PEERS = ("onnxruntime", "openvino", "ctranslate2")  # the engines --peers may name
 PEER_BATCH = 32  # sentence-transformers' default batch size; the peers run with it too
 CALIBRATION_PARAGRAPHS = 300  # OpenVINO/NNCF static int8, as in the issue's measurement
 # What bertkit must reach on each kind of CPU, against the peers in the same run (issue 15 for AVX2, issue 30 for
@@ -184,7 +185,8 @@ def main() -> int:
     parser.add_argument("--data", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best counts (%(default)s)")
     parser.add_argument("--precisions", default="fp32,bf16,int8", help="bertkit precisions to time")
-    parser.add_argument("--peers", default="onnxruntime,openvino,ctranslate2", help="peers to run when installed")
+    parser.add_argument("--peers", default=",".join(PEERS),
+                        help="peers to run when installed ('' for none)")
     parser.add_argument("--batch-size", type=int, default=128, help="bertkit: texts per batch at most")
     parser.add_argument("--max-tokens", type=int, default=8192, help="bertkit: padded tokens per batch at most")
     parser.add_argument("--profile", action="store_true",
@@ -195,6 +197,10 @@ def main() -> int:
     parser.add_argument("--int8-kernels", default="", help="bertkit int8: time each of these kernels (fbgemm, "
                         "onednn) on one plan; default: the one chosen for this CPU")
     args = parser.parse_args()
+    unknown = [peer for peer in filter(None, args.peers.split(",")) if peer not in PEERS]
+    if unknown:
+        raise SystemExit(f"--peers: unknown engine {unknown[0]!r}; expected a comma-separated list of "
+                         f"{', '.join(PEERS)}, or '' for none")
     if args.default_malloc:
         os.environ["BERTKIT_MALLOC"] = "default"
     if args.threads:
