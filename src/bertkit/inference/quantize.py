@@ -30,10 +30,11 @@ fbgemm computes acc * (s_x * s_w) + b with one rounding (a fused multiply-add), 
 the sum, so an output can differ by a unit or two in the last place of the larger term
 (tests/inference/test_int8_kernels.py). Such a difference now and then moves a downstream int8 input across a
 rounding boundary, so the two kernels' embeddings agree closely (min cosine above 0.999 on real text), not bit
-for bit. `choose_int8_kernel` takes oneDNN on CPUs with AVX-512 and VNNI or AMX and fbgemm elsewhere: on AVX2 (no
-VNNI) oneDNN's product was no faster and its separate input quantization (quantize_per_tensor, int_repr) cost
-about a tenth of the time more (docs/results/int8-vnni-path-epyc-avx2-2026-11-25.md), so the path measured before
-stays there. BERTKIT_INT8_KERNEL=fbgemm|onednn|auto (or Encoder's int8_kernel) overrides the choice.
+for bit. `choose_int8_kernel` takes oneDNN on CPUs with AMX and fbgemm elsewhere: on AVX2 (no VNNI) oneDNN's
+product was no faster and its separate input quantization (quantize_per_tensor, int_repr) cost about a tenth of the
+time more (docs/results/int8-vnni-path-epyc-avx2-2026-11-25.md), so the path measured before stays there; on a
+2-core AMX Xeon the two were level (docs/results/embed-cpu-xeon-amx-2026-11-27.md).
+BERTKIT_INT8_KERNEL=fbgemm|onednn|auto (or Encoder's int8_kernel) overrides the choice.
 
 Calibration text is a parameter and must not be the text you evaluate on; the default is drawn from Austen's
 Persuasion, shipped with bertkit (public domain): long paragraphs, sentences of 4 to 20 words and sentences repeated
