@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from inference_helpers import minilm_folder, reference_embed_texts, tokenizer_for, wikitext_paragraphs
 
 from bertkit.errors import ConfigError
-from bertkit.inference.encoder import Encoder, plan_batches
+from bertkit.inference.encoder import Encoder, padded_width, plan_batches
 from bertkit.model import BertModel
 
 
@@ -63,6 +63,29 @@ def test_bf16_stays_close_to_fp32(minilm) -> None:
     ref = Encoder(model, tok, precision="fp32").encode(texts)
     bf16 = Encoder(model, tok, precision="bf16").encode(texts)
     assert F.cosine_similarity(ref, bf16).min() >= 0.999  # int8: tests/inference/test_int8.py
+
+
+@pytest.mark.filterwarnings("ignore:.*were truncated")
+def test_bf16_on_a_cpu_multiplies_a_bounded_set_of_shapes(minilm) -> None:
+    """fp32 runs the linear layers on the real tokens of each batch (a new row count in nearly every batch); bf16 on
+    a CPU on every position of the padded batch, count x width with widths in steps of 16, so that oneDNN's bf16
+    kernels, built per matrix shape, are built again only for a new width or count."""
+    _, model, tok = minilm
+    texts = wikitext_paragraphs(40)
+    rows: dict[str, list[int]] = {}
+    for precision in ("fp32", "bf16"):
+        enc = Encoder(model, tok, precision=precision, max_length=256)
+        seen: list[int] = []
+        handle = enc.bert.encoder.layer[0].intermediate.dense.register_forward_pre_hook(
+            lambda _module, args: seen.append(args[0].reshape(-1, args[0].shape[-1]).shape[0]))
+        enc.encode(texts, batch_size=8)
+        handle.remove()
+        rows[precision] = seen
+    lengths = [len(x) for x in enc.tokenize(texts)]
+    batches = plan_batches(lengths, 8, 8192, 512)
+    assert rows["fp32"] == [sum(lengths[i] for i in b) for b in batches]
+    assert rows["bf16"] == [len(b) * padded_width(lengths[b[0]], 512) for b in batches]
+    assert all(n % 16 == 0 for n in rows["bf16"]) and any(n % 16 for n in rows["fp32"])
 
 
 def test_long_texts_are_truncated_with_a_warning(minilm) -> None:

@@ -44,7 +44,7 @@ from bertkit.inference.quantize import (
     runs_in_int8,
 )
 from bertkit.model import BertPreTrainedModel
-from bertkit.model.heads import base_model
+from bertkit.model.heads import base_model, set_execution
 from bertkit.runtime import keep_freed_memory
 
 log = logging.getLogger(__name__)
@@ -107,9 +107,14 @@ class Encoder:
     calibration (int8 only): the texts to calibrate on (never the texts you evaluate on; default: shipped Austen
     paragraphs and sentences, `default_calibration_texts`), or an `Int8Plan` computed before; `int8_plan` holds the
     one used. int8_kernel: "fbgemm" or "onednn" for the int8 products (default: BERTKIT_INT8_KERNEL, else oneDNN on
-    CPUs with AVX-512 VNNI or AMX, fbgemm elsewhere; `choose_int8_kernel`); `int8_kernel` holds the one used.
+    CPUs with AMX, fbgemm elsewhere; `choose_int8_kernel`); `int8_kernel` holds the one used.
     An int8 encoder keeps a float32 copy too (`float_bert`), for the texts of few distinct tokens.
     Embeddings do not depend on the batch size or the other texts of a batch, in int8 bit for bit (issue 24).
+    Batches are sorted by length and padded to a multiple of WIDTH_STEP tokens. The linear layers then run on the
+    real tokens only (packed), except in bf16 on a CPU: there PyTorch multiplies with oneDNN, which builds a kernel
+    for every new matrix shape, and the packed token count is new in nearly every batch, so a stream of new texts
+    paid for kernel builds in every batch. bf16 on a CPU computes every position of the padded batch instead, whose
+    shapes (width x count) repeat (docs/results/embed-cpu-xeon-amx-2026-11-27.md).
     On CPU it also makes glibc malloc keep freed memory, process-wide (`keeps_freed_memory`; bertkit.runtime).
     """
 
@@ -176,6 +181,8 @@ class Encoder:
                      self.int8_plan.min_distinct_tokens)
         elif precision == "bf16":
             bert = copy.deepcopy(bert).to(torch.bfloat16)  # the caller's model stays float32
+            if self.device.type == "cpu":  # a bounded set of matrix shapes for oneDNN's bf16 kernels (class doc)
+                set_execution(bert, unpadded=False)
         self.bert = bert.to(self.device)
         self._forward = torch.compile(self.bert, dynamic=True) if compile else self.bert
 
