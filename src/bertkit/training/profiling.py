@@ -51,10 +51,6 @@ class StepProfiler:
         self.write_seconds = 0.0
         """How long writing the files took (the trainer leaves it out of the logged tokens/s)."""
 
-    @property
-    def active(self) -> bool:
-        return self._prof is not None
-
     def begin(self, step: int) -> None:
         """Open the step's span; first start the profiler when `step` steps are done and the window starts here."""
         if self.enabled and self._prof is None and step == self.start:
