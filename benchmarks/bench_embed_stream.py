@@ -1,6 +1,7 @@
 """Embedding a stream of new texts, as `bertkit embed` does a large file: tokens/s when every batch is new to the
-process, against the same batches seen before, for the Encoder's linear layers on the packed real tokens or on
-every position of the padded batch.
+process, against the same batches seen before, for the Encoder's linear layers on the packed real tokens, on
+every position of the padded batch, or as the Encoder chooses batch by batch (auto: padded where the padding is
+small, in bf16 on a CPU).
 
 Under bf16 on a CPU PyTorch multiplies with oneDNN, which builds (JIT-compiles) a kernel for each new matrix shape.
 Packed, the row count of a batch's products is its real token count, new in nearly every batch; padded, it is count
@@ -11,8 +12,9 @@ turns, `--rounds` times:
     python benchmarks/bench_embed_stream.py [--precision bf16] [--chunk 400] [--chunks 10] [--rounds 2]
         [--threads 2] [--json OUT]
 
-Texts: WikiText-2 validation then test paragraphs, cut into chunks of `--chunk`; each chunk is encoded once in order
-(the stream), then the first `--again` chunks once more (seen shapes). Model: all-MiniLM-L6-v2, max 256 tokens.
+Texts (`--texts`): WikiText-2 validation then test paragraphs, or SST-2 training sentences (short texts), cut into
+chunks of `--chunk`; each chunk is encoded once in order (the stream), then the first `--again` chunks once more
+(seen shapes). Model: all-MiniLM-L6-v2, max 256 tokens.
 """
 
 from __future__ import annotations
@@ -27,12 +29,17 @@ from typing import Any
 
 from common import DATA, MAX_LEN, cpu_line, minilm_dir, wikitext_paragraphs
 
-EXECUTIONS = ("packed", "padded")
+EXECUTIONS = ("packed", "padded", "auto")  # auto: the Encoder's own choice, batch by batch (runs_padded)
 
 
-def stream_texts(data: Path, chunk: int, chunks: int | None) -> list[list[str]]:
-    """WikiText-2 validation then test paragraphs in chunks of `chunk` texts (whole chunks only)."""
-    texts = [t for name in ("valid.txt", "test.txt") for t in wikitext_paragraphs(data / "wikitext2" / name)]
+def stream_texts(data: Path, chunk: int, chunks: int | None, kind: str = "wikitext") -> list[list[str]]:
+    """WikiText-2 validation then test paragraphs, or SST-2 training sentences, in chunks of `chunk` texts (whole
+    chunks only)."""
+    if kind == "sst2":
+        lines = (data / "sst2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
+        texts = [line.split("\t")[0] for line in lines if line.strip()]
+    else:
+        texts = [t for name in ("valid.txt", "test.txt") for t in wikitext_paragraphs(data / "wikitext2" / name)]
     out = [texts[i : i + chunk] for i in range(0, len(texts) - chunk + 1, chunk)]
     return out[:chunks] if chunks else out
 
@@ -48,8 +55,10 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
 
     torch.set_num_threads(args.threads)
     enc = Encoder(minilm_dir(), precision=args.precision, max_length=MAX_LEN, device="cpu")
-    set_execution(enc.bert, unpadded=args.execution == "packed")
-    chunks = stream_texts(Path(args.data), args.chunk, args.chunks)
+    if args.execution != "auto":
+        enc.pads_batches = False  # every batch one way
+        set_execution(enc.bert, unpadded=args.execution == "packed")
+    chunks = stream_texts(Path(args.data), args.chunk, args.chunks, args.texts)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # texts cut at MAX_LEN tokens
         ids = [enc.tokenize(c) for c in chunks]
@@ -75,6 +84,7 @@ def summary(run: dict[str, Any], again: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--precision", default="bf16", choices=("fp32", "bf16"))
+    parser.add_argument("--texts", default="wikitext", choices=("wikitext", "sst2"), help="the stream's texts")
     parser.add_argument("--chunk", type=int, default=400, help="texts per chunk (default %(default)s)")
     parser.add_argument("--chunks", type=int, default=None, help="chunks in the stream (default: all)")
     parser.add_argument("--again", type=int, default=3, help="chunks encoded a second time (default %(default)s)")
@@ -89,10 +99,10 @@ def main() -> None:
     if args.execution is not None:
         print(json.dumps(run_one(args)))
         return
-    if not stream_texts(Path(args.data), args.chunk, args.chunks):
+    if not stream_texts(Path(args.data), args.chunk, args.chunks, args.texts):
         raise SystemExit(f"{args.data}/wikitext2: fewer than --chunk {args.chunk} paragraphs")
     print(cpu_line())
-    print(f"all-MiniLM-L6-v2, {args.precision}, max {MAX_LEN} tokens, {args.threads} threads, chunks of "
+    print(f"{args.texts}, all-MiniLM-L6-v2, {args.precision}, max {MAX_LEN} tokens, {args.threads} threads, chunks of "
           f"{args.chunk} texts; each execution in its own process, {args.rounds} rounds in turns")
     runs = []
     for r in range(args.rounds):
@@ -115,13 +125,15 @@ def main() -> None:
         b = best[e]
         print(f"| {e} | {b['stream']:,.0f} | {b['stream_last']:,.0f} | {b['seen']:,.0f} | "
               f"{b['seen'] / b['stream']:.2f}x |")
-    ratio = {k: best["padded"][k] / best["packed"][k] for k in ("stream", "stream_last", "seen")}
-    print(f"padded / packed: stream {ratio['stream']:.2f}x, last chunks {ratio['stream_last']:.2f}x, "
-          f"seen {ratio['seen']:.2f}x (best round of each)")
+    ratio = {e: {k: best[e][k] / best["packed"][k] for k in ("stream", "stream_last", "seen")} for e in EXECUTIONS}
+    for e in EXECUTIONS[1:]:
+        print(f"{e} / packed: stream {ratio[e]['stream']:.2f}x, last chunks {ratio[e]['stream_last']:.2f}x, "
+              f"seen {ratio[e]['seen']:.2f}x (best round of each)")
     if args.json:
-        args.json.write_text(json.dumps({"cpu": cpu_line(), "precision": args.precision, "chunk": args.chunk,
+        args.json.write_text(json.dumps({"cpu": cpu_line(), "texts": args.texts, "precision": args.precision,
+                                         "chunk": args.chunk,
                                          "threads": args.threads, "again": args.again, "runs": runs, "best": best,
-                                         "padded_over_packed": ratio}, indent=1) + "\n")
+                                         "over_packed": ratio}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

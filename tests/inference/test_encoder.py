@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from inference_helpers import minilm_folder, reference_embed_texts, tokenizer_for, wikitext_paragraphs
 
 from bertkit.errors import ConfigError
-from bertkit.inference.encoder import Encoder, padded_width, plan_batches
+from bertkit.inference.encoder import MAX_PADDING_TO_PAD, Encoder, padded_width, plan_batches, runs_padded
 from bertkit.model import BertModel
 
 
@@ -66,12 +66,13 @@ def test_bf16_stays_close_to_fp32(minilm) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:.*were truncated")
-def test_bf16_on_a_cpu_multiplies_a_bounded_set_of_shapes(minilm) -> None:
-    """fp32 runs the linear layers on the real tokens of each batch (a new row count in nearly every batch); bf16 on
-    a CPU on every position of the padded batch, count x width with widths in steps of 16, so that oneDNN's bf16
-    kernels, built per matrix shape, are built again only for a new width or count."""
+def test_bf16_on_a_cpu_pads_the_batches_of_little_padding(minilm) -> None:
+    """fp32 runs the linear layers on the real tokens of each batch (a new row count in nearly every batch). bf16 on
+    a CPU runs every position of a batch whose padding is at most MAX_PADDING_TO_PAD (count x width, widths in steps
+    of 16: oneDNN's bf16 kernels, built per matrix shape, are built again only for a new width or count), and packs
+    a batch of short texts, where the padding would cost more."""
     _, model, tok = minilm
-    texts = wikitext_paragraphs(40)
+    texts = wikitext_paragraphs(32) + ["a short one .", "two words", "the cat sat on the mat ."] * 6
     rows: dict[str, list[int]] = {}
     for precision in ("fp32", "bf16"):
         enc = Encoder(model, tok, precision=precision, max_length=256)
@@ -83,9 +84,18 @@ def test_bf16_on_a_cpu_multiplies_a_bounded_set_of_shapes(minilm) -> None:
         rows[precision] = seen
     lengths = [len(x) for x in enc.tokenize(texts)]
     batches = plan_batches(lengths, 8, 8192, 512)
-    assert rows["fp32"] == [sum(lengths[i] for i in b) for b in batches]
-    assert rows["bf16"] == [len(b) * padded_width(lengths[b[0]], 512) for b in batches]
-    assert all(n % 16 == 0 for n in rows["bf16"]) and any(n % 16 for n in rows["fp32"])
+    real = [sum(lengths[i] for i in b) for b in batches]
+    padded = [len(b) * padded_width(lengths[b[0]], 512) for b in batches]
+    chosen = [runs_padded([lengths[i] for i in b], padded_width(lengths[b[0]], 512)) for b in batches]
+    assert rows["fp32"] == real
+    assert rows["bf16"] == [p if pad else r for p, r, pad in zip(padded, real, chosen)]
+    assert any(chosen) and not all(chosen) and any(p != r for p, r in zip(padded, real))
+
+
+def test_runs_padded_is_the_padding_fraction_against_the_bound() -> None:
+    assert runs_padded([128, 120, 116], 128)  # 36 of 384 positions padding: 9.4%
+    assert not runs_padded([13, 9, 11], 16)  # 15 of 48: 31%
+    assert runs_padded([14] * 7 + [2], 16) == (1 - (14 * 7 + 2) / 128 <= MAX_PADDING_TO_PAD)
 
 
 def test_long_texts_are_truncated_with_a_warning(minilm) -> None:

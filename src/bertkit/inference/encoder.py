@@ -56,6 +56,16 @@ log = logging.getLogger(__name__)
 # sequence alone, not on its batch-mates. Issue 24, N11: int8 rounds every matrix product's input to a grid, which
 # turned last-bit differences of the width into embeddings 6e-3 apart between batch sizes.
 WIDTH_STEP = 16
+# bf16 on a CPU: a batch whose padding is at most this fraction of its positions runs every position (shapes that
+# repeat, for oneDNN's per-shape kernels); one with more runs its real tokens packed (see Encoder). Measured on a
+# 2-core AMX Xeon (docs/results/embed-cpu-xeon-amx-2026-11-27.md): WikiText-2 paragraphs, about 5% padding, ran
+# faster padded; SST-2 sentences, a mean of 13 tokens rounded up to 16 or 32, ran faster packed.
+MAX_PADDING_TO_PAD = 0.125
+
+
+def runs_padded(lengths: Sequence[int], width: int) -> bool:
+    """Whether a bf16 CPU batch of sequences of these lengths, padded to `width`, runs every position."""
+    return 1 - sum(lengths) / (width * len(lengths)) <= MAX_PADDING_TO_PAD
 
 
 def padded_width(length: int, max_width: int | None = None) -> int:
@@ -111,10 +121,11 @@ class Encoder:
     An int8 encoder keeps a float32 copy too (`float_bert`), for the texts of few distinct tokens.
     Embeddings do not depend on the batch size or the other texts of a batch, in int8 bit for bit (issue 24).
     Batches are sorted by length and padded to a multiple of WIDTH_STEP tokens. The linear layers then run on the
-    real tokens only (packed), except in bf16 on a CPU: there PyTorch multiplies with oneDNN, which builds a kernel
-    for every new matrix shape, and the packed token count is new in nearly every batch, so a stream of new texts
-    paid for kernel builds in every batch. bf16 on a CPU computes every position of the padded batch instead, whose
-    shapes (width x count) repeat (docs/results/embed-cpu-xeon-amx-2026-11-27.md).
+    real tokens only (packed), except in bf16 on a CPU for a batch of little padding (`runs_padded`): there PyTorch
+    multiplies with oneDNN, which builds a kernel for every new matrix shape, and the packed token count is new in
+    nearly every batch, so a stream of new texts paid for kernel builds in every batch. Such a batch computes every
+    position instead, whose shapes (width x count) repeat; a batch of short texts, whose padding would cost more,
+    stays packed (docs/results/embed-cpu-xeon-amx-2026-11-27.md).
     On CPU it also makes glibc malloc keep freed memory, process-wide (`keeps_freed_memory`; bertkit.runtime).
     """
 
@@ -181,8 +192,8 @@ class Encoder:
                      self.int8_plan.min_distinct_tokens)
         elif precision == "bf16":
             bert = copy.deepcopy(bert).to(torch.bfloat16)  # the caller's model stays float32
-            if self.device.type == "cpu":  # a bounded set of matrix shapes for oneDNN's bf16 kernels (class doc)
-                set_execution(bert, unpadded=False)
+        # bf16 on a CPU: batches of little padding run padded, for a bounded set of matrix shapes (class doc)
+        self.pads_batches = precision == "bf16" and self.device.type == "cpu"
         self.bert = bert.to(self.device)
         self._forward = torch.compile(self.bert, dynamic=True) if compile else self.bert
 
@@ -267,6 +278,8 @@ class Encoder:
                     rows = [ids[i] for i in idx]
                     width = padded_width(len(rows[0]), max_width)  # the longest comes first
                     batch = pad_batch(rows, [[0] * len(x) for x in rows], pad_id, width)
+                    if self.pads_batches:
+                        set_execution(model, unpadded=not runs_padded([len(x) for x in rows], width))
                     batch = {k: v.to(self.device) for k, v in batch.items()}
                     hidden = forward(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
                     vectors = pool_hidden(hidden.last_hidden_state.float(), batch["attention_mask"], pooling)
