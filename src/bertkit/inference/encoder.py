@@ -176,6 +176,8 @@ class Encoder:
         self.int8_plan: Int8Plan | None = None
         self.int8_kernel: str | None = None  # int8 only: "fbgemm" or "onednn" (choose_int8_kernel)
         self.float_bert: nn.Module | None = None  # int8 only: a float32 copy, for texts of few distinct tokens
+        # bf16 on a CPU: batches of little padding run padded, for a bounded set of matrix shapes (class doc)
+        self.pads_batches = precision == "bf16" and self.device.type == "cpu"
         if precision == "int8":
             if self.device.type != "cpu":
                 raise ConfigError(f"precision 'int8' runs on CPU only, got device {self.device}")
@@ -192,8 +194,6 @@ class Encoder:
                      self.int8_plan.min_distinct_tokens)
         elif precision == "bf16":
             bert = copy.deepcopy(bert).to(torch.bfloat16)  # the caller's model stays float32
-        # bf16 on a CPU: batches of little padding run padded, for a bounded set of matrix shapes (class doc)
-        self.pads_batches = precision == "bf16" and self.device.type == "cpu"
         self.bert = bert.to(self.device)
         self._forward = torch.compile(self.bert, dynamic=True) if compile else self.bert
 
