@@ -36,8 +36,9 @@ def stream_texts(data: Path, chunk: int, chunks: int | None, kind: str = "wikite
     """WikiText-2 validation then test paragraphs, or SST-2 training sentences, in chunks of `chunk` texts (whole
     chunks only)."""
     if kind == "sst2":
-        lines = (data / "sst2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
-        texts = [line.split("\t")[0] for line in lines if line.strip()]
+        from task_text import sst2_sentences
+
+        texts = sst2_sentences(data / "sst2" / "train.tsv")
     else:
         texts = [t for name in ("valid.txt", "test.txt") for t in wikitext_paragraphs(data / "wikitext2" / name)]
     out = [texts[i : i + chunk] for i in range(0, len(texts) - chunk + 1, chunk)]
