@@ -95,7 +95,8 @@ def test_bf16_on_a_cpu_pads_the_batches_of_little_padding(minilm) -> None:
 def test_runs_padded_is_the_padding_fraction_against_the_bound() -> None:
     assert runs_padded([128, 120, 116], 128)  # 36 of 384 positions padding: 9.4%
     assert not runs_padded([13, 9, 11], 16)  # 15 of 48: 31%
-    assert runs_padded([14] * 7 + [2], 16) == (1 - (14 * 7 + 2) / 128 <= MAX_PADDING_TO_PAD)
+    assert not runs_padded([14] * 7 + [2], 16)  # 28 of 128: 22%
+    assert MAX_PADDING_TO_PAD == 0.125 and runs_padded([14, 14], 16)  # 4 of 32: exactly the bound, padded
 
 
 def test_long_texts_are_truncated_with_a_warning(minilm) -> None:
