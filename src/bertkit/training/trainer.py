@@ -666,9 +666,7 @@ class Trainer:
                 outcome = self.train_step(model, stream)
                 st.step += 1
                 self.profiler.end(outcome.tokens // self.dist.world_size)
-                if self.profiler.written is not None:
-                    self._print(f"profile of steps {c.profile_from + 1}-{st.step} written to {self.profiler.written}")
-                    self.profiler.written = None
+                if self._announce_profile():
                     window.start += self.profiler.write_seconds  # the logged tokens/s are the steps'
                 bar.update(1)
                 window.add(outcome)
@@ -684,8 +682,8 @@ class Trainer:
                     return self._stop(bar)
         bar.close()
         self._bar = None
-        if self.profiler.finish(note=f" (the run ended after {st.step - c.profile_from} of them)") is not None:
-            self._print(f"profile of steps {c.profile_from + 1}-{st.step} written to {self.profiler.written}")
+        self.profiler.finish(note=f" (the run ended after {st.step - c.profile_from} of them)")
+        self._announce_profile()
         if st.last_eval_step != st.step:
             self.run_evaluation()
         self.save_checkpoint()
@@ -792,6 +790,13 @@ class Trainer:
         self.logger.log(record)
         bar.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{outcome.lr:.2e}", tok_s=f"{record['tokens_per_s']:.0f}")
         window.reset()
+
+    def _announce_profile(self) -> bool:
+        """Say where the profile went, once, when its files have just been written."""
+        written, self.profiler.written = self.profiler.written, None
+        if written is not None:
+            self._print(f"profile of steps {self.config.profile_from + 1}-{self.state.step} written to {written}")
+        return written is not None
 
     def _stop(self, bar: Any) -> TrainResult:
         """A signal arrived: write a checkpoint and return an interrupted result."""
