@@ -4,6 +4,9 @@ specials and padding never predicted, whole words together by the reference's gr
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -128,14 +131,38 @@ def test_whole_words_follow_the_greedy_rule(pieces: float, max_predictions: int,
     assert (predicted[:, 1:] & predicted[:, :-1] & follows).sum() > 100  # multi-piece words were masked
 
 
+# Masks one batch as a resumed run's fresh process does: the batch (64 x 96 ids) on stdin; out: the ids and labels
+# without, then with whole-word masking.
+MASK_IN_A_NEW_PROCESS = """
+import sys, numpy as np
+from bertkit.data.masking import MaskTables, instance_keys, mask_batch
+from bertkit.data.pretraining import VocabInfo
+tables = MaskTables.from_vocab(VocabInfo.from_vocab({t: i for i, t in enumerate(sys.argv[1].split(","))}))
+ids = np.frombuffer(sys.stdin.buffer.read(), dtype=np.int64).reshape(64, 96)
+for wwm in (False, True):
+    for x in mask_batch(ids, instance_keys(0, 0, np.arange(1000, 1064)), tables, whole_word_mask=wwm):
+        sys.stdout.buffer.write(x.astype(np.int64).tobytes())
+"""
+
+
 def test_masks_are_a_function_of_seed_epoch_and_index() -> None:
-    ids, _ = make_batch(64, 96, 4)
+    """The same masks in another process (a resumed run's; other hash seeds, which reorder hashed containers and
+    salt str hashes between processes only), in any batch order, and new ones for a new epoch or seed."""
+    ids, _ = make_batch(64, 96, 4, pieces=0.3)
     index = np.arange(1000, 1064)
+    elsewhere = {}
+    for hash_seed in ("1", "2"):
+        proc = subprocess.run([sys.executable, "-c", MASK_IN_A_NEW_PROCESS, ",".join(TOKENS)], check=True,
+                              input=ids.astype(np.int64).tobytes(), capture_output=True,
+                              env={**os.environ, "PYTHONHASHSEED": hash_seed})
+        elsewhere[hash_seed] = np.frombuffer(proc.stdout, dtype=np.int64).reshape(2, 2, 64, 96)
     for wwm in (False, True):
         run = lambda seed, epoch, order: mask_batch(ids[order], instance_keys(seed, epoch, index[order]), TABLES,  # noqa: E731
                                                     whole_word_mask=wwm)
-        a, again = run(0, 0, slice(None)), run(0, 0, slice(None))
-        assert all(np.array_equal(x, y) for x, y in zip(a, again))
+        a = run(0, 0, slice(None))
+        for hash_seed, masked in elsewhere.items():
+            out, labels = masked[int(wwm)]
+            assert np.array_equal(out, a[0]) and np.array_equal(labels, a[1]), (wwm, hash_seed)
         flipped = run(0, 0, slice(None, None, -1))  # the same instances in another batch order
         assert np.array_equal(flipped[1][::-1], a[1]) and np.array_equal(flipped[0][::-1], a[0])
         assert not np.array_equal(run(0, 1, slice(None))[1], a[1])  # a new epoch, new masks
