@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import random
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -145,12 +150,30 @@ def test_instances_follow_the_reference_on_toy_documents() -> None:
     assert shares[False] > shares[True] + 0.03
 
 
+# The instances of test_same_seed_same_instances, made in a fresh process (argv[1]: this folder), as JSON.
+INSTANCES_IN_A_NEW_PROCESS = """
+import dataclasses, json, random, sys
+sys.path.insert(0, sys.argv[1])
+from test_pretraining import VOCAB, _toy_documents
+from bertkit.data.config import PretrainingDataConfig
+from bertkit.data.pretraining import create_instances_from_document
+documents = _toy_documents(random.Random(3))
+instances = create_instances_from_document(documents, 5, PretrainingDataConfig(max_length=64), VOCAB, random.Random(9))
+print(json.dumps([dataclasses.asdict(x) for x in instances]))
+"""
+
+
 def test_same_seed_same_instances() -> None:
-    config = PretrainingDataConfig(max_length=64)
+    """The instances are a function of the documents and the seed alone: fresh processes with other hash seeds
+    (which reorder hashed containers and salt str hashes between processes, never within one) make this one's."""
     documents = _toy_documents(random.Random(3))
-    one = create_instances_from_document(documents, 5, config, VOCAB, random.Random(9))
-    two = create_instances_from_document(documents, 5, config, VOCAB, random.Random(9))
-    assert one == two
+    here = create_instances_from_document(documents, 5, PretrainingDataConfig(max_length=64), VOCAB, random.Random(9))
+    assert len(here) > 1
+    for hash_seed in ("1", "2"):
+        proc = subprocess.run([sys.executable, "-c", INSTANCES_IN_A_NEW_PROCESS, str(Path(__file__).parent)],
+                              capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": hash_seed})
+        assert json.loads(proc.stdout) == json.loads(json.dumps([dataclasses.asdict(x) for x in here])), hash_seed
 
 
 def test_single_document_chunk_is_rejected() -> None:
