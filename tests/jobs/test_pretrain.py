@@ -238,14 +238,17 @@ def test_a_gpu_run_without_loader_workers_gets_a_hint() -> None:
 def test_evaluation_is_the_same_with_dense_mlm_logits_and_every_attention(prepared) -> None:
     """make_evaluate reads the MLM logits at the masked positions whether the model computed them there only
     (sparse_mlm and the sparse last layer, the default) or at every position; the execution levers change no
-    metric."""
+    metric. Its accuracies are the shares of the held-out labels the model predicts: a model made to predict one
+    token everywhere and always IsNext scores that token's share of the MLM labels and IsNext's share of the NSP
+    labels, counted here from the batches."""
     from bertkit.data import PretrainingDataset
     from bertkit.jobs.pretrain import PretrainConfig, make_evaluate, pretraining_collator
     from bertkit.model import BertConfig, BertForPreTraining
     from bertkit.model.heads import set_execution
 
     ev = PretrainingDataset(prepared["eval"])
-    evaluate = make_evaluate(ev, pretraining_collator(ev, 0, PretrainConfig()), 8, 2)
+    collate = pretraining_collator(ev, 0, PretrainConfig())
+    evaluate = make_evaluate(ev, collate, 8, 2)
     torch.manual_seed(0)
     model = BertForPreTraining(BertConfig(vocab_size=30522, **TINY)).eval()
     with torch.no_grad():
@@ -254,7 +257,17 @@ def test_evaluation_is_the_same_with_dense_mlm_logits_and_every_attention(prepar
                        {"sparse_mlm": False, "attention": "jagged"}):
             set_execution(model, **levers)
             assert evaluate(model) == pytest.approx(default, rel=1e-5), levers
-    assert default["mlm_accuracy"] >= 0 and default["nsp_accuracy"] >= 0
+    batches = [collate(ev.__getitems__(range(start, start + 8))) for start in (0, 8)]  # 2 batches of 8
+    labels = torch.cat([b["labels"][b["labels"] != -100] for b in batches])
+    is_next = torch.cat([b["next_sentence_label"] for b in batches]) == 0
+    token = int(labels.mode().values)
+    assert 0 < int((labels == token).sum()) < len(labels) and 0 < int(is_next.sum()) < len(is_next)
+    with torch.no_grad():
+        model.cls.predictions.bias[token] += 1e4  # outweighs every other logit: `token` at every position
+        model.cls.seq_relationship.bias[0] += 1e4  # always IsNext (label 0)
+        biased = evaluate(model)
+    assert biased["mlm_accuracy"] == pytest.approx(float((labels == token).double().mean()), abs=1e-12)
+    assert biased["nsp_accuracy"] == pytest.approx(float(is_next.double().mean()), abs=1e-12)
     with pytest.raises(ConfigError, match="PretrainConfig.attention = 'varlen': expected one of auto, padded, jagged"):
         PretrainConfig(attention="varlen")
     for bad in ({"mlm_slots": -1}, {"mlm_slots": 20, "sparse_mlm": False}):
