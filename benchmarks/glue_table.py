@@ -16,17 +16,25 @@ same command again to resume: finished runs are read back (bertkit.jobs.payoff.r
 from its checkpoint; `--tasks cola rte` runs some tasks only. Where the run folders do not survive (another
 session or machine), `--merge OLD/glue.json` joins the tasks an earlier invocation measured, as it measured them
 (the same starts, baseline and budget, checked), so a table can be built a few tasks at a time.
-Writes OUT/table.md (one row per start: each task's GLUE metric at the start's best LR, mean over the seeds, and
-the GLUE average), OUT/glue.json (every run's metrics and seconds, the budgets, the QNLI split, the paired tests,
-the CPU flags, and the two tables in docs/generate.py's form, so that a report's JSON can be glue.json) and the runs
-under OUT/TASK/START/lrLR-seedSEED.
+Writes OUT/table.md (one row per start and one for the majority class: each task's GLUE metric at the start's best
+LR, mean over the seeds, marked where the start did not learn the task; the average over the tasks some start
+learned, and GLUE's average over every task), OUT/glue.json (every run's metrics and seconds, the budgets, the QNLI
+split, the majority-class floor, the learned marks and their tests, the paired tests, the CPU flags, and the tables
+in docs/generate.py's form, so that a report's JSON can be glue.json) and the runs under OUT/TASK/START/lrLR-seedSEED.
+`--report-from OLD/glue.json --out OUT` recomputes all but the runs from what OLD recorded.
+
+Learned or not: a start learned a task when, at its best LR, every seed's run beats the majority-class predictor
+(each task's most frequent training label) by the task's paired test on the same dev examples (learned); a task no
+start learned measures the floor, not the starts, so the headline average leaves it out.
 
 Budget, the same for every start and task (GLUE_BUDGET): a seeded subset of 1,000 training examples per task
-(QNLI's drawn from its 4,000 training pairs), 3 epochs (94 steps), batch 32, max length 64 for single sentences
-(CoLA, SST-2) and 128 for pairs (MRPC, QNLI, RTE); LRs 1e-4, 3e-4, 1e-3; seeds 42 and 43. 1,000 examples per task
-is the few-sample GLUE setting (Zhang et al., ICLR 2021, "Revisiting Few-sample BERT Fine-tuning", subsample GLUE's
-tasks to 1,000 training examples), the regime where what a model brings from pre-training matters most, and the
-one whose table of 4 starts x 5 tasks x 3 LRs x 2 seeds (120 runs) fits a working day of one 2-core CPU.
+(QNLI's drawn from its 4,000 training pairs), 3 epochs of batch 32 (96 steps: 32 batches an epoch, the last one
+short), max length 64 for single sentences (CoLA, SST-2) and 128 for pairs (MRPC, QNLI, RTE); LRs 1e-4, 3e-4, 1e-3;
+seeds 42 and 43. It is stricter than the few-sample setting of Zhang et al. (ICLR 2021, "Revisiting Few-sample BERT
+Fine-tuning"), who cut only the large tasks (SST-2, QNLI, QQP, MNLI) to 1,000 training examples and kept the small
+ones (CoLA 8.5k, MRPC 3.7k, RTE 2.5k, STS-B) whole: here every task gets 1,000, so that one start's five tasks cost
+alike and the table of 4 starts x 5 tasks x 3 LRs x 2 seeds (120 runs) fits a working day of one 2-core CPU; it is
+also the regime where what a model brings from pre-training shows most.
 `--max-train-examples 8000` gives the larger budget of pretraining_payoff.py's SST-2 (benchmarks/common.py's
 CLASSIFICATION_BUDGET); its full table is about 4 times as long. Each run is evaluated once, after its last step (as
 the paper fine-tunes: a fixed number of epochs, no choice of epoch on dev), on the whole dev set: CoLA 1,043, SST-2
@@ -72,7 +80,8 @@ from common import CLASSIFICATION_BUDGET, CPU_FLAGS, DATA, RANDOM_INIT, SEEDS, c
 from bertkit.io import atomic_write_json, atomic_write_text
 from bertkit.jobs import payoff
 from bertkit.jobs.payoff import FinetuneBudget, PayoffConfig, StartResult, markdown_table
-from bertkit.tasks.significance import format_p
+from bertkit.tasks.significance import (PairedTest, confusion_counts, confusion_statistic, format_p, mcnemar,
+                                        paired_bootstrap)
 
 SENTENCE_LENGTH = 64
 PAIR_LENGTH = 128  # GLUE's pairs are longer: RTE's premises are paragraphs
@@ -113,6 +122,10 @@ TASKS = [GlueTask("cola", "CoLA", ("matthews",), pairs=False, header=False),
          GlueTask("qnli", "QNLI", ("accuracy",), pairs=True),
          GlueTask("rte", "RTE", ("accuracy",), pairs=True)]
 METRIC_NAMES = {"matthews": "MCC", "accuracy": "acc.", "f1": "F1"}
+MAJORITY = "majority class"
+"""The row of the majority-class predictor: the floor a start must beat on a task to have learned it."""
+NOT_LEARNED = "†"
+"""The mark of a score whose start did not learn the task (see learned)."""
 
 
 def split_rows(source: Path, header: bool, parts: dict[Path, int], seed: int = SPLIT_SEED) -> None:
@@ -179,6 +192,98 @@ def glue_average(by_task: dict[str, dict[str, Any]]) -> float:
     return statistics.fmean(s["score"] for s in by_task.values())
 
 
+def dev_labels(task: GlueTask, path: str) -> list[int]:
+    """A file's labels as indices into the task's label set (GLUE's order: the second is F1's positive class)."""
+    from bertkit.tasks import get_task
+    from bertkit.tasks.classification import GLUE_LAYOUTS
+
+    classification = get_task("classification")
+    names = GLUE_LAYOUTS[task.name].labels
+    return [names.index(ex.label) for ex in classification.read(path, classification.settings({}))]
+
+
+def majority_class(task: GlueTask, train: str, dev: str) -> dict[str, Any]:
+    """The majority-class predictor: the most frequent label of the task's training file, predicted for every dev
+    example and scored with the task's metrics (MCC 0 by definition); with the dev set's label counts, which
+    against_majority needs."""
+    from bertkit.tasks.classification import GLUE_LAYOUTS
+
+    train_counts = np.bincount(dev_labels(task, train), minlength=2)
+    dev_counts = np.bincount(dev_labels(task, dev), minlength=2)
+    label = int(np.argmax(train_counts))
+    matrix = np.zeros((2, 2), dtype=np.int64)
+    matrix[:, label] = dev_counts
+    scores = {m: float(confusion_statistic(m, 2)(matrix.ravel())) for m in task.metrics}
+    return {"label": GLUE_LAYOUTS[task.name].labels[label], "index": label, "train_counts": train_counts.tolist(),
+            "dev_counts": dev_counts.tolist(), **scores, "score": statistics.fmean(scores[m] for m in task.metrics)}
+
+
+def confusion_from_metrics(metrics: dict[str, float], dev_counts: list[int], where: str) -> np.ndarray:
+    """A binary run's confusion matrix (reference x prediction, counts) rebuilt from its recorded accuracy and F1 and
+    the dev set's label counts, then checked against its recorded accuracy, F1 and Matthews correlation. F1 =
+    2 TP / (2 TP + wrong), so TP = F1 wrong / (2 (1 - F1)); FN = positives - TP, FP = wrong - FN."""
+    (negatives, positives), n = dev_counts, sum(dev_counts)
+    wrong = round(n * (1 - metrics["accuracy"]))
+    f1 = metrics["f1"]
+    tp = positives if f1 >= 1 else round(f1 * wrong / (2 * (1 - f1)))
+    fn = positives - tp
+    fp = wrong - fn
+    matrix = np.array([[negatives - fp, fp], [fn, tp]], dtype=np.int64)
+    rebuilt = {m: float(confusion_statistic(m, 2)(matrix.ravel())) for m in ("accuracy", "f1", "matthews")}
+    if (matrix < 0).any() or any(abs(rebuilt[m] - metrics[m]) > 1e-9 for m in rebuilt):
+        raise SystemExit(f"{where}: no confusion matrix over the dev labels {dev_counts} gives the recorded metrics "
+                         f"{ {m: metrics[m] for m in rebuilt} } (closest: {matrix.tolist()}, {rebuilt})")
+    return matrix
+
+
+def against_majority(matrix: np.ndarray, majority: int, metric: str, seed: int) -> PairedTest:
+    """A run against the majority-class predictor on the same dev examples, by the task's main metric, as
+    payoff.paired_tests compares two starts (McNemar's exact test for accuracy, the paired bootstrap for F1 and
+    Matthews correlation). A constant predictor is right exactly on the examples of its class, so the run's confusion
+    matrix holds every pair of outcomes the test reads; the examples' order does not enter it."""
+    refs, preds = (np.repeat(np.array(axis), matrix.ravel()) for axis in np.indices((2, 2)).reshape(2, -1))
+    constant = np.full_like(refs, majority)
+    if metric == "accuracy":
+        return mcnemar((constant == refs).tolist(), (preds == refs).tolist())
+    return paired_bootstrap(confusion_counts(constant, refs, 2), confusion_counts(preds, refs, 2),
+                            confusion_statistic(metric, 2), metric, seed=seed)
+
+
+def learned(report: dict[str, Any], task: GlueTask, start: str) -> dict[str, Any]:
+    """Did `start` learn `task`? Each seed's run at the start's best LR against the majority class (against_majority);
+    learned when every seed wins at the 5% level, so that a lucky seed does not count as learning."""
+    floor, best_lr = report["majority"][task.name], report["scores"][start][task.name]["best_lr"]
+    tests = []
+    for seed, run in report["runs"][task.name][start][f"{best_lr:g}"].items():
+        where = f"{task.name}, {start}, lr {best_lr:g}, seed {seed}"
+        matrix = confusion_from_metrics(run["best_metrics"], floor["dev_counts"], where)
+        tests.append(against_majority(matrix, floor["index"], task.metrics[0], int(seed)).to_dict())
+    return {"learned": all(t["outcome"] == "win" for t in tests), "tests": tests}
+
+
+def add_floor(report: dict[str, Any], tasks: list[GlueTask], files: dict[str, tuple[str, str]]) -> None:
+    """The majority-class floor and the learned marks: report["majority"] (each task's majority-class predictor),
+    report["learned"] (each start and task), report["learned_tasks"] (those some start learned) and
+    report["learned_average"] (each start's and the floor's mean over those tasks: the headline, since a task no start
+    learned measures the floor, not the starts)."""
+    report["majority"] = {t.name: majority_class(t, *files[t.name]) for t in tasks}
+    for t in tasks:
+        n = sum(report["majority"][t.name]["dev_counts"])
+        recorded = {run["dev_examples"] for lrs in report["runs"][t.name].values() for seeds in lrs.values()
+                    for run in seeds.values()}
+        if recorded != {n}:
+            raise SystemExit(f"{t.name}: the runs were scored on {sorted(recorded)} dev examples, {files[t.name][1]} "
+                             f"holds {n}")
+    report["learned"] = {start: {t.name: learned(report, t, start) for t in tasks} for start in report["scores"]}
+    report["learned_tasks"] = [t.name for t in tasks if any(report["learned"][s][t.name]["learned"]
+                                                            for s in report["scores"])]
+    rows = {**report["scores"], MAJORITY: report["majority"]}
+    report["learned_average"] = {
+        name: statistics.fmean(by_task[t]["score"] for t in report["learned_tasks"]) if report["learned_tasks"]
+        else None for name, by_task in rows.items()}
+    report["majority_average"] = glue_average(report["majority"])
+
+
 def markdown(spec: dict[str, Any]) -> str:
     """A table of report_tables as Markdown (what docs/generate.py renders from glue.json, for OUT/table.md)."""
     columns = spec["columns"]
@@ -187,33 +292,62 @@ def markdown(spec: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def test_text(test: dict[str, Any]) -> str:
+    """A paired test in a cell: the difference in points, the outcome and p ("p < 0.001" for a bootstrap none of
+    whose 2,000 resamples crossed zero, rather than a p of 0)."""
+    p = test["p_value"]
+    p_text = f"p < {format_p(2 / test['resamples'])}" if p == 0 and test.get("resamples") else f"p {format_p(p)}"
+    return f"{100 * test['difference']:+.1f} {test['outcome']} ({p_text})"
+
+
 def report_tables(report: dict[str, Any], tasks: list[GlueTask]) -> dict[str, Any]:
     """The tables of glue.json in docs/generate.py's form, so a report whose JSON is glue.json renders them: "scores"
-    (one row per start: each task's GLUE metric(s) x100 at its best LR, the average) and "paired" (each start against
-    the baseline: per task, each seed's difference, outcome and p)."""
+    (one row per start and one for the majority class: each task's GLUE metric(s) x100 at its best LR, marked where
+    the start did not learn the task, the headline average over the tasks some start learned and the average over
+    every task), "learned" (each start against the majority class: per task, learned or not, each seed's difference,
+    outcome and p) and "paired" (each start against the baseline: per task, each seed's difference, outcome and p)."""
     score_columns = [{"title": "start", "template": "{start}"}]
     for t in tasks:
         score_columns.append({"title": f"{t.title} ({'/'.join(METRIC_NAMES[m] for m in t.metrics)})",
-                              "template": "/".join(f"{{{t.name}_{m}:.1f}}" for m in t.metrics), "align": "right"})
+                              "template": "/".join(f"{{{t.name}_{m}:.1f}}" for m in t.metrics) + f"{{{t.name}_mark}}",
+                              "align": "right"})
+    learned_titles = [t.title for t in tasks if t.name in report["learned_tasks"]]
     average = "average" if len(tasks) == len(TASKS) else f"average of {len(tasks)}"
-    score_columns.append({"title": average, "template": "**{average:.1f}**", "align": "right"})
+    score_columns += [{"title": f"average of the learned ({', '.join(learned_titles) or 'none'})",
+                       "template": "**{headline}**", "align": "right"},
+                      {"title": f"{average}, every task", "template": "{average:.1f}", "align": "right"}]
     score_rows = []
-    for start, by_task in report["scores"].items():
-        row: dict[str, Any] = {"start": start, "average": 100 * report["glue_average"][start]}
+    for start, by_task in [*report["scores"].items(), (MAJORITY, report["majority"])]:
+        floor = start == MAJORITY
+        every = report["majority_average"] if floor else report["glue_average"][start]
+        row: dict[str, Any] = {"start": start, "learned_average": report["learned_average"][start],
+                               "average": 100 * every}
+        row["headline"] = "-" if row["learned_average"] is None else f"{100 * row['learned_average']:.1f}"
+        if row["learned_average"] is not None:
+            row["learned_average"] *= 100
         for t in tasks:
             row.update({f"{t.name}_{m}": 100 * by_task[t.name][m] for m in t.metrics})
-            row[f"{t.name}_best_lr"] = by_task[t.name]["best_lr"]
+            row[f"{t.name}_mark"] = "" if floor or report["learned"][start][t.name]["learned"] else NOT_LEARNED
+            if not floor:
+                row[f"{t.name}_best_lr"] = by_task[t.name]["best_lr"]
         score_rows.append(row)
+    learned_rows = []
+    for start, by_task in report["learned"].items():
+        row = {"start": f"{start} vs {MAJORITY}"}
+        for t in tasks:
+            mark = "yes" if by_task[t.name]["learned"] else "no"
+            row[t.name] = f"{mark}: " + ", ".join(map(test_text, by_task[t.name]["tests"]))
+        learned_rows.append(row)
     paired_rows = []
     for start, by_task in report["paired"].items():
         row = {"start": f"{start} vs {report['baseline']}"}
         for t in tasks:
-            row[t.name] = ", ".join(f"{100 * x['difference']:+.1f} {x['outcome']} (p {format_p(x['p_value'])})"
-                                    for x in by_task[t.name])
+            row[t.name] = ", ".join(map(test_text, by_task[t.name]))
         paired_rows.append(row)
     paired_columns = [{"title": "start", "template": "{start}"}] + [
         {"title": t.title, "template": f"{{{t.name}}}"} for t in tasks]
     return {"scores": {"columns": score_columns, "rows": score_rows},
+            "learned": {"columns": paired_columns, "rows": learned_rows},
             "paired": {"columns": paired_columns, "rows": paired_rows}}
 
 
@@ -338,7 +472,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--time-steps", type=int, metavar="N",
                    help="no table: time N training steps of every start on each task, taking turns, and print the "
                         "seconds per step and each start's ratio to the first (to estimate a table before running it)")
+    p.add_argument("--report-from", type=Path, metavar="GLUE_JSON",
+                   help="no runs: recompute what the runs recorded in GLUE_JSON give (the majority-class floor, the "
+                        "learned marks, the averages, the tables) and write OUT/glue.json and OUT/table.md; --data "
+                        "must hold the data those runs read")
     args = p.parse_args(argv)
+    if args.report_from:
+        return write_report(json.loads(args.report_from.read_text("utf-8")), args.out, args.data)
     if args.time_steps:
         return time_steps(parse_starts(args.start, args.random_twin, args.out / "random-init"),
                           [t for t in TASKS if t.name in args.tasks], args.data, args.out, args.time_steps)
@@ -405,17 +545,32 @@ def glue_table(args: argparse.Namespace) -> dict:
         print(details[-1], flush=True)
     for path in args.merge:
         report["merged"] = report.get("merged", []) + [{"file": str(path), "tasks": merge_tasks(report, path)}]
-    tasks = [t for t in TASKS if t.name in report["tasks"]]  # GLUE's order, merged tasks included
-    report["glue_average"] = {name: glue_average(by_task) for name, by_task in report["scores"].items()}
     report["seconds"] = round(time.perf_counter() - started, 1)
+    return write_report(report, out, args.data, details)
+
+
+def write_report(report: dict[str, Any], out: Path, data: Path, details: list[str] = ()) -> dict:
+    """What the runs of `report` give (GLUE averages, the majority-class floor, the learned marks and the headline
+    average, the tables), written to OUT/glue.json and OUT/table.md. A normal invocation ends here; --report-from
+    starts here, from another invocation's glue.json."""
+    tasks = [t for t in TASKS if t.name in report["tasks"]]  # GLUE's order, merged tasks included
+    dev_examples = DRY["dev_examples"] if report["dry_run"] else None
+    files = {t.name: task_files(t, data, out, dev_examples) for t in tasks}
+    report["glue_average"] = {name: glue_average(by_task) for name, by_task in report["scores"].items()}
+    add_floor(report, tasks, files)
     report["tables"] = report_tables(report, tasks)
 
     budget = report["tasks"][tasks[0].name]["budget"]
+    steps = sorted({run["best_metrics"]["step"] for by_start in report["runs"].values() for lrs in by_start.values()
+                    for seeds in lrs.values() for run in seeds.values()})
+    learned_titles = [t.title for t in tasks if t.name in report["learned_tasks"]]
     notes = [
         f"Dev-set scores x100 of GLUE tasks fine-tuned from each start with one budget: at most "
         f"{budget['max_train_examples']:,} training examples (a seeded subset), {budget['epochs']:g} epochs, batch "
-        f"{budget['batch_size']}, max length {SENTENCE_LENGTH} for single sentences and {PAIR_LENGTH} for pairs"
-        + (f" ({DRY['max_length']} in this dry run, on {dev_examples} dev examples per task)" if args.dry_run else "")
+        f"{budget['batch_size']} ({'/'.join(map(str, steps))} steps, as the runs logged), max length "
+        f"{SENTENCE_LENGTH} for single sentences and {PAIR_LENGTH} for pairs"
+        + (f" ({DRY['max_length']} in this dry run, on {dev_examples} dev examples per task)" if report["dry_run"]
+           else "")
         + f"; LR grid {', '.join(f'{lr:g}' for lr in budget['lrs'])}; seeds {', '.join(map(str, budget['seeds']))}. "
         "Each start at the LR with the best mean over the seeds (by the run's main metric; MRPC: F1), "
         + ("each run evaluated once, after its last step" if budget["eval_every"] == ONCE else
@@ -423,17 +578,26 @@ def glue_table(args: argparse.Namespace) -> dict:
         f"QNLI has no training file here: its dev file is split by a seeded permutation (seed {SPLIT_SEED}) into "
         f"{QNLI_SPLIT[0]:,} training pairs and {QNLI_SPLIT[1]:,} held-out pairs, its score here.",
         "Metrics: CoLA Matthews correlation, MRPC F1/accuracy (their mean enters the average, as in GLUE), the "
-        "others accuracy; the average is the mean over the tasks. Runs and every figure: glue.json.",
-        f"{report['cpu']['line']}, threads {report['cpu']['threads']}; {report['seconds']:,.0f} s in this "
-        "invocation (runs read back take none).",
+        "others accuracy. Runs and every figure: glue.json.",
+        f"{MAJORITY.capitalize()}: each task's most frequent training label, predicted for every dev example. "
+        f"{NOT_LEARNED} marks a start that did not learn the task: at its best LR not every seed's run beats the "
+        "majority class by the task's paired test on the same dev examples (McNemar's exact test for accuracy, the "
+        "paired bootstrap for F1 and MCC; 5% level). The headline average is over the tasks some start learned ("
+        + (", ".join(learned_titles) or "none") + "), since a task no start learned measures the floor, not the "
+        "starts; the average over every task is beside it.",
+        f"{report['cpu']['line']}, threads {report['cpu']['threads']}; {report['seconds']:,.0f} s in the "
+        "invocation that ran the table (runs read back take none).",
     ]
     text = markdown(report["tables"]["scores"])
+    learned_text = "Each start against the majority class, per seed at its best LR:\n\n" + markdown(
+        report["tables"]["learned"])
+    baseline = report["baseline"]
     pairs = (f"Paired tests against {baseline} on the same dev examples (seed {', '.join(map(str, budget['seeds']))}; "
              "each start at its best LR):\n\n" + markdown(report["tables"]["paired"])) if report["paired"] else ""
     atomic_write_json(out / "glue.json", report)
-    atomic_write_text(out / "table.md", "\n\n".join(["\n".join(f"- {n}" for n in notes), text, pairs, *details])
-                      .replace("\n\n\n", "\n\n") + "\n")
-    print(text + ("\n\n" + pairs if pairs else ""))
+    atomic_write_text(out / "table.md", "\n\n".join(["\n".join(f"- {n}" for n in notes), text, learned_text, pairs,
+                                                    *details]).replace("\n\n\n", "\n\n") + "\n")
+    print(text + "\n\n" + learned_text + ("\n\n" + pairs if pairs else ""))
     return report
 
 

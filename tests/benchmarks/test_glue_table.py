@@ -72,14 +72,17 @@ def test_dry_run_table_and_json(dry_run: tuple[Path, dict]) -> None:
     assert report["cpu"]["capability"] and set(report["cpu"]["flags"]) == set(common.CPU_FLAGS)
     assert json.loads((out / "glue.json").read_text()) == json.loads(json.dumps(report))  # tuples as lists
 
-    # The table: a header, a separator and one row per start; start, the five tasks, the average.
+    # The table: a header, a separator, one row per start and the majority class's; start, the five tasks, the
+    # average over the learned tasks, the average over every task.
     md = (out / "table.md").read_text()
     lines = [line for line in md.splitlines() if line.startswith("| ")]
-    table = lines[:4]
-    assert table[0] == "| start | CoLA (MCC) | SST-2 (acc.) | MRPC (F1/acc.) | QNLI (acc.) | RTE (acc.) | average |"
-    assert table[1] == "|" + " --- |" * 7 and not lines[4].startswith("| tiny")
+    table = lines[:5]
+    learned = [t.title for t in glue_table.TASKS if t.name in report["learned_tasks"]]
+    assert table[0] == ("| start | CoLA (MCC) | SST-2 (acc.) | MRPC (F1/acc.) | QNLI (acc.) | RTE (acc.) | average of "
+                        f"the learned ({', '.join(learned) or 'none'}) | average, every task |")
+    assert table[1] == "|" + " --- |" * 8 and not lines[5].startswith("| tiny")
     cells = [[c.strip() for c in row.strip("|").split("|")] for row in table[2:]]
-    assert [c[0] for c in cells] == ["random init", "tiny"] and all(len(c) == 7 for c in cells)
+    assert [c[0] for c in cells] == ["random init", "tiny", "majority class"] and all(len(c) == 8 for c in cells)
     assert "1,463 held-out pairs" in md and "4,000 training pairs" in md
 
     for start, row in zip(report["scores"], cells):
@@ -95,8 +98,9 @@ def test_dry_run_table_and_json(dry_run: tuple[Path, dict]) -> None:
             assert scores["score"] == pytest.approx(statistics.fmean(scores[m] for m in task.metrics))
         average = statistics.fmean(by_task[t]["score"] for t in tasks)
         assert report["glue_average"][start] == pytest.approx(average)
-        assert row[-1] == f"**{100 * average:.1f}**"
-        assert row[3] == "/".join(f"{100 * by_task['mrpc'][m]:.1f}" for m in ("f1", "accuracy"))
+        assert row[-1] == f"{100 * average:.1f}"
+        mark = "" if report["learned"][start]["mrpc"]["learned"] else glue_table.NOT_LEARNED
+        assert row[3] == "/".join(f"{100 * by_task['mrpc'][m]:.1f}" for m in ("f1", "accuracy")) + mark
 
 
 def test_glue_json_renders_as_the_table_through_docs_generate(dry_run: tuple[Path, dict]) -> None:
@@ -106,9 +110,9 @@ def test_glue_json_renders_as_the_table_through_docs_generate(dry_run: tuple[Pat
 
     out, _ = dry_run
     md = (out / "table.md").read_text()
-    for name in ("scores", "paired"):
+    for name in ("scores", "learned", "paired"):
         rendered = generate.Renderer().render(out / "glue.json", name, out / "report.md").splitlines()
-        assert len(rendered) == 2 + (2 if name == "scores" else 1)
+        assert len(rendered) == 2 + {"scores": 3, "learned": 2, "paired": 1}[name]
         for line in [rendered[0], *rendered[2:]]:  # the separator differs only in alignment marks
             assert line in md.splitlines(), line
 
@@ -206,7 +210,7 @@ def test_tasks_measured_apart_merge_into_the_same_table(dry_run: tuple[Path, dic
         for task in whole["tasks"]:
             assert merged["scores"][start][task] == pytest.approx(whole["scores"][start][task])
     assert merged["paired"]["tiny"]["rte"] == first["paired"]["tiny"]["rte"]
-    assert merged["tables"]["scores"]["columns"][-1]["title"] == "average"  # all five tasks: GLUE's average
+    assert merged["tables"]["scores"]["columns"][-1]["title"] == "average, every task"  # all five: GLUE's average
 
     other = json.loads((tmp_path / "a" / "glue.json").read_text())
     other["tasks"]["cola"]["budget"]["seeds"] = [42, 43]
@@ -214,3 +218,84 @@ def test_tasks_measured_apart_merge_into_the_same_table(dry_run: tuple[Path, dic
     with pytest.raises(SystemExit, match="task cola had another budget \\(seeds"):
         glue_table.main(["--dry-run", "--out", str(tmp_path / "b"), "--data", str(data_dir), "--tasks", "sst2",
                          "--merge", str(tmp_path / "other.json")])
+
+
+def test_majority_class_row_is_the_constant_predictor(dry_run: tuple[Path, dict], data_dir: Path) -> None:
+    """Each task's floor: the most frequent label of its training file predicted for every dev example, scored by
+    scikit-learn from the files' labels (read here without bertkit's reader)."""
+    metrics = pytest.importorskip("sklearn.metrics")
+    out, report = dry_run
+    for task in glue_table.TASKS:
+        budget = report["tasks"][task.name]["budget"]
+        train = dev_labels(task.name, budget["train"])
+        majority = max(sorted(set(train)), key=train.count)
+        labels = dev_labels(task.name, budget["dev"])
+        floor = report["majority"][task.name]
+        assert floor["label"] == majority
+        constant = [majority] * len(labels)
+        expected = {"matthews": metrics.matthews_corrcoef(labels, constant),
+                    "accuracy": metrics.accuracy_score(labels, constant),
+                    "f1": metrics.f1_score(labels, constant, pos_label=POSITIVE[task.name], zero_division=0)}
+        for m in task.metrics:
+            assert floor[m] == pytest.approx(expected[m], abs=1e-12)
+    row = report["tables"]["scores"]["rows"][-1]
+    assert row["start"] == glue_table.MAJORITY
+    floor_average = statistics.fmean(report["majority"][t]["score"] for t in report["tasks"])
+    assert row["average"] == pytest.approx(100 * floor_average)
+
+
+def test_confusion_rebuilt_from_metrics_is_the_runs_own(dry_run: tuple[Path, dict]) -> None:
+    """The learned marks read each run's confusion matrix from its recorded accuracy and F1 (the record of an older
+    table keeps no predictions): on every dry run it is the matrix counted from the run's stored predictions."""
+    out, report = dry_run
+    for task in glue_table.TASKS:
+        labels = dev_labels(task.name, report["tasks"][task.name]["budget"]["dev"])
+        names = sorted(set(labels) | {POSITIVE[task.name]}, key=lambda x: x == POSITIVE[task.name])
+        for start in report["starts"]:
+            predictions = json.loads((out / task.name / start / "lr0.003-seed42" / "dev_predictions.json")
+                                     .read_text())["predictions"]
+            counted = [[sum(1 for r, p in zip(labels, predictions) if (r, p) == (a, b)) for b in names] for a in names]
+            run = report["runs"][task.name][start]["0.003"]["42"]
+            dev_counts = report["majority"][task.name]["dev_counts"]
+            rebuilt = glue_table.confusion_from_metrics(run["best_metrics"], dev_counts, "here")
+            assert rebuilt.tolist() == counted
+
+
+def test_recorded_metrics_no_matrix_gives_are_refused() -> None:
+    with pytest.raises(SystemExit, match=r"cola, x: no confusion matrix over the dev labels \[10, 10\]"):
+        glue_table.confusion_from_metrics({"accuracy": 0.5, "f1": 0.5, "matthews": 0.3}, [10, 10], "cola, x")
+
+
+def test_against_majority_counts_what_only_one_gets_right() -> None:
+    """Against a constant predictor, McNemar's discordant examples are the run's right answers outside the majority
+    class (only the run right) and its wrong answers inside it (only the constant right)."""
+    import numpy as np
+
+    # references x predictions: 30 negatives (18 right), 70 positives (60 right); the majority class is 1
+    test = glue_table.against_majority(np.array([[18, 12], [10, 60]]), 1, "accuracy", seed=0)
+    assert (test.only_b, test.only_a, test.n) == (18, 10, 100)
+    assert test.score_a == pytest.approx(0.70) and test.score_b == pytest.approx(0.78) and test.outcome == "tie"
+    collapsed = glue_table.against_majority(np.array([[0, 30], [0, 70]]), 1, "accuracy", seed=0)
+    assert collapsed.p_value == 1 and collapsed.outcome == "tie"  # the constant itself: nothing learned
+    strong = glue_table.against_majority(np.array([[28, 2], [3, 67]]), 1, "matthews", seed=0)
+    assert strong.test == "paired bootstrap" and strong.score_a == 0 and strong.outcome == "win"
+
+
+def test_the_glue_reports_floor_and_marks_from_its_recorded_runs(tmp_path: Path, data_dir: Path) -> None:
+    """--report-from on the GLUE report of 2026-11-26: the floor from the data's labels (worked out here by hand from
+    the label counts), the learned marks from its runs, the headline average over SST-2 and QNLI, 96 steps."""
+    source = Path(__file__).resolve().parents[2] / "docs" / "results" / "glue-epyc-avx2-2026-11-26.json"
+    report = glue_table.main(["--report-from", str(source), "--out", str(tmp_path), "--data", str(data_dir)])
+    floor = report["majority"]
+    assert floor["sst2"]["accuracy"] == pytest.approx(444 / 872) and floor["cola"]["matthews"] == 0
+    assert floor["mrpc"]["f1"] == pytest.approx(2 * 279 / (279 + 408)) and floor["rte"]["label"] == "entailment"
+    assert floor["rte"]["accuracy"] == pytest.approx(146 / 277)
+    assert report["learned_tasks"] == ["sst2", "qnli"]
+    marks = {start: by_task["qnli"]["learned"] for start, by_task in report["learned"].items()}
+    assert marks == {"random init": False, "bertkit-mini": True, "bertkit-mini continued on SST-2": True,
+                     "all-MiniLM-L6-v2": True}
+    for start, by_task in report["scores"].items():
+        assert report["learned_average"][start] == pytest.approx(
+            (by_task["sst2"]["score"] + by_task["qnli"]["score"]) / 2)
+    assert f"{100 * report['majority_average']:.1f}" == "45.7"
+    assert "96 steps, as the runs logged" in (tmp_path / "table.md").read_text()
