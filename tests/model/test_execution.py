@@ -15,6 +15,7 @@ import torch
 
 from bertkit.errors import ConfigError
 from bertkit.model import BertConfig, BertForMaskedLM, BertForPreTraining
+from bertkit.model.bert import BertSelfAttention
 from bertkit.model.heads import set_execution
 from bertkit.model.kernels import Packing
 from bertkit.training.bf16_weights import Bf16Weights
@@ -78,6 +79,45 @@ def test_every_lever_gives_the_plain_loss_and_gradients(lever: str) -> None:
     # the batch takes the paths named: length groups under "auto" on CPU, one nested tensor under "jagged"
     assert Packing(batch["attention_mask"]).groups and Packing(batch["attention_mask"], attention="jagged").offsets is not None
     assert_same(loss_and_grads(model, batch, **LEVERS[lever]), plain, lever)
+
+
+@pytest.mark.parametrize("execution", ["unpadded, grouped", "unpadded, padded", "unpadded, jagged", "padded"])
+def test_each_execution_runs_its_own_attention(execution: str, monkeypatch) -> None:
+    """The levers give the same numbers, so only a spy on BertSelfAttention tells which attention ran: unpadded with
+    attention 'auto' on a CPU attends group by group (lengths rounded up to 16 together, each group at its own
+    longest length), 'padded' once over the batch's full width, 'jagged' once over the packed sequences at their
+    own lengths; with unpadded off, once over the full width."""
+    calls: list[tuple[str, tuple[int, ...]]] = []
+    attend, attend_jagged = BertSelfAttention.attend, BertSelfAttention.attend_jagged
+
+    def spy_attend(self, qkv, key_mask, output_attentions=False):  # noqa: ANN001, ANN202
+        calls.append(("padded", tuple(qkv.shape[:2])))  # (sequences, width)
+        return attend(self, qkv, key_mask, output_attentions)
+
+    def spy_jagged(self, qkv, offsets):  # noqa: ANN001, ANN202
+        calls.append(("jagged", tuple(offsets.diff().tolist())))  # each sequence's length
+        return attend_jagged(self, qkv, offsets)
+
+    monkeypatch.setattr(BertSelfAttention, "attend", spy_attend)
+    monkeypatch.setattr(BertSelfAttention, "attend_jagged", spy_jagged)
+    torch.manual_seed(8)
+    model = BertForPreTraining(BertConfig(**TINY)).eval()
+    unpadded, attention = execution != "padded", execution.split(", ")[-1].replace("grouped", "auto")
+    set_execution(model, unpadded=unpadded, attention=attention)
+    batch = padded_batch(99, seed=8)
+    with torch.no_grad():
+        model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    lengths = batch["attention_mask"].sum(1)
+    if execution == "unpadded, grouped":
+        rounded = (lengths + 15) // 16 * 16
+        per_layer = [("padded", (int((rounded == r).sum()), int(lengths[rounded == r].max())))
+                     for r in sorted(set(rounded.tolist()))]
+        assert len(per_layer) > 1 and sum(n * w for _, (n, w) in per_layer) < 0.8 * 12 * 64  # it pays here
+    elif execution == "unpadded, jagged":
+        per_layer = [("jagged", tuple(lengths.tolist()))]
+    else:
+        per_layer = [("padded", (12, 64))]
+    assert calls == per_layer * 2  # each of the 2 layers
 
 
 BF16_LOSS_RTOL = 1e-3  # bf16 keeps 8 bits of mantissa; the losses stay float32 under autocast
