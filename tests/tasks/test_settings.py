@@ -5,6 +5,7 @@ returns new ones), and each task declares its head (class and sizes) in one plac
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -105,3 +106,30 @@ def test_every_registered_task_declares_its_contract() -> None:
         assert task.serving is not None and task.settings_class is not None
         settings = task.settings({})
         assert task.head(settings).class_name == task.model_class_name
+
+
+GOLD = {"classification": lambda examples: [ex.label for ex in examples],
+        "ner": lambda examples: [s.tags for s in examples],
+        "qa": lambda examples: [ex.answers[0][0] if ex.answers else "" for ex in examples],
+        "multiple-choice": lambda examples: [ex.label for ex in examples]}
+"""Each task's reference predictions of its examples."""
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_score_takes_settings_typed_or_as_a_mapping(name: str, data_dir: Path, tmp_path: Path) -> None:
+    """Task.score with a plain dict of settings (config.json's form, and the form `score` was documented with until
+    2026-11-25) scores as with the typed settings, read through load_settings (a wrong value named there); any
+    other value is a ConfigError saying what score expects."""
+    assert set(GOLD) == set(TASKS)  # a newly registered task is tested here too
+    task, settings, path = fitted_settings(name, data_dir, tmp_path)
+    examples = task.read(path, settings)
+    fitted = task.fit_labels(examples, settings)
+    predictions = GOLD[name](examples)
+    saved = json.loads(json.dumps(dataclasses.asdict(fitted)))
+    assert task.score(examples, predictions, saved) == task.score(examples, predictions, fitted)
+    assert task.score(examples, predictions, settings=saved) == task.score(examples, predictions, fitted)
+    with pytest.raises(ConfigError, match=r"max_length.*expected an integer"):
+        task.score(examples, predictions, {**saved, "max_length": "long"})
+    expected = f"expected {task.settings_class.__name__} or a mapping of its fields, found list"
+    with pytest.raises(ConfigError, match=f"task {name}.*{expected}"):
+        task.score(examples, predictions, [saved])

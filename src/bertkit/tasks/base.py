@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import gzip
 import json
 import logging
@@ -120,6 +121,13 @@ class Task:
     serving: Serving | None = None  # the task's HTTP endpoint (None: not served)
     own_heads: tuple[type, ...] = ()  # head classes a plug-in task brings (register_task registers them by name)
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A task module's own `score` gets its settings typed whatever it was given (`typed_settings`): one place
+        for every task, plug-ins included."""
+        super().__init_subclass__(**kwargs)
+        if "score" in cls.__dict__:
+            cls.score = _scored_with_typed_settings(cls.__dict__["score"])
+
     @property
     def head_classes(self) -> tuple[str, ...]:
         """Every head class the task fine-tunes (`head` picks one per settings): a folder with one of them and no
@@ -165,6 +173,17 @@ class Task:
                            ", ".join(unknown))
         return config_from_dict(self.settings_class, {k: v for k, v in saved.items() if k in known},
                                 f"{where} (task {self.name})")
+
+    def typed_settings(self, settings: Any, where: str = "settings") -> Settings:
+        """The task's settings as its `settings_class`: typed ones as they are; a mapping (config.json's form, and
+        the form `score` was documented with until 2026-11-25) through `load_settings`; anything else a ConfigError
+        saying what is expected."""
+        if isinstance(settings, self.settings_class):
+            return settings
+        if isinstance(settings, Mapping):
+            return self.load_settings(settings, where)
+        raise ConfigError(f"{where} (task {self.name}): expected {self.settings_class.__name__} or a mapping of its "
+                          f"fields, found {type(settings).__name__}")
 
     def folder_settings(self, config: Any) -> Settings:
         """The settings a loaded folder's model is used with (evaluate, predict, serve): the saved ones when its
@@ -221,7 +240,8 @@ class Task:
         raise NotImplementedError
 
     def score(self, examples: Sequence, predictions: Sequence, settings: Settings) -> dict[str, float]:
-        """The task's metrics for predictions against the examples' references."""
+        """The task's metrics for predictions against the examples' references. Callers may give the settings as a
+        mapping of their fields: a task module's `score` receives them typed (`__init_subclass__`)."""
         raise NotImplementedError
 
     def write_predictions(self, path: str | os.PathLike, examples: Sequence, predictions: Sequence,
@@ -300,6 +320,16 @@ class Task:
         """Predict and score: the Trainer's evaluation callback."""
         return self.score(examples, self.predict(model, examples, features, settings, batch_size, tokenizer),
                           settings)
+
+
+def _scored_with_typed_settings(score: Any) -> Any:
+    """A task module's `score`, its settings argument made typed first (`Task.typed_settings`)."""
+
+    @functools.wraps(score)
+    def typed(self: Task, examples: Sequence, predictions: Sequence, settings: Any) -> dict[str, float]:
+        return score(self, examples, predictions, self.typed_settings(settings, "score settings"))
+
+    return typed
 
 
 # ----------------------------------------------------------------------------------------------------------------
