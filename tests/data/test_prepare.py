@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -125,12 +128,29 @@ def _tree(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_output_is_byte_identical_across_runs_and_worker_counts(tmp_path: Path, data_dir: Path, tokenizer) -> None:
+# Run "b" of the test below: the same preparation in a fresh interpreter (argv: text file, output, tokenizer folder).
+PREPARE_IN_A_NEW_PROCESS = """
+import sys
+from bertkit.data import PretrainingDataConfig, prepare_pretraining
+from bertkit.tokenizer import BertTokenizer
+prepare_pretraining([sys.argv[1]], sys.argv[2], BertTokenizer.from_pretrained(sys.argv[3]),
+                    PretrainingDataConfig(chunk_documents=6, dupe_factor=2), workers=1)
+"""
+
+
+def test_output_is_byte_identical_across_runs_and_worker_counts(tmp_path: Path, data_dir: Path, tokenizer,
+                                                                 vocab_folder: str) -> None:
+    """The same folder, byte for byte, from this process (a), a fresh interpreter with another hash seed (b: forked
+    workers share their parent's, so only a new process shows what depends on it) and two workers (c)."""
     files = [data_dir / "jane_austen" / "persuasion.txt"]
     config = PretrainingDataConfig(chunk_documents=6, dupe_factor=2)
     runs = []
     for name, workers in (("a", 1), ("b", 1), ("c", 2)):
-        prepare_pretraining(files, tmp_path / name, tokenizer, config, workers=workers)
+        if name == "b":
+            subprocess.run([sys.executable, "-c", PREPARE_IN_A_NEW_PROCESS, str(files[0]), str(tmp_path / name),
+                            vocab_folder], check=True, capture_output=True, env={**os.environ, "PYTHONHASHSEED": "7"})
+        else:
+            prepare_pretraining(files, tmp_path / name, tokenizer, config, workers=workers)
         runs.append(_tree(tmp_path / name))
     assert len([k for k in runs[0] if k.startswith("shard-")]) == 4
     assert runs[0] == runs[1] == runs[2]
