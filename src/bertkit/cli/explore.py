@@ -65,6 +65,7 @@ def fill_mask_command(args: argparse.Namespace) -> int:
 
 def extract_features_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit extract-features`."""
+    from bertkit.answers import check_finite
     from bertkit.data.texts import read_lines
     from bertkit.inference.features import extract_features, parse_layers
     from bertkit.io import atomic_open, check_output_file
@@ -78,7 +79,8 @@ def extract_features_command(args: argparse.Namespace) -> int:
     n = 0
     with atomic_open(args.output, "w") as f:
         for record in extract_features(model, tokenizer, lines, layers, args.max_length, args.batch_size):
-            f.write(json.dumps(record) + "\n")
+            check_finite(record, f"the features of {args.input} line {n + 1}")  # never NaN, which is not JSON
+            f.write(json.dumps(record, allow_nan=False) + "\n")
             n += 1
     print(f"wrote features of {n} lines to {args.output}", file=sys.stderr)
     return 0

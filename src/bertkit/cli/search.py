@@ -4,7 +4,6 @@ options generated from bertkit.jobs.search.IndexConfig (with bertkit.inference.i
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from bertkit.cli.config_options import PREFIX, add_config_options, config_fields, config_from_options
@@ -49,11 +48,12 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
 
 
 def _search(args: argparse.Namespace) -> int:
+    from bertkit.answers import json_line
     from bertkit.jobs.search import search
 
     setattr(args, PREFIX + "queries", list(args.queries))
-    for answer in search(config_from_options(SearchConfig, args, "bertkit search")):
-        print(json.dumps(answer, ensure_ascii=False))
+    for i, answer in enumerate(search(config_from_options(SearchConfig, args, "bertkit search"))):
+        print(json_line(answer, f"answer {i}"))  # never `Infinity` or `NaN`, which no JSON reader takes
     return 0
 
 

@@ -16,6 +16,7 @@ with `pq_m` > 0 stored as product-quantised codes of pq_m x pq_bits bits, IVF-PQ
 from __future__ import annotations
 
 import json
+import math
 import os
 from array import array
 from dataclasses import asdict, dataclass
@@ -178,12 +179,15 @@ class VectorIndex:
         check_same_settings(self.settings, expected, f"index {self.folder}", what)
 
     def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The k best rows of each query vector by inner product: (scores, rows), each (queries, k); a row of -1
-        (score -inf) where the index has fewer than k rows to give."""
+        """The k best rows of each query vector by inner product: (scores, rows), each (queries, min(k, rows)): a
+        k beyond the index's rows gives every row (FAISS would allocate k slots per query first: 1e9 of them took
+        all of a 23 GB machine); a row of -1 (score -inf) where an approximate index finds fewer."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[1] != self.dim:
             raise ConfigError(f"query vectors of shape {vectors.shape}; this index holds {self.dim}-dimensional ones")
-        return self.index.search(vectors, k)
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ConfigError(f"k must be an integer >= 1, got {k!r}")
+        return self.index.search(vectors, max(1, min(int(k), len(self))))
 
     def row(self, i: int) -> dict[str, Any]:
         """Row i's {"id", "text"}."""
@@ -191,11 +195,16 @@ class VectorIndex:
         return json.loads(self._rows.readline())
 
     def results(self, scores: np.ndarray, rows: np.ndarray) -> list[list[dict[str, Any]]]:
-        """Per query, its hits as {"rank", "row", "id", "score", "text"} (the missing ones left out)."""
+        """Per query, its hits as {"rank", "row", "id", "score", "text"} (the missing ones left out); a
+        CheckpointError naming the row when a hit's score is not finite (its vector holds NaN or inf), since such a
+        score is no ranking and no JSON number."""
         out = []
-        for query_scores, query_rows in zip(scores, rows):
+        for q, (query_scores, query_rows) in enumerate(zip(scores, rows)):
             hits = []
             for rank, (score, i) in enumerate(zip(query_scores.tolist(), query_rows.tolist()), start=1):
+                if i >= 0 and not math.isfinite(score):
+                    raise CheckpointError(f"{self.folder}: row {i} scores {score} for query {q}: its vector is not "
+                                          "finite; index embeddings whose shards hold only finite numbers")
                 if i >= 0:
                     hits.append({"rank": rank, "row": i, **self.row(i), "score": score})
             out.append(hits)
