@@ -13,6 +13,9 @@ from bertkit.io import atomic_open, atomic_write_text
 from bertkit.model import BertPreTrainedModel
 from bertkit.model.heads import base_model
 
+DPI = 110  # the grid's resolution, lowered for grids that would exceed MAX_PICTURE_PIXELS
+MAX_PICTURE_PIXELS = 2**26  # about 270 MB of canvas: a 12 x 12 grid of 64-token maps is drawn at 88 dpi
+
 MAX_TOKENS = 64  # beyond this the token labels are unreadable; longer inputs are truncated with a warning
 
 
@@ -29,25 +32,40 @@ def attention_maps(model: BertPreTrainedModel, tokenizer: Any, text: str, pair: 
     return tokenizer.convert_ids_to_tokens(list(enc.input_ids)), maps
 
 
+def picture_size(layers: int, heads: int, tokens: int) -> tuple[float, float, float]:
+    """The attention grid's (width, height) in inches and its resolution in dots per inch: DPI, lowered so that the
+    picture holds at most MAX_PICTURE_PIXELS (a 12 x 12 grid of 250-token maps at 110 dpi is 37,000 pixels square:
+    5 GB of canvas, drawn for minutes)."""
+    cell = max(1.6, 0.11 * tokens + 0.6)
+    width, height = cell * heads + 1, cell * layers + 1
+    return width, height, min(DPI, (MAX_PICTURE_PIXELS / (width * height)) ** 0.5)
+
+
 def render_png(tokens: list[str], maps: torch.Tensor, path: str | Path, title: str = "") -> None:
-    """Draw a (layers x heads) grid of heat maps, query tokens down the rows and key tokens along the columns."""
+    """Draw a (layers x heads) grid of heat maps, query tokens down the rows and key tokens along the columns, at
+    most MAX_PICTURE_PIXELS large (`picture_size`, worked out before anything is drawn)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     layers, heads, n, _ = maps.shape
-    cell = max(1.6, 0.11 * n + 0.6)
-    fig, axes = plt.subplots(layers, heads, figsize=(cell * heads + 1, cell * layers + 1), squeeze=False)
+    width, height, dpi = picture_size(layers, heads, n)
+    fig, axes = plt.subplots(layers, heads, figsize=(width, height), dpi=dpi, squeeze=False)  # tight_layout draws too
     font = max(3.0, min(7.0, 160.0 / n))
     for layer in range(layers):
         for head in range(heads):
             ax = axes[layer][head]
             ax.imshow(maps[layer, head].numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="equal")
-            ax.set_xticks(range(n))
-            ax.set_yticks(range(n))
-            ax.set_xticklabels(tokens if layer == layers - 1 else [], rotation=90, fontsize=font)
-            ax.set_yticklabels(tokens if head == 0 else [], fontsize=font)
+            # Ticks only where they are labelled (the bottom row, the left column): a tick per token on every map
+            # costs as much as the drawing, and these ticks have no length.
+            last_row, first_column = layer == layers - 1, head == 0
+            ax.set_xticks(range(n) if last_row else [])
+            ax.set_yticks(range(n) if first_column else [])
+            if last_row:
+                ax.set_xticklabels(tokens, rotation=90, fontsize=font)
+            if first_column:
+                ax.set_yticklabels(tokens, fontsize=font)
             ax.tick_params(length=0)
             if layer == 0:
                 ax.set_title(f"head {head}", fontsize=9)
@@ -56,7 +74,7 @@ def render_png(tokens: list[str], maps: torch.Tensor, path: str | Path, title: s
     fig.suptitle(title or "attention (rows: query token, columns: key token)", fontsize=11)
     fig.tight_layout()
     with atomic_open(path, "wb", encoding=None) as f:
-        fig.savefig(f, format="png", dpi=110)
+        fig.savefig(f, format="png", dpi=dpi)
     plt.close(fig)
 
 
