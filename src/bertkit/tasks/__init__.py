@@ -50,6 +50,28 @@ def _aliases(tasks: dict[str, type[Task]]) -> dict[str, str]:
     return out
 
 
+# What `bertkit serve` answers itself, beside the tasks' endpoints: a task may not declare one of these.
+SERVER_ENDPOINTS = ("health", "embed", "fill-mask", "search", "docs", "redoc", "openapi.json")
+
+
+def _endpoints(tasks: dict[str, type[Task]]) -> dict[str, str]:
+    """Endpoint -> the task serving it; a TypeError naming both when two tasks, or a task and the server itself,
+    declare one endpoint (found when the task is registered, not later by every server of the process)."""
+    out: dict[str, str] = {}
+    for name, cls in tasks.items():
+        if cls.serving is None:
+            continue
+        endpoint = cls.serving.endpoint
+        if endpoint in SERVER_ENDPOINTS:
+            raise TypeError(f"task {name!r} declares the endpoint /{endpoint}, which the server serves itself "
+                            f"({', '.join('/' + e for e in SERVER_ENDPOINTS)})")
+        if endpoint in out:
+            raise TypeError(f"task {name!r} declares the endpoint /{endpoint}, which task {out[endpoint]!r} serves "
+                            "already")
+        out[endpoint] = name
+    return out
+
+
 def _declare_heads(tasks: dict[str, type[Task]]) -> None:
     """Give the model floor each task's head under its name and aliases (`bertkit.model.folder.TASK_HEADS`), so a
     config.json that names only its task opens into that head wherever a folder is opened."""
@@ -67,13 +89,14 @@ def _head_of(cls: type[Task]) -> Callable[[dict[str, Any]], str]:
 
 TASKS: dict[str, type[Task]] = _discover()
 ALIASES: dict[str, str] = _aliases(TASKS)
+_endpoints(TASKS)
 
 
 def register_task(cls: type[Task]) -> type[Task]:
     """Add a task class defined outside this package to the registry (also usable as a class decorator): its name
     and aliases become known to `get_task`, `bertkit finetune`'s options built after the call, evaluate, predict,
     serve and export-onnx, and its own head classes (`own_heads`) to the model floor. Registering the same class
-    again is a no-op; a name or alias another task holds is an error."""
+    again is a no-op; a name, alias or endpoint another task holds is an error naming both."""
     from bertkit.model.heads import register_head
 
     if not (isinstance(cls, type) and issubclass(cls, Task) and cls.name):
@@ -82,7 +105,8 @@ def register_task(cls: type[Task]) -> type[Task]:
     if taken is not None and taken is not cls:
         raise TypeError(f"task name {cls.name!r} is claimed by {taken.__qualname__} and {cls.__qualname__}")
     tasks = dict(sorted({**TASKS, cls.name: cls}.items(), key=lambda kv: kv[1].order))
-    aliases = _aliases(tasks)  # checks the new aliases before anything changes
+    aliases = _aliases(tasks)  # checks the new aliases and endpoint before anything changes
+    _endpoints(tasks)
     for head in cls.own_heads:
         register_head(head)
     register_task_head((cls.name, *cls.aliases), _head_of(cls))
@@ -112,4 +136,4 @@ def get_task(name: str) -> Task:
     return TASKS[key]()
 
 
-__all__ = ["ALIASES", "TASKS", "Serving", "Task", "get_task", "register_task", "serving_task"]
+__all__ = ["ALIASES", "SERVER_ENDPOINTS", "TASKS", "Serving", "Task", "get_task", "register_task", "serving_task"]
