@@ -8,15 +8,31 @@ batch function, which reads a request as `bertkit predict` reads a file (the tas
 the settings saved in the folder) and answers what `predict` decodes. This module keeps the transport only: each
 endpoint's work runs through a DynamicBatcher, so concurrent requests share forward passes; each request's items
 are prepared one by one, so a bad request gets its own 4xx and never fails the ones batched with it; the limits
-of ServeSettings apply to every endpoint. A request field the endpoint does not know is a 422 naming it.
+of ServeSettings apply to every endpoint. A request field the endpoint does not know, or a value not of its type
+(`true` or "3" for a number), is a 422 naming it.
+
+Bounded answers: before any work, every endpoint works out the most its answer can take for the request it was
+given (`bertkit.answers`: its numbers, objects and strings; for /search the longest rows the hits can carry; for a
+task's endpoint `Task.answer_bytes`) and refuses a request whose answer could exceed max_response_bytes (413); every
+answer's numbers are checked finite before it is sent (a NaN is a 500 naming it, never `null`).
+
+The service answers only requests whose Host header is an IP address, localhost or a name of allowed_hosts (a page
+of another site whose name was made to resolve to this machine, DNS rebinding, sends its own name), and its page
+comes with a Content-Security-Policy that lets it run its own script and style only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
+import functools
+import hashlib
+import ipaddress
 import json
+import os
+import re
 import logging
 import sys
 import typing
@@ -24,13 +40,15 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from bertkit.answers import NUMBER_BYTES, OBJECT_BYTES, check_finite, json_bytes
 from bertkit.dataclass_io import field_docs
-from bertkit.errors import BertkitError, ConfigError
+from bertkit.errors import BertkitError, CheckpointError
 from bertkit.inference.encoder import Encoders
 from bertkit.inference.fill_mask import MASK, mask_ids, predict_masks
 from bertkit.inference.pooling import POOLINGS, folder_defaults
@@ -42,7 +60,6 @@ from bertkit.model.folder import open_folder
 from bertkit.tasks import TASKS, Serving, serving_task
 
 logger = logging.getLogger("bertkit.serve")
-BUILT_IN = ("health", "embed", "fill-mask", "search")  # the endpoints that are not a task's
 
 
 def declared_size(scope: dict) -> int | None:
@@ -125,12 +142,65 @@ class WholeBodyFirst:
         await self.app(scope, replay, send)
 
 
+def host_name(header: str) -> str:
+    """The name or address of a Host header, without its port and trailing dot, lower-cased ('[::1]:80' -> '::1')."""
+    if header.startswith("["):
+        return header[1:header.find("]")].lower() if "]" in header else header.lower()
+    name = header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+    return name.rstrip(".").lower()
+
+
+def is_address(name: str) -> bool:
+    """Whether `name` is an IP address (which no DNS answer can rebind)."""
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def host_allowed(name: str, allowed: list[str]) -> bool:
+    """An IP address, localhost (RFC 6761: always this machine) or a name of `allowed` ("*.example.org" allows
+    the subdomains of example.org, "*" every name)."""
+    if is_address(name) or name == "localhost" or name.endswith(".localhost"):
+        return True
+    for entry in (a.rstrip(".").lower() for a in allowed):
+        if entry == "*" or entry == name or (entry.startswith("*.") and name.endswith(entry[1:])):
+            return True
+    return False
+
+
+class HostCheck:
+    """ASGI middleware: 400 for a request whose Host header is not an address, localhost or a name of `allowed`,
+    before anything else: a page of another site whose name its owner made resolve to 127.0.0.1 (DNS rebinding)
+    reaches a loopback service as a same-origin page, but sends its own name as the Host."""
+
+    def __init__(self, app: Any, allowed: list[str]) -> None:
+        self.app, self.allowed = app, list(allowed)
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        # Starlette's TestClient calls the app in process (its client is named, not an address a server could
+        # report): no browser there to rebind.
+        if scope["type"] != "http" or (scope.get("client") or ("",))[0] == "testclient":
+            return await self.app(scope, receive, send)
+        header = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+        if header and host_allowed(host_name(header), self.allowed):
+            return await self.app(scope, receive, send)
+        detail = (f"Host {header!r} is not a name of this service: it answers an IP address, localhost, or a name "
+                  "given to --allowed-hosts (a guard against DNS rebinding)" if header else "no Host header")
+        body = json.dumps({"detail": detail}).encode()
+        await send({"type": "http.response.start", "status": 400,
+                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
 # --- request and response bodies -------------------------------------------------------------------------------
 class RequestBody(BaseModel):
     """A request body: a field the endpoint does not know is a 422 naming it (a misspelt option, e.g. "poolng",
-    must not be ignored silently)."""
+    must not be ignored silently), and so is a value not of the field's type: strict, so `true` or "3" is not a
+    top_k of 1 or 3, nor 2.5 a count."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 def embed_request() -> type[RequestBody]:
@@ -179,7 +249,7 @@ def search_request(max_top_k: int) -> type[RequestBody]:
     """/search's request body, top_k bounded by ServeSettings.max_top_k."""
     return create_model("SearchRequest", __base__=RequestBody,
                         queries=(list[str], Field(..., description="the queries")),
-                        top_k=(int, Field(10, ge=1, le=max_top_k, description="hits per query")))
+                        top_k=(int, Field(min(10, max_top_k), ge=1, le=max_top_k, description="hits per query")))
 
 
 # --- the model-side functions the batchers run -------------------------------------------------------------------
@@ -219,13 +289,29 @@ class Predictor:
                 out[i] = v
         return out
 
-    def open_index(self, folder: str | Path) -> None:
+    def open_index(self, folder: str | Path, most_hits: int) -> None:
         """Serve /search over a `bertkit index` folder: its queries embedded by this folder's model with the
-        index's settings; a ConfigError when the index was built with another model or other settings."""
+        index's settings; a ConfigError when the index was built with another model or other settings. Keeps the
+        bytes of its `most_hits` longest rows, summed longest first (`hit_bytes`), to bound answers."""
         from bertkit.inference.index import VectorIndex, query_encoder
 
         self.index = VectorIndex(folder)
         self.search_encoder = query_encoder(self.index, self.folder, device="cpu", encoders=self.encoders)
+        self.longest_rows = np.cumsum(longest_rows(self.index, most_hits))
+
+    def hit_bytes(self, k: int) -> int:
+        """The most JSON k hits of one query can take: the k longest rows' ids and texts, and each hit's rank, row
+        and score."""
+        k = min(k, len(self.index))
+        kept = min(k, len(self.longest_rows))  # beyond the rows kept, each at most the longest row
+        rows = (int(self.longest_rows[kept - 1]) if kept else 0) + (k - kept) * int(self.longest_rows[0])
+        return rows + k * (OBJECT_BYTES + 3 * NUMBER_BYTES) + OBJECT_BYTES
+
+    @functools.cached_property
+    def token_bytes(self) -> int:
+        """The JSON of /fill-mask's longest answer object: the vocabulary's longest token, its id and probability."""
+        vocab = getattr(self.tokenizer, "vocab", None) or {"x" * 200: 0}  # a tokenizer without a vocab dict: 200
+        return OBJECT_BYTES + 2 * NUMBER_BYTES + max(json_bytes(t) for t in vocab)
 
     def search(self, items: list[tuple[str, int]]) -> list[list[dict[str, Any]]]:
         """items: (query, top_k); one encode call and one index search for the batch."""
@@ -254,6 +340,22 @@ class Predictor:
         assert self.task is not None and self.settings is not None
         with torch.inference_mode():
             return self.task.serve_batch(self.model, self.tokenizer, self.settings, examples)
+
+
+def longest_rows(index: Any, n: int) -> np.ndarray:
+    """The bytes of a VectorIndex's n longest rows (their lines of rows.jsonl: the JSON of the id and text a hit
+    returns, with spaces the answer does not have), longest first; read from the offsets a million at a time."""
+    from bertkit.inference.index import ROWS_FILE
+
+    offsets, rows = index.offsets, len(index.offsets)
+    end = os.path.getsize(index.folder / ROWS_FILE)
+    best = np.zeros(0, np.int64)
+    for start in range(0, rows, 2**20):
+        stop = min(start + 2**20, rows)
+        bounds = np.append(np.asarray(offsets[start:stop], np.int64), offsets[stop] if stop < rows else end)
+        lengths = np.concatenate([best, np.diff(bounds)])
+        best = -np.sort(-lengths)[:n] if len(lengths) <= 4 * n else -np.sort(-np.partition(lengths, -n)[-n:])
+    return best
 
 
 def item_chars(item: Any) -> int:
@@ -294,7 +396,7 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     if served is not None:
         functions.append((served.endpoint, predictor.task_batch))
     if settings.index:
-        predictor.open_index(settings.index)
+        predictor.open_index(settings.index, settings.max_top_k)
         functions.append(("search", predictor.search))
     batchers = {
         name: DynamicBatcher(fn, settings.max_batch_size, delay, max_queue=settings.max_queue, cost=item_chars,
@@ -318,19 +420,26 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     app.state.predictor = predictor
     app.state.batchers = batchers
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(HostCheck, allowed=list(settings.allowed_hosts))  # the outermost: checked first
 
     async def run(endpoint: str, items: list, request: Request, field: str | None = "texts") -> list:
         """The endpoint's items through its batcher, within the limits; 503 when the queue is full or time runs out,
-        400 naming `field[i]` when item i's input is refused (500 for a failure that is not the input's)."""
+        400 naming `field[i]` when item i's input is refused (500 for a failure that is not the input's, such as
+        a model or index that holds NaN: every number of the results is checked finite here, for every endpoint)."""
         try:
-            return await batcher(endpoint).submit(items, settings.request_timeout_s, request.is_disconnected)
+            results = await batcher(endpoint).submit(items, settings.request_timeout_s, request.is_disconnected)
+            check_finite(results, f"/{endpoint} answer")
+            return results
+        except CheckpointError as e:  # the model's or the index's fault, named
+            logger.error("/%s: %s", endpoint, e)
+            raise HTTPException(500, str(e)) from None
         except QueueFull as e:
             raise HTTPException(503, f"busy: {e}; retry later", headers={"Retry-After": "1"}) from None
         except RequestTimeout as e:
             raise HTTPException(503, f"{e}; the request was dropped", headers={"Retry-After": "1"}) from None
         except ItemError as e:
             where = f"{field}[{e.index}]" if field else "the request"
-            if isinstance(e.cause, (BertkitError, ValueError)):
+            if isinstance(e.cause, (BertkitError, ValueError)) and not isinstance(e.cause, CheckpointError):
                 raise HTTPException(400, f"{where}: {e.cause}" if field else str(e.cause)) from None
             # Not the input's fault: logged with its traceback, answered 500 as an HTTPException so that the
             # connection stays open (an exception escaping the app makes uvicorn close it).
@@ -350,6 +459,13 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
             if not t.strip():
                 raise HTTPException(400, f"{field}[{i}] is empty")
 
+    def check_answer(size: int, what: str) -> None:
+        """413 before any work when a request's answer could take more than max_response_bytes; `what` says what
+        makes it that large (the one bound of every endpoint: each works out its `size` from the request)."""
+        if size > settings.max_response_bytes:
+            raise HTTPException(413, f"the answer to this request could take {size:,} bytes ({what}); the limit is "
+                                     f"{settings.max_response_bytes:,} per request: ask for less in one request")
+
     def batcher(endpoint: str) -> DynamicBatcher:
         if endpoint == "search" and endpoint not in batchers:
             raise HTTPException(404, "no head for /search: this service has no index (bertkit serve --index DIR, "
@@ -368,7 +484,9 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
         """The service's page: a panel per endpoint this model has, to try each in a browser."""
-        return HTMLResponse(service_page())
+        html = service_page()
+        return HTMLResponse(html, headers={"Content-Security-Policy": page_policy(html),
+                                           "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"})
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -379,6 +497,9 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     async def embed(req: Any, request: Request) -> EmbedResponse:
         batcher("embed")
         check_texts(req.texts)
+        dim = predictor.config.hidden_size
+        check_answer(len(req.texts) * (dim * NUMBER_BYTES + OBJECT_BYTES) + OBJECT_BYTES,
+                     f"{len(req.texts)} texts x {dim} numbers")
         vectors = await run("embed", [(t, req.pooling, req.normalize) for t in req.texts], request)
         return EmbedResponse(embeddings=vectors, dimension=predictor.config.hidden_size)
 
@@ -400,11 +521,18 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
             raise HTTPException(413, f"{sum(masks)} {MASK}s x top_k {req.top_k} = {sum(masks) * req.top_k} "
                                      f"predictions; the limit is {settings.max_fill_mask_predictions} per request "
                                      "(send fewer masks or a smaller top_k)")
+        k = min(req.top_k, predictor.config.vocab_size)
+        check_answer(sum(masks) * (k * predictor.token_bytes + OBJECT_BYTES) + len(masks) * OBJECT_BYTES,
+                     f"{sum(masks)} {MASK}s x top_k {k}, each token up to {predictor.token_bytes} bytes")
         return FillMaskResponse(results=await run("fill-mask", [(t, req.top_k) for t in req.texts], request))
 
     async def search(req: Any, request: Request) -> SearchResponse:
         batcher("search")  # 404 without --index
         check_texts(req.queries, "queries")
+        k = min(req.top_k, len(predictor.index))
+        check_answer(len(req.queries) * predictor.hit_bytes(k) + OBJECT_BYTES,
+                     f"{len(req.queries)} queries x top_k {k}: hits whose rows take up to "
+                     f"{predictor.hit_bytes(k):,} bytes per query")
         return SearchResponse(results=await run("search", [(q, req.top_k) for q in req.queries], request,
                                                 field="queries"))
 
@@ -412,7 +540,7 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     app.post("/search", response_model=SearchResponse)(search)
 
     for declared in task_endpoints():  # every task's route; the one serving this folder's head has a batcher
-        add_task_route(app, declared, predictor, batcher, check_texts, run)
+        add_task_route(app, declared, predictor, batcher, check_texts, check_answer, run)
 
     return app
 
@@ -435,35 +563,48 @@ def service_page() -> str:
     return html.replace("__EXAMPLES__", json.dumps(examples).replace("</", "<\\/"))
 
 
+def page_policy(html: str) -> str:
+    """The page's Content-Security-Policy: its own inline script and style (by their sha256, so no other script
+    runs, however a string got into the page), requests to this service only, no frames, forms or base URL."""
+    def hashes(tag: str) -> str:
+        found = re.findall(rf"<{tag}>(.*?)</{tag}>", html, re.S)  # the bare tags: not the JSON data block
+        return " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(x.encode()).digest()).decode()}'" for x in found)
+
+    return (f"default-src 'none'; script-src {hashes('script')}; style-src {hashes('style')}; connect-src 'self'; "
+            "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+
 def task_endpoints() -> list[Serving]:
-    """The serving declarations of every registered task (one endpoint each; two tasks may not share one)."""
-    declared: dict[str, Serving] = {}
-    for name, cls in TASKS.items():
-        if cls.serving is None:
-            continue
-        if cls.serving.endpoint in declared or cls.serving.endpoint in BUILT_IN:
-            raise ConfigError(f"task {name!r} declares the endpoint /{cls.serving.endpoint}, which another one "
-                              "serves already")
-        declared[cls.serving.endpoint] = cls.serving
-    return list(declared.values())
+    """The serving declarations of every registered task (one endpoint each: `register_task` refuses a clash)."""
+    return [cls.serving for cls in TASKS.values() if cls.serving is not None]
 
 
 def add_task_route(app: FastAPI, served: Serving, predictor: Predictor, batcher: Callable, check_texts: Callable,
-                   run: Callable) -> None:
+                   check_answer: Callable, run: Callable) -> None:
     """POST /<endpoint> from a task's serving declaration: the request schema (an unknown field is a 422), then the
-    task's examples of the request (ValueError or a BertkitError: 400), the limits on its texts, the batcher
-    running the task's batch function, and the task's response. A folder whose head the task does not serve gets
-    a 404 naming the endpoints it has."""
+    task's examples of the request (ValueError or a BertkitError: 400), the limits on its texts and on its answer
+    (`Task.answer_bytes`), the batcher running the task's batch function, and the task's response. A folder whose
+    head the task does not serve gets a 404 naming the endpoints it has."""
+    response = schema(served.response)
+
     async def endpoint(req: Any, request: Request) -> Any:
         batcher(served.endpoint)
         task, settings = predictor.task, predictor.settings
         body = served.request(**req.model_dump())
         examples = task.request_examples(body, settings, predictor.tokenizer)
         check_texts(task.request_texts(body, examples))
-        return task.respond(body, await run(served.endpoint, examples, request, field=served.item_field))
+        sizes = [task.answer_bytes(example, settings) for example in examples]
+        declared = None not in sizes
+        if declared:
+            check_answer(sum(sizes) + OBJECT_BYTES, f"{len(examples)} examples")
+        answer = task.respond(body, await run(served.endpoint, examples, request, field=served.item_field))
+        if not declared:  # a plug-in task that declares no bound: its answer is measured once computed
+            check_answer(len(response.model_validate(answer).model_dump_json()),
+                         f"task {task.name!r} declares no answer_bytes, so its answer was measured")
+        return answer
 
     endpoint.__annotations__["req"] = schema(served.request, RequestBody)
-    app.post(f"/{served.endpoint}", response_model=schema(served.response))(endpoint)
+    app.post(f"/{served.endpoint}", response_model=response)(endpoint)
 
 
 def build_server(folder: str | Path, host: str = "127.0.0.1", port: int = 8000,
@@ -475,6 +616,8 @@ def build_server(folder: str | Path, host: str = "127.0.0.1", port: int = 8000,
     from bertkit.serve.connections import ConnectionGuard, GuardedServer, connection_budget, raise_open_file_limit
 
     settings = settings or ServeSettings()
+    if not is_address(host_name(host)):  # bound to a name: that name is the service's too
+        settings = dataclasses.replace(settings, allowed_hosts=[*settings.allowed_hosts, host])
     fd_limit = raise_open_file_limit()
     app = create_app(folder, settings)
     cap, burst = connection_budget(fd_limit, settings.max_connections)  # counted with the model's files open

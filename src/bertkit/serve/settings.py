@@ -3,7 +3,7 @@ builds its options from it without loading fastapi."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bertkit.errors import ConfigError
 from bertkit.inference.precision import DEFAULT_PRECISION, PRECISIONS
@@ -53,11 +53,20 @@ class ServeSettings:
     """Open connections at most; when full, a new connection closes the oldest one still sending its request
     (or waiting idle), never one whose request is being answered. 0: as many as the open-file limit leaves room
     for (the soft limit is first raised to the hard one)."""
+    max_response_bytes: int = 16 * 2**20
+    """The largest answer one request may get, in bytes of JSON: every endpoint works out the most its answer can
+    take from the request (texts x dimensions, [MASK]s x top_k, queries x top_k x the index's longest rows, a
+    task's words or labels) and refuses a larger one (413) before computing anything."""
+    allowed_hosts: list[str] = field(default_factory=list)
+    """Names the service answers under besides IP addresses and localhost (and the name it is bound to), checked
+    against each request's Host header: "*.example.org" for its subdomains, "*" for any name. Other names get 400,
+    so a page whose name was made to resolve to this machine (DNS rebinding) cannot use a loopback service."""
 
     def validate(self) -> None:
         """Raise ConfigError naming the first setting that is out of range."""
         for name in ("max_batch_size", "max_request_texts", "max_text_chars", "max_body_bytes", "max_queue",
-                     "max_batch_chars", "max_masks_per_text", "max_fill_mask_predictions", "max_top_k"):
+                     "max_batch_chars", "max_masks_per_text", "max_fill_mask_predictions", "max_top_k",
+                     "max_response_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ServeSettings.{name} = {getattr(self, name)!r}: expected an integer >= 1")
         if self.max_connections < 0:

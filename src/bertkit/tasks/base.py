@@ -279,6 +279,13 @@ class Task:
         """The response body (a `serving.response`) of a request's results: {"results": [...]} by default."""
         return {"results": results}
 
+    def answer_bytes(self, example: Any, settings: Settings) -> int | None:
+        """The most bytes of JSON one example's answer can take (`bertkit.answers`: NUMBER_BYTES per number,
+        OBJECT_BYTES per object, the strings' `json_bytes`), known before the model runs: the server refuses a
+        request whose answers could exceed its max_response_bytes before computing them. None: not declared (a
+        plug-in's answer is then measured once computed)."""
+        return None
+
     def example_requests(self, settings: Settings) -> list[dict[str, Any]]:
         """Valid request bodies for a model with these settings (`serving.examples` unless the settings decide the
         fields, as a classifier's columns do)."""

@@ -40,6 +40,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from bertkit.answers import NUMBER_BYTES, OBJECT_BYTES, json_bytes
 from bertkit.errors import CheckpointError, ConfigError, data_error
 from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
@@ -778,6 +779,11 @@ class ClassificationTask(Task):
 
     def request_texts(self, request: ClassifyRequest, examples: Sequence[TextExample]) -> list[str]:
         return [ex.text for ex in examples]  # a template's text as written from the columns
+
+    def answer_bytes(self, example: TextExample, settings: ClassificationSettings) -> int:
+        """Every label with its probability, the best one again (and in `labels`, multi-label), two numbers more."""
+        names = [json_bytes(n) for n in settings.label_names or []]
+        return OBJECT_BYTES + 2 * sum(names) + len(names) * NUMBER_BYTES + max(names, default=0) + 2 * NUMBER_BYTES
 
     def answer(self, example: TextExample, features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]],
                settings: ClassificationSettings) -> dict[str, Any]:

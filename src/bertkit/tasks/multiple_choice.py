@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from bertkit.answers import NUMBER_BYTES, OBJECT_BYTES, json_bytes
 from bertkit.errors import data_error
 from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
@@ -163,6 +164,10 @@ class MultipleChoiceTask(Task):
 
     def respond(self, request: ChooseRequest, results: list) -> dict[str, Any]:
         return results[0]
+
+    def answer_bytes(self, example: ChoiceExample, settings: MultipleChoiceSettings) -> int:
+        """The chosen choice (the longest at most), its index, and every choice's probability."""
+        return OBJECT_BYTES + max(map(json_bytes, example.choices)) + (len(example.choices) + 1) * NUMBER_BYTES
 
     def decode(self, examples: Sequence[ChoiceExample], features: Sequence[Feature],
                outputs: list[dict[str, np.ndarray]], settings: Settings) -> list[int]:

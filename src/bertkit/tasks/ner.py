@@ -28,6 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from bertkit.answers import NUMBER_BYTES, OBJECT_BYTES, json_bytes
 from bertkit.errors import data_error
 from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
@@ -299,6 +300,13 @@ class NerTask(Task):
             words = tokenizer.words(text)
             sentences.append(TaggedSentence(0, [w for w, _, _ in words], None, spans=[word_span(w) for w in words]))
         return sentences
+
+    def answer_bytes(self, example: TaggedSentence, settings: NerSettings) -> int:
+        """Per word: itself, the longest label, its probability, start and end (a text of punctuation is a word per
+        character: 10,000 of them answer about 1 MB)."""
+        label = max(json_bytes(n) for n in [*(settings.label_names or []), OUTSIDE])
+        per_word = OBJECT_BYTES + label + 3 * NUMBER_BYTES
+        return OBJECT_BYTES + len(example.words) * per_word + sum(json_bytes(w) for w in example.words)
 
     def answer(self, example: TaggedSentence, features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]],
                settings: NerSettings) -> list[dict[str, Any]]:

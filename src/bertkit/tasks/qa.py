@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from bertkit.answers import NUMBER_BYTES, OBJECT_BYTES, json_bytes
 from bertkit.errors import ConfigError, TokenizerError, data_error
 from bertkit.io import atomic_write_json
 import bertkit.tasks.metrics as metrics
@@ -374,6 +375,10 @@ class QATask(Task):
 
     def respond(self, request: QARequest, results: list) -> dict[str, Any]:
         return results[0]
+
+    def answer_bytes(self, example: QAExample, settings: QASettings) -> int:
+        """A span of the context (at most all of it), its score and where it lies."""
+        return OBJECT_BYTES + json_bytes(example.context) + 3 * NUMBER_BYTES
 
     def score(self, examples: Sequence[QAExample], predictions: Sequence[str], settings: Settings) -> dict[str, float]:
         refs = {ex.id: [] if ex.is_impossible else [text for text, _ in ex.answers] for ex in examples}
