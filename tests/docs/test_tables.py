@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -96,3 +97,19 @@ def test_no_session_stamps() -> None:
     stamped = [str(p.relative_to(ROOT)) for p in generate.pages()
                if re.search(r"session of|this session|previous session|last session", p.read_text(encoding="utf-8"))]
     assert not stamped, stamped
+
+
+def test_no_headline_figure_reads_a_transcribed_record() -> None:
+    """Every figure of the README's headline table comes from JSON a run wrote, not from a report whose JSON was
+    transcribed from an earlier README (its `source` says "Transcribed"): --check cannot catch a wrong figure typed
+    once into JSON. Seven rows read such JSON until 2026-11-28 (docs/results/transcribed-rows-xeon-amx-2026-11-28.md)."""
+    results = ROOT / "docs" / "results"
+    index = json.loads((results / "index.json").read_text(encoding="utf-8"))
+    transcribed = []
+    for row in index["tables"]["headline"]["rows"]:
+        for field, value in row.items():
+            if isinstance(value, dict) and "ref" in value:
+                source = json.loads((results / value["ref"]).read_text(encoding="utf-8")).get("source", "")
+                if source.lower().startswith("transcribed"):
+                    transcribed.append(f"{row['what'][:60]}... ({field}: {value['ref']})")
+    assert not transcribed, "\n".join(transcribed)
