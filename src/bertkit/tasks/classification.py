@@ -905,8 +905,9 @@ class ClassificationTask(Task):
                 f.write("\t".join(re.sub(r"\r\n|[\t\r\n]", " ", cell) for cell in row) + "\n")
 
 
-# Stray labels (check_stray_labels): below the first tenfold drop in label counts under at least two classes of
-# 10 or more rows, a label on at most 3 rows (or of another kind: a word among numbers) is taken for a typo.
+# Stray labels (check_stray_labels): a word among numbers (a number among words) whose kind holds a tenth of the rows
+# or fewer (or fewer rows, and at most 3), and, below the first tenfold drop in label counts under at least two
+# classes of 10 or more rows, a label on at most 3 rows, are taken for typos.
 STRAY_COMMON = 10
 STRAY_RATIO = 10
 STRAY_MAX_ROWS = 3
@@ -942,38 +943,44 @@ def check_stray_labels(path: str | os.PathLike, examples: Sequence[TextExample],
     """A single-label file whose labels fall into frequent classes and a few stray ones: a DataError naming the
     first stray row, since each stray label would silently add a class (a 3- or 4-class model from a 0/1 file).
 
-    Counts sorted from most to least frequent, the first tenfold drop (STRAY_RATIO) below at least two classes of
-    STRAY_COMMON rows or more separates the frequent classes; a label below it is a stray when it occurs on at most
-    STRAY_MAX_ROWS rows, or when it is a number among words or a word among numbers. A genuine rare class (a
-    5-way sentiment file with a class on 3 rows) is accepted by listing the label set (`labels`); a rare class on
-    more rows, or in a file whose classes are all small, passes as it is."""
+    Two rules make a label a stray. The kind rule, whatever the class counts: a word among numbers (or a number
+    among words), when the labels of its kind hold at most a tenth (STRAY_RATIO) as many rows as those of the other
+    kind, or fewer rows than they and at most STRAY_MAX_ROWS ('l' once in a 0/1 file of 40 rows, or of 7). The rows
+    rule: with the counts sorted from most to least frequent, the first tenfold drop below at least two classes of
+    STRAY_COMMON rows or more separates the frequent classes, and a label below it on at most STRAY_MAX_ROWS rows is
+    a stray. A genuine rare class (a 5-way sentiment file with a class on 3 rows) is accepted by listing the label
+    set (`labels`); a rare class of the others' kind on more rows, or in a file whose classes are all small, passes
+    as it is."""
     if problem != "single_label":
         return
     lines: dict[Any, list[int]] = {}
     for ex in examples:
         lines.setdefault(ex.label, []).append(ex.line)
+    kind_rows = {True: 0, False: 0}  # rows of number labels, of word labels
+    for label, at in lines.items():
+        kind_rows[_is_number(label)] += len(at)
+    fewer = min(kind_rows, key=lambda kind: kind_rows[kind])
+    few, many = kind_rows[fewer], kind_rows[not fewer]
+    other_kind = 0 < few and (few * STRAY_RATIO <= many or (few <= STRAY_MAX_ROWS and few < many))
+    strays = {label for label in lines if _is_number(label) == fewer} if other_kind else set()
     ordered = sorted(lines, key=lambda label: -len(lines[label]))
     for j in range(2, len(ordered)):
         above = len(lines[ordered[j - 1]])
         if above >= STRAY_COMMON and len(lines[ordered[j]]) * STRAY_RATIO <= above:
-            frequent, rare = ordered[:j], ordered[j:]
+            strays |= {label for label in ordered[j:] if len(lines[label]) <= STRAY_MAX_ROWS}
             break
-    else:
+    frequent = [label for label in ordered if label not in strays]
+    if not strays or not frequent:
         return
-    kinds = {_is_number(label) for label in frequent}
-    strays = [label for label in rare if len(lines[label]) <= STRAY_MAX_ROWS
-              or (len(kinds) == 1 and _is_number(label) not in kinds)]
-    if not strays:
-        return
-    strays.sort(key=lambda label: lines[label][0])
-    first, rows = strays[0], lines[strays[0]]
+    first, *others = sorted(strays, key=lambda label: lines[label][0])
+    rows = lines[first]
     where = ("only on this row" if len(rows) == 1 else
              f"only on {len(rows)} rows (lines {', '.join(map(str, rows[:5]))}{', ...' if len(rows) > 5 else ''})")
     kind = ""
-    if len(kinds) == 1 and _is_number(first) not in kinds:
-        kind = " and is a number among words" if _is_number(first) else " and is not a number, unlike the others"
-    also = "; also " + ", ".join(f"{label!r} on line {lines[label][0]}" for label in strays[1:]) if strays[1:] else ""
-    names = sorted(frequent + strays, key=_label_sort_key)
+    if other_kind and _is_number(first) == fewer:
+        kind = " and is a number among words" if fewer else " and is not a number, unlike the others"
+    also = "; also " + ", ".join(f"{label!r} on line {lines[label][0]}" for label in others) if others else ""
+    names = sorted(lines, key=_label_sort_key)
     raise data_error(path, rows[0], f"label {first!r} occurs {where}{kind}, while "
                      f"{', '.join(repr(c) for c in sorted(frequent, key=_label_sort_key))} occur at least "
                      f"{len(lines[frequent[-1]])} times each: a typo? It would make a class of its own "
