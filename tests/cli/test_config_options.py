@@ -23,27 +23,40 @@ from bertkit.jobs.evaluate import EvaluateConfig
 from bertkit.jobs.finetune import FinetuneConfig
 from bertkit.jobs.predict import PredictConfig
 from bertkit.jobs.pretrain import PhaseConfig, PretrainConfig
-from bertkit.serve.settings import ServeSettings
+from bertkit.data.prepare import PrepareOptions
+from bertkit.inference.options import AttentionOptions, ExportOptions, FeatureOptions, FillMaskOptions
+from bertkit.serve.settings import ServeAddress, ServeSettings
+from bertkit.tokenizer.trainer import VocabOptions
 from bertkit.tasks import TASKS
 from bertkit.training.config import TrainingConfig
 
-# verb -> its config dataclass, the nested configs whose fields are options too, and the field that is not one
-# option but a group of them (the task's options).
-VERBS: dict[str, tuple[type, dict[str, type], tuple[str, ...]]] = {
-    "prepare-pretraining": (PretrainingDataConfig, {}, ()),
-    "pretrain": (PretrainConfig, {"training": TrainingConfig}, ()),
-    "finetune": (FinetuneConfig, {"training": TrainingConfig}, ("options",)),
-    "evaluate": (EvaluateConfig, {}, ()),
-    "predict": (PredictConfig, {}, ()),
-    "distill": (DistillConfig, {"training": TrainingConfig}, ()),
-    "serve": (ServeSettings, {}, ()),
-    "demo": (DemoConfig, {}, ()),
+# verb -> its config dataclass, the nested configs whose fields are options too, the field that is not one option
+# but a group of them (the task's options), and the other configs whose every field is an option of the verb.
+VERBS: dict[str, tuple[type, dict[str, type], tuple[str, ...], tuple[type, ...]]] = {
+    "prepare-pretraining": (PretrainingDataConfig, {}, (), (PrepareOptions,)),
+    "pretrain": (PretrainConfig, {"training": TrainingConfig}, (), ()),
+    "finetune": (FinetuneConfig, {"training": TrainingConfig}, ("options",), ()),
+    "evaluate": (EvaluateConfig, {}, (), ()),
+    "predict": (PredictConfig, {}, (), ()),
+    "distill": (DistillConfig, {"training": TrainingConfig}, (), ()),
+    "serve": (ServeSettings, {}, (), (ServeAddress,)),
+    "demo": (DemoConfig, {}, (), ()),
+    "train-tokenizer": (VocabOptions, {}, (), ()),
+    "fill-mask": (FillMaskOptions, {}, (), ()),
+    "extract-features": (FeatureOptions, {}, (), ()),
+    "attention": (AttentionOptions, {}, (), ()),
+    "export-onnx": (ExportOptions, {}, (), ()),
 }
 REQUIRED = {  # what argparse itself requires of a verb, besides the option under test
     "prepare-pretraining": ["in.txt", "-o", "out", "--tokenizer", "tok"],
     "evaluate": ["--model", "m", "--input", "i"],
     "predict": ["--model", "m", "--input", "i", "--output", "o"],
     "serve": ["--model", "m"],
+    "train-tokenizer": ["f.txt", "-o", "out", "--vocab-size", "100"],
+    "fill-mask": ["text", "--model", "m"],
+    "extract-features": ["in.txt", "-o", "out", "--model", "m"],
+    "attention": ["text", "--model", "m", "-o", "o.png"],
+    "export-onnx": ["m", "-o", "m.onnx"],
 }
 TASK_VERBS = ("finetune", "distill")  # the verbs with a task options group
 
@@ -100,9 +113,11 @@ def _generated(p: argparse.ArgumentParser) -> dict[str, argparse.Action]:
 
 @pytest.mark.parametrize("verb", VERBS)
 def test_every_config_field_is_an_option_that_sets_it(verb: str) -> None:
-    cls, nested, skip = VERBS[verb]
+    cls, nested, skip, others = VERBS[verb]
     p = _verbs()[verb]
     fields = _paths(cls, nested, skip)
+    for other in others:
+        fields.update(_paths(other, {}))
     tasks = {f"options.{n}": tp for n, tp in _task_options().items()} if verb in TASK_VERBS else {}
     actions = _generated(p)
     assert set(actions) == set(fields) | set(tasks)  # one option per field, and no option for anything else
@@ -206,11 +221,11 @@ def test_the_verbs_build_their_configs_from_the_options(tiny_dir: Path) -> None:
     di = resolve_distill_config(parse("distill", "--teacher", str(tiny_dir), "--train", "d", "--student-layers", "1",
                                       "--max-steps", "3", "--output", "o"))
     assert (di.mode, di.student_layers, di.training.max_steps, di.training.output_dir) == ("pretraining", 1, 3, "o")
-    serve = config_from_options(ServeSettings, parse("serve", "--max-batch-size", "8"), "serve")
+    serve = config_from_options(ServeSettings, parse("serve", "--max-batch-size", "8", "--port", "9"))
     assert serve == ServeSettings(max_batch_size=8)
-    demo = config_from_options(DemoConfig, parse("demo", "--seed", "3"), "demo", dataclasses.asdict(DemoConfig.quick()))
+    demo = config_from_options(DemoConfig, parse("demo", "--seed", "3"), dataclasses.asdict(DemoConfig.quick()))
     assert demo == DemoConfig.quick(seed=3)
-    ev = config_from_options(EvaluateConfig, parse("evaluate", "--max-examples", "5"), "evaluate")
+    ev = config_from_options(EvaluateConfig, parse("evaluate", "--max-examples", "5"))
     assert ev == EvaluateConfig("m", "i", max_examples=5)
 
 

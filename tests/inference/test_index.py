@@ -90,10 +90,10 @@ def test_an_index_refuses_another_model_and_bad_options(built: dict, tmp_path: P
     other = str(tiny_folder(tmp_path, "BertModel", seed=1))
     with pytest.raises(ConfigError, match=r"index .*exact: built with other embedding settings \(model_sha256: "):
         search(SearchConfig(index=str(built["tmp"] / "exact"), queries=["river"], model=other))
-    with pytest.raises(ConfigError, match="pq_m must divide the embeddings' dimension 32"):
+    with pytest.raises(ConfigError, match="IndexOptions.pq_m: expected a divisor of the embeddings' dimension 32"):
         build_index(built["tmp"] / "emb", tmp_path / "pq", IndexOptions(kind="ivf", pq_m=5))
-    with pytest.raises(ConfigError, match="kind must be one of exact, hnsw, ivf"):
-        IndexOptions(kind="lsh").check()
+    with pytest.raises(ConfigError, match="IndexOptions.kind: expected one of exact, hnsw, ivf, found 'lsh'"):
+        IndexOptions(kind="lsh")
     with pytest.raises(ConfigError, match="no queries"):
         search(SearchConfig(index=str(built["tmp"] / "exact")))
     assert main(["index", str(tmp_path / "nothing"), "-o", str(tmp_path / "i")]) == 1

@@ -268,7 +268,7 @@ def test_evaluation_is_the_same_with_dense_mlm_logits_and_every_attention(prepar
         biased = evaluate(model)
     assert biased["mlm_accuracy"] == pytest.approx(float((labels == token).double().mean()), abs=1e-12)
     assert biased["nsp_accuracy"] == pytest.approx(float(is_next.double().mean()), abs=1e-12)
-    with pytest.raises(ConfigError, match="PretrainConfig.attention = 'varlen': expected one of auto, padded, jagged"):
+    with pytest.raises(ConfigError, match="PretrainConfig.attention: expected one of auto, padded, jagged, found 'varlen'"):
         PretrainConfig(attention="varlen")
     for bad in ({"mlm_slots": -1}, {"mlm_slots": 20, "sparse_mlm": False}):
         with pytest.raises(ConfigError, match=f"PretrainConfig.mlm_slots = {bad['mlm_slots']}: expected 0, or a"):

@@ -56,11 +56,12 @@ def test_feature_choices_equal_hand_computations() -> None:
 
 
 def test_settings_errors_name_the_field() -> None:
-    with pytest.raises(ConfigError, match="frozen_features = 'concat': expected one of last, sum_last_four"):
+    with pytest.raises(ConfigError,
+                       match="FrozenTaggerSettings.frozen_features: expected one of last, sum_last_four.*found 'concat'"):
         FrozenTaggerSettings(frozen_features="concat")
-    with pytest.raises(ConfigError, match="tagger = 'crf': expected one of bilstm, linear"):
+    with pytest.raises(ConfigError, match="FrozenTaggerSettings.tagger: expected one of bilstm, linear, found 'crf'"):
         FrozenTaggerSettings(tagger="crf")
-    with pytest.raises(ConfigError, match="tagger_hidden = 0: expected a positive integer"):
+    with pytest.raises(ConfigError, match="FrozenTaggerSettings.tagger_hidden: expected an integer >= 1 .*found 0"):
         FrozenTaggerSettings(tagger_hidden=0)
 
 

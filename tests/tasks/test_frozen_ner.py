@@ -14,7 +14,7 @@ from bertkit.cli import main
 from bertkit.errors import ConfigError
 from bertkit.jobs.finetune import FinetuneConfig, finetune, finetune_training
 from bertkit.model import BertModel
-from bertkit.model.heads import BertForFrozenTokenClassification
+from bertkit.model.heads import BertForFrozenTokenClassification, FrozenTaggerSettings
 from bertkit.tasks import get_task
 from bertkit.tasks.feature_cache import CACHED_KEY, with_cached_layers
 
@@ -106,9 +106,14 @@ def test_cli_frozen_round_trip(tmp_path, data_dir, tiny_dir, small_train) -> Non
 
 
 def test_a_bad_feature_choice_names_the_field(tmp_path, data_dir, tiny_dir, small_train, capsys) -> None:
-    assert main(["finetune", "--task", "ner", "--frozen", "--frozen-features", "concat", "--model", str(tiny_dir),
-                 "--train", "t", "--dev", "d", "--output", str(tmp_path)]) != 0
-    assert "frozen_features = 'concat': expected one of last, sum_last_four" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # the option lists its choices (the field's spec): argparse refuses it
+        main(["finetune", "--task", "ner", "--frozen", "--frozen-features", "concat", "--model", str(tiny_dir),
+              "--train", "t", "--dev", "d", "--output", str(tmp_path)])
+    assert e.value.code == 2
+    assert "--frozen-features/--frozen_features: invalid choice: 'concat' (choose from 'last', 'sum_last_four'" \
+        in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="FrozenTaggerSettings.frozen_features: expected one of last, sum_last_four"):
+        FrozenTaggerSettings(frozen_features="concat")
     with pytest.raises(ConfigError, match="'concat_last_four' needs an encoder of 4 layers or more; this one has 2"):
         run_frozen(tiny_dir, data_dir, tmp_path / "run", tmp_path / "cache", small_train,
                    frozen_features="concat_last_four")

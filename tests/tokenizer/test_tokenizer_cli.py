@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 import bertkit.cli
+from bertkit.cli.config_options import config_from_options
 from bertkit.tokenizer import BertTokenizer
+from bertkit.tokenizer.trainer import VocabOptions
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +28,8 @@ def test_verbs_and_options_are_registered() -> None:
     assert (args.model, args.pairs, args.input, args.output) == ("m", True, "in.txt", "out.jsonl")
     args = parser.parse_args(["train-tokenizer", "--vocab-size", "100", "--min-frequency", "3", "--cased",
                               "a.txt", "b.txt", "-o", "dir"])
-    assert (args.vocab_size, args.min_frequency, args.cased, args.files, args.output) == (
+    options = config_from_options(VocabOptions, args)
+    assert (options.vocab_size, options.min_frequency, args.cased, args.files, args.output) == (
         100, 3, True, ["a.txt", "b.txt"], "dir")
 
 

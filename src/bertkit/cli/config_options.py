@@ -28,7 +28,15 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
-from bertkit.dataclass_io import coerce_value, config_from_dict, dump_config, field_docs, read_config_file
+from bertkit.dataclass_io import (
+    SPEC,
+    Spec,
+    coerce_value,
+    config_from_dict,
+    dump_config,
+    field_docs,
+    read_config_file,
+)
 from bertkit.errors import ConfigError
 
 PREFIX = "override:"  # argparse dest prefix of every generated option: PREFIX + the field's path
@@ -46,6 +54,8 @@ class ConfigField:
     help: str = ""
     name: str = ""
     """The option's name when it is not the path (a task option: 'max_length' for 'options.max_length')."""
+    spec: Spec | None = None
+    """The field's valid values (its choices become the option's)."""
 
 
 def config_fields(cls: type, nested: dict[str, type] | None = None, skip: tuple[str, ...] = (),
@@ -66,7 +76,7 @@ def config_fields(cls: type, nested: dict[str, type] | None = None, skip: tuple[
         text = docs.get(f.name, "")
         if defaults is not None:
             text = f"{text} (default {shown(getattr(defaults, f.name))})".strip()
-        out.append(ConfigField(f.name, hints[f.name], text))
+        out.append(ConfigField(f.name, hints[f.name], text, spec=f.metadata.get(SPEC)))
     return out
 
 
@@ -147,13 +157,20 @@ def add_config_options(group: argparse.ArgumentParser | argparse._ArgumentGroup,
         flat = "." in name and name.split(".")[-1] not in top
         kwargs: dict[str, Any] = {"dest": PREFIX + f.path, "default": argparse.SUPPRESS,
                                   "help": f.help.replace("%", "%%") or None, "required": f.path in required}
+        listed = (choices or {}).get(f.path) or (f.spec.choices if f.spec is not None and isinstance(f.spec.choices, tuple)
+                                                  else None)  # a registry's names are checked when the config is built
         if switches and f.type is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
-        elif choices and f.path in choices:
-            kwargs.update(type=value_reader(f.type), choices=choices[f.path])
+        elif listed and _plain(f.type):
+            kwargs.update(type=value_reader(f.type), choices=listed)
         else:
             kwargs.update(type=value_reader(f.type), metavar="VALUE")
         group.add_argument(*option_names(name, flat, (aliases or {}).get(f.path, ())), **kwargs)
+
+
+def _plain(tp: Any) -> bool:
+    """A string field that is not optional: argparse can check its choices (an optional one takes null too)."""
+    return tp is str
 
 
 def value_reader(tp: Any) -> Callable[[str], Any]:
@@ -205,15 +222,19 @@ def parse_value(text: str) -> Any:
         return text
 
 
-def given_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Path -> value of every generated option the command line gave."""
-    return {k[len(PREFIX):]: v for k, v in vars(args).items() if k.startswith(PREFIX)}
+def given_options(args: argparse.Namespace, cls: type | None = None) -> dict[str, Any]:
+    """Path -> value of every generated option the command line gave (only those of config `cls`'s fields when
+    given: a verb whose options fill two configs)."""
+    names = {f.name for f in dataclasses.fields(cls)} if cls is not None else None
+    return {k[len(PREFIX):]: v for k, v in vars(args).items()
+            if k.startswith(PREFIX) and (names is None or k[len(PREFIX):].split(".")[0] in names)}
 
 
-def apply_overrides(d: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    """The config dict `d` (from a file, or empty) with every option given on the command line set in it; a whole
-    mapping (`--options '{...}'`) is set before the keys given into it (`--max-length 64`)."""
-    for path, value in sorted(given_options(args).items(), key=lambda kv: kv[0].count(".")):
+def apply_overrides(d: dict[str, Any], args: argparse.Namespace, cls: type | None = None) -> dict[str, Any]:
+    """The config dict `d` (from a file, or empty) with every option given on the command line (for config `cls`,
+    when given) set in it; a whole mapping (`--options '{...}'`) is set before the keys given into it
+    (`--max-length 64`)."""
+    for path, value in sorted(given_options(args, cls).items(), key=lambda kv: kv[0].count(".")):
         *parents, last = path.split(".")
         target = d
         for part in parents:
@@ -226,10 +247,10 @@ def apply_overrides(d: dict[str, Any], args: argparse.Namespace) -> dict[str, An
     return d
 
 
-def config_from_options(cls: type[T], args: argparse.Namespace, where: str, base: dict[str, Any] | None = None) -> T:
+def config_from_options(cls: type[T], args: argparse.Namespace, base: dict[str, Any] | None = None) -> T:
     """Dataclass `cls` built from `base` (its defaults when None) with the options given on the command line set,
-    checked field by field (ConfigError naming the field): the config of a verb without --config."""
-    return config_from_dict(cls, apply_overrides(dict(base or {}), args), where)
+    checked field by field (a ConfigError naming Class.field): the config of a verb without --config."""
+    return config_from_dict(cls, apply_overrides(dict(base or {}), args, cls))
 
 
 def add_run_options(parser: argparse.ArgumentParser, config_name: str) -> None:

@@ -7,16 +7,11 @@ import time
 from pathlib import Path
 
 from bertkit.cli.config_options import PREFIX, add_config_options, config_fields, config_from_options
-from bertkit.data.config import (
-    BAD_UTF8_POLICIES,
-    INSTANCE_FORMATS,
-    LAYOUTS,
-    PretrainingDataConfig,
-)
+from bertkit.data.config import PretrainingDataConfig
+from bertkit.data.prepare import PrepareOptions
 from bertkit.io import check_output_dir
 from bertkit.pretrained import resolve_model_dir
 
-_CHOICES = {"instances": INSTANCE_FORMATS, "layout": LAYOUTS, "on_bad_utf8": BAD_UTF8_POLICIES}
 _ALIASES = {"max_length": ("max_seq_length",)}  # google-research/bert's create_pretraining_data.py spelling
 
 
@@ -32,7 +27,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="text/JSONL files or folders of them")
     p.add_argument("-o", "--output", required=True, help="output folder")
     p.add_argument("--tokenizer", required=True, help="tokenizer folder (vocab.txt, tokenizer_config.json)")
-    p.add_argument("--workers", type=int, default=1, help="parallel processes (the output does not depend on it)")
     p.add_argument("--overwrite", action="store_true",
                    help="write into an output folder that holds other files (a dataset folder of its own is rebuilt)")
     p.add_argument("--reference-nsp", dest=PREFIX + "balanced_nsp", action="store_false", default=argparse.SUPPRESS,
@@ -40,12 +34,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "the same as --no-balanced-nsp")
     # Every PretrainingDataConfig field is an option, with its docstring as help: one source of truth.
     add_config_options(p, config_fields(PretrainingDataConfig, defaults=PretrainingDataConfig()), aliases=_ALIASES,
-                       choices=_CHOICES, switches=True)
+                       switches=True)
+    add_config_options(p, config_fields(PrepareOptions, defaults=PrepareOptions()))
     p.set_defaults(func=prepare_pretraining_command)
 
 
 def _config_from_args(args: argparse.Namespace) -> PretrainingDataConfig:
-    return config_from_options(PretrainingDataConfig, args, "bertkit prepare-pretraining")
+    return config_from_options(PretrainingDataConfig, args)
 
 
 def _check_output(folder: Path, overwrite: bool) -> None:
@@ -66,6 +61,7 @@ def prepare_pretraining_command(args: argparse.Namespace) -> int:
     from bertkit.progress import progress_bar
 
     config = _config_from_args(args)
+    workers = config_from_options(PrepareOptions, args)
     _check_output(Path(args.output), args.overwrite)
     from bertkit.tokenizer import BertTokenizer
 
@@ -77,7 +73,7 @@ def prepare_pretraining_command(args: argparse.Namespace) -> int:
             bar.update(1)
             bar.set_postfix(documents=documents, instances=stats.instances)
 
-        result = prepare_pretraining(args.inputs, args.output, tokenizer, config, args.workers, progress)
+        result = prepare_pretraining(args.inputs, args.output, tokenizer, config, workers.workers, progress)
     c, s = result.corpus, result.shards
     print(f"wrote {result.output_dir} in {time.perf_counter() - start:.1f}s")
     print(f"  files          {c.files} ({c.empty_files} empty, skipped; {c.bad_utf8_lines} undecodable lines skipped)")

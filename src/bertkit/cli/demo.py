@@ -28,5 +28,5 @@ def _defaults(name: str) -> str:
 
 def _demo(args: argparse.Namespace) -> int:
     base = dataclasses.asdict(DemoConfig.quick()) if args.quick else None
-    run(config_from_options(DemoConfig, args, "bertkit demo", base))
+    run(config_from_options(DemoConfig, args, base))
     return 0

@@ -21,7 +21,7 @@ from bertkit.training.config import TrainingConfig
 
 def resolve_distill_config(args: argparse.Namespace) -> DistillConfig:
     """The config file (or nothing) with the command-line options applied."""
-    return DistillConfig.from_dict(config_dict(args), args.config or "bertkit distill")
+    return DistillConfig.from_dict(config_dict(args), args.config or "DistillConfig")
 
 
 def _distill(args: argparse.Namespace) -> int:

@@ -7,7 +7,9 @@ import json
 import sys
 from pathlib import Path
 
+from bertkit.cli.config_options import add_config_options, config_fields, config_from_options
 from bertkit.errors import ConfigError
+from bertkit.inference.options import AttentionOptions, FeatureOptions, FillMaskOptions
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               "[MASK] of TEXT (the folder must hold BertForMaskedLM or BertForPreTraining).")
     p.add_argument("text", metavar="TEXT")
     p.add_argument("--model", required=True, metavar="DIR")
-    p.add_argument("--top-k", type=int, default=5)
+    add_config_options(p, _fields(FillMaskOptions))
     p.set_defaults(func=fill_mask_command)
 
     p = subparsers.add_parser("extract-features", help="per-token hidden states as google-research/bert JSONL",
@@ -27,9 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, metavar="OUT.jsonl")
     p.add_argument("--model", required=True, metavar="DIR")
     p.add_argument("--layers", default="-1,-2,-3,-4", help="layer indices, -1 = last; write --layers=-1,-2 (default %(default)s)")
-    p.add_argument("--max-length", "--max-seq-length", type=int, default=128,
-                   help="word pieces per sequence (default %(default)s; --max-seq-length is the reference spelling)")
-    p.add_argument("--batch-size", type=int, default=32)
+    add_config_options(p, _fields(FeatureOptions),
+                       aliases={"max_length": ("max_seq_length",)})  # the reference's spelling
     p.set_defaults(func=extract_features_command)
 
     p = subparsers.add_parser("attention", help="PNG grid + HTML page of every layer's and head's attention",
@@ -39,8 +40,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--pair", default=None, help="second segment of a sentence pair")
     p.add_argument("--model", required=True, metavar="DIR")
     p.add_argument("-o", "--output", required=True, metavar="OUT.png")
-    p.add_argument("--max-length", type=int, default=64, help="tokens drawn at most (default %(default)s)")
+    add_config_options(p, _fields(AttentionOptions))
     p.set_defaults(func=attention_command)
+
+
+def _fields(cls: type) -> list:
+    """The generated options of an options dataclass, each with its default in its help."""
+    return config_fields(cls, defaults=cls())
 
 
 def _load(folder: str):  # noqa: ANN202 (model, tokenizer)
@@ -55,8 +61,9 @@ def fill_mask_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit fill-mask`."""
     from bertkit.inference.fill_mask import fill_mask
 
+    options = config_from_options(FillMaskOptions, args)
     model, tokenizer = _load(args.model)
-    for i, predictions in enumerate(fill_mask(model, tokenizer, args.text, args.top_k), start=1):
+    for i, predictions in enumerate(fill_mask(model, tokenizer, args.text, options.top_k), start=1):
         print(f"[MASK] #{i}:")
         for p in predictions:
             print(f"  {p.token:20s} {p.probability:.4f}")
@@ -70,15 +77,14 @@ def extract_features_command(args: argparse.Namespace) -> int:
     from bertkit.inference.features import extract_features, parse_layers
     from bertkit.io import atomic_open, check_output_file
 
-    if args.max_length < 3:
-        raise ConfigError(f"--max-length must be at least 3, got {args.max_length}")
+    options = config_from_options(FeatureOptions, args)
     lines = read_lines(args.input)
     check_output_file(args.output)  # before the model runs, not after
     model, tokenizer = _load(args.model)
     layers = parse_layers(args.layers, model.config.num_hidden_layers)
     n = 0
     with atomic_open(args.output, "w") as f:
-        for record in extract_features(model, tokenizer, lines, layers, args.max_length, args.batch_size):
+        for record in extract_features(model, tokenizer, lines, layers, options.max_length, options.batch_size):
             check_finite(record, f"the features of {args.input} line {n + 1}")  # never NaN, which is not JSON
             f.write(json.dumps(record, allow_nan=False) + "\n")
             n += 1
@@ -91,13 +97,14 @@ def attention_command(args: argparse.Namespace) -> int:
     from bertkit.inference.attention import attention_maps, render_png, write_html
     from bertkit.io import check_output_file
 
+    options = config_from_options(AttentionOptions, args)
     if not args.text.strip():
         raise ConfigError("the text is empty; give a sentence to draw")
     html_path = Path(args.output).with_suffix(".html")
     for path in (args.output, html_path):
         check_output_file(path)
     model, tokenizer = _load(args.model)
-    tokens, maps = attention_maps(model, tokenizer, args.text, args.pair, args.max_length)
+    tokens, maps = attention_maps(model, tokenizer, args.text, args.pair, options.max_length)
     title = f"{Path(args.model).name}: {args.text}" + (f" ||| {args.pair}" if args.pair else "")
     render_png(tokens, maps, args.output, title)
     write_html(args.output, html_path, tokens, title)

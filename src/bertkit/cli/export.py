@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bertkit.cli.config_options import add_config_options, config_fields, config_from_options
+from bertkit.inference.options import ExportOptions
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the export-onnx verb."""
@@ -15,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               "numeric_features and categorical_ids).")
     p.add_argument("model", metavar="DIR")
     p.add_argument("-o", "--output", required=True, metavar="MODEL.onnx")
-    p.add_argument("--opset", type=int, default=17)
+    add_config_options(p, config_fields(ExportOptions, defaults=ExportOptions()))
     p.set_defaults(func=export_onnx_command)
 
 
@@ -24,7 +27,8 @@ def export_onnx_command(args: argparse.Namespace) -> int:
     from bertkit.inference.onnx_export import export_folder
     from bertkit.io import check_output_file
 
+    options = config_from_options(ExportOptions, args)
     check_output_file(args.output)
-    model, names = export_folder(args.model, args.output, args.opset)
+    model, names = export_folder(args.model, args.output, options.opset)
     print(f"wrote {args.output} ({type(model).__name__}; outputs: {', '.join(names)})", file=sys.stderr)
     return 0

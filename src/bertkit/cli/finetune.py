@@ -43,7 +43,7 @@ def resolve_finetune_config(args: argparse.Namespace) -> FinetuneConfig:
     have is a ConfigError naming the flag and the tasks that do have it."""
     d = config_dict(args)
     check_task_options(args, d.get("task"))
-    return FinetuneConfig.from_dict(d, args.config or "bertkit finetune")
+    return FinetuneConfig.from_dict(d, args.config or "FinetuneConfig")
 
 
 def _finetune(args: argparse.Namespace) -> int:
@@ -73,7 +73,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from bertkit.jobs import evaluate
     from bertkit.jobs.finetune import dumps
 
-    metrics = evaluate.run(config_from_options(evaluate.EvaluateConfig, args, "bertkit evaluate"))
+    metrics = evaluate.run(config_from_options(evaluate.EvaluateConfig, args))
     print(dumps(metrics))
     return 0
 
@@ -92,7 +92,7 @@ def _add_predict(sub: Any) -> None:
 def _predict(args: argparse.Namespace) -> int:
     from bertkit.jobs import predict
 
-    config = config_from_options(predict.PredictConfig, args, "bertkit predict")
+    config = config_from_options(predict.PredictConfig, args)
     n = predict.run(config)
     print(f"{n} predictions -> {config.output}", file=sys.stderr)
     return 0

@@ -7,10 +7,8 @@ import argparse
 import sys
 
 from bertkit.cli.config_options import PREFIX, add_config_options, config_fields, config_from_options
-from bertkit.data.texts import FORMATS
 from bertkit.inference.pooling import DEFAULT_POOLING, POOLINGS
 from bertkit.inference.precision import DEFAULT_PRECISION, PRECISIONS
-from bertkit.inference.vector_store import DTYPES
 from bertkit.jobs.embed import EmbedConfig
 
 
@@ -47,11 +45,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "shards")
     p.add_argument("--no-progress", dest=PREFIX + "progress", action="store_false", default=argparse.SUPPRESS,
                    help="no progress report")
-    choices = {"format": FORMATS, "dtype": DTYPES}
     generated = config_fields(EmbedConfig, skip=("input", "output", "model", "normalize", "pooling", "precision",
                                                  "progress"),
                               defaults=EmbedConfig(input="INPUT", output="OUT", model="DIR"))
-    add_config_options(p, generated, choices=choices)
+    add_config_options(p, generated)
     p.set_defaults(func=embed_command)
 
 
@@ -61,7 +58,7 @@ def embed_command(args: argparse.Namespace) -> int:
 
     for name in ("input", "pooling", "precision"):  # plain options (the registries give their choices)
         setattr(args, PREFIX + name, getattr(args, name))
-    config = config_from_options(EmbedConfig, args, "bertkit embed")
+    config = config_from_options(EmbedConfig, args)
     result = embed.run(config, resume=args.resume)
     if result.blank_count:
         from bertkit.data.texts import blank_lines_warning

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from bertkit.cli.config_options import PREFIX, add_config_options, config_fields, config_from_options
-from bertkit.inference.index import KINDS, IndexOptions
+from bertkit.inference.index import IndexOptions
 from bertkit.jobs.search import IndexConfig, SearchConfig
 
 
@@ -21,7 +21,7 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", dest=PREFIX + "output", required=True, metavar="DIR", help="the index folder")
     add_config_options(p, config_fields(IndexConfig, {"index": IndexOptions}, skip=("embeddings", "output"),
                                         defaults=IndexConfig(embeddings="-", output="-")),
-                       choices={"index.kind": KINDS}, switches=True)
+                       switches=True)
     p.set_defaults(func=_index)
 
 
@@ -29,7 +29,7 @@ def _index(args: argparse.Namespace) -> int:
     from bertkit.jobs.search import build
 
     setattr(args, PREFIX + "embeddings", args.embeddings)
-    config = config_from_options(IndexConfig, args, "bertkit index")
+    config = config_from_options(IndexConfig, args)
     meta = build(config)
     print(f"indexed {meta['rows']} x {meta['dim']} embeddings ({config.index.kind}) into {config.output}",
           file=sys.stderr)
@@ -52,7 +52,7 @@ def _search(args: argparse.Namespace) -> int:
     from bertkit.jobs.search import search
 
     setattr(args, PREFIX + "queries", list(args.queries))
-    for i, answer in enumerate(search(config_from_options(SearchConfig, args, "bertkit search"))):
+    for i, answer in enumerate(search(config_from_options(SearchConfig, args))):
         print(json_line(answer, f"answer {i}"))  # never `Infinity` or `NaN`, which no JSON reader takes
     return 0
 

@@ -6,7 +6,7 @@ import argparse
 
 from bertkit.cli.config_options import add_config_options, config_fields, config_from_options
 from bertkit.errors import ConfigError
-from bertkit.serve.settings import ServeSettings
+from bertkit.serve.settings import ServeAddress, ServeSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,8 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description="Start a FastAPI service with the endpoints the folder's head supports, "
                               "an OpenAPI document at /docs and /openapi.json, and /health.")
     p.add_argument("--model", required=True, metavar="DIR")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    add_config_options(p, config_fields(ServeAddress, defaults=ServeAddress()))
     limits = p.add_argument_group("limits and batching (ServeSettings)")
     add_config_options(limits, config_fields(ServeSettings, defaults=ServeSettings()))
     p.set_defaults(func=serve_command)
@@ -28,7 +27,7 @@ def serve_command(args: argparse.Namespace) -> int:
         from bertkit.serve import serve
     except ImportError as e:
         raise ConfigError(f"serving needs fastapi and uvicorn: pip install 'bertkit[serve]' ({e})") from None
-    settings = config_from_options(ServeSettings, args, "bertkit serve")
-    settings.validate()
-    serve(args.model, args.host, args.port, settings)
+    address = config_from_options(ServeAddress, args)
+    settings = config_from_options(ServeSettings, args)
+    serve(args.model, address.host, address.port, settings)
     return 0

@@ -9,9 +9,11 @@ import time
 from pathlib import Path
 from typing import IO
 
+from bertkit.cli.config_options import add_config_options, config_fields, config_from_options
 from bertkit.errors import CheckpointError, DataError, data_error
 from bertkit.io import atomic_open, check_output_dir, check_output_file
 from bertkit.pretrained import SHIPPED, resolve_model_dir
+from bertkit.tokenizer.trainer import VocabOptions
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,14 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     t.add_argument("files", nargs="+", metavar="FILE", help="UTF-8 text files")
     t.add_argument("-o", "--output", required=True, help="output tokenizer folder")
-    t.add_argument("--vocab-size", type=int, required=True, help="entries in the vocabulary, special tokens included")
-    t.add_argument("--min-frequency", type=int, default=2, help="least count of a pair to merge (default %(default)s)")
     t.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case, strip accents)")
-    t.add_argument("--limit-alphabet", type=int, default=None, help="keep only the N most frequent characters")
     t.add_argument("--overwrite", action="store_true", help="write into an output folder that already holds files")
-    t.add_argument("--criterion", choices=("likelihood", "score"), default="likelihood",
-                   help="pair ranking: likelihood gain count(ab)*log(count(ab)N/(count(a)count(b))) (default) "
-                   "or the plain ratio count(ab)/(count(a)count(b))")
+    add_config_options(t, config_fields(VocabOptions, defaults=VocabOptions()), required=("vocab_size",))
     t.set_defaults(func=train_tokenizer_command)
 
 
@@ -102,14 +99,15 @@ def train_tokenizer_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit train-tokenizer`."""
     from bertkit.tokenizer.trainer import train_tokenizer
 
+    options = config_from_options(VocabOptions, args)
     for f in args.files:
         if not Path(f).is_file():
             raise DataError(f"{f}: no such input file")
     check_output_dir(args.output, args.overwrite)  # before the work, not after it
     start = time.perf_counter()
-    tok = train_tokenizer([Path(f) for f in args.files], vocab_size=args.vocab_size,
-                          min_frequency=args.min_frequency, lowercase=not args.cased,
-                          limit_alphabet=args.limit_alphabet, criterion=args.criterion, progress=True)
+    tok = train_tokenizer([Path(f) for f in args.files], vocab_size=options.vocab_size,
+                          min_frequency=options.min_frequency, lowercase=not args.cased,
+                          limit_alphabet=options.limit_alphabet, criterion=options.criterion, progress=True)
     tok.save_pretrained(args.output)
     print(f"wrote {args.output}: {tok.vocab_size} tokens in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     return 0

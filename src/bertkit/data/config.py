@@ -7,13 +7,12 @@ Defaults follow google-research/bert `create_pretraining_data.py` (its flags) an
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
-from bertkit.dataclass_io import config_from_dict
+from bertkit.dataclass_io import SEED_LIMIT, Config, config_from_dict, spec
 from bertkit.errors import ConfigError
 
 LAYOUTS = ("auto", "lines", "paragraphs")
@@ -22,36 +21,36 @@ BAD_UTF8_POLICIES = ("error", "skip")
 
 
 @dataclass
-class PretrainingDataConfig:
+class PretrainingDataConfig(Config):
     """How raw text becomes masked-LM + next-sentence pre-training instances."""
 
-    instances: str = "sentence_pairs"
+    instances: str = spec("sentence_pairs", choices=INSTANCE_FORMATS)
     """What an instance is. "sentence_pairs": [CLS] A [SEP] B [SEP] with a next-sentence label (the paper, section
     3.1). "full_sentences": RoBERTa's FULL-SENTENCES (Liu et al. 2019, section 4.2), for an MLM-only objective: [CLS]
     then whole sentences read contiguously up to max_length, crossing document boundaries with a [SEP] between
     documents, one segment, no next-sentence label. Every token of a pass over the text lands in exactly one
     instance; each pass reads the documents in a new shuffled order."""
-    max_length: int = 128
+    max_length: int = spec(128, ge=5, le=65535, why="positions are stored as uint16")
     """Length of [CLS] A [SEP] B [SEP]; 128 for 90% of the paper's steps, 512 for the rest (appendix A.2)."""
-    short_seq_prob: float = 0.1
+    short_seq_prob: float = spec(0.1, ge=0, le=1)
     """Probability of drawing a shorter target length randint(2, max_num_tokens), to reduce the pre-train/fine-tune
     length mismatch (reference flag `short_seq_prob`, default 0.1)."""
-    masked_lm_prob: float = 0.15
+    masked_lm_prob: float = spec(0.15, gt=0, lt=1)
     """Fraction of non-special tokens to predict (paper section 3.1: "15% of all WordPiece tokens")."""
-    max_predictions_per_seq: int = 20
+    max_predictions_per_seq: int = spec(20, ge=1, le=65535)
     """Cap on predictions per sequence (reference: 20 for length 128, 80 for length 512)."""
-    mask_token_prob: float = 0.8
+    mask_token_prob: float = spec(0.8, ge=0, le=1)
     """Share of the chosen tokens that become [MASK] (paper 3.1, C.2: 80%)."""
-    random_token_prob: float = 0.1
+    random_token_prob: float = spec(0.1, ge=0, le=1)
     """Share of the chosen tokens replaced by a random token (10%); the rest stay unchanged."""
-    random_next_prob: float = 0.5
+    random_next_prob: float = spec(0.5, ge=0, le=1)
     """Share of pairs whose B is a random span of another document (paper 3.1: "50% of the time")."""
     balanced_nsp: bool = True
     """The reference always gives a one-sentence chunk (a sentence longer than the target length, or a document's
     last sentence) a random B, which on real text pushes the random share to ~56%. True flips the usual coin for a
     long sentence too (IsNext takes B from the following sentences), and a document's last sentence alone in a
     chunk makes no instance (counted). False reproduces the reference exactly."""
-    dupe_factor: int = 10
+    dupe_factor: int = spec(10, ge=1, le=1000)
     """Times each document is turned into instances, each time with different splits and masks (the reference's
     default is 10; with dynamic masking 1-5 is usually enough)."""
     whole_word_mask: bool = False
@@ -59,26 +58,23 @@ class PretrainingDataConfig:
     dynamic_masking: bool = False
     """False: masks are drawn once and stored with each instance (the reference). True: shards hold unmasked tokens
     and the collator redraws masks each epoch (RoBERTa, Liu et al. 2019)."""
-    seed: int = 12345
+    seed: int = spec(12345, ge=0, le=SEED_LIMIT)
     """Seed of every random choice; each shard's RNG is derived from (seed, shard index)."""
-    layout: str = "auto"
+    layout: str = spec("auto", choices=LAYOUTS)
     """Text layout: "lines" = one sentence per line, blank line between documents (the reference's format);
     "paragraphs" = free text split into sentences here; "auto" = decide per file."""
-    on_bad_utf8: str = "error"
+    on_bad_utf8: str = spec("error", choices=BAD_UTF8_POLICIES)
     """Undecodable bytes: "error" stops with file and byte offset, "skip" drops the line and counts it."""
-    text_field: str = "text"
+    text_field: str = spec("text")
     """Field holding a document's text in JSONL input."""
-    chunk_documents: int = 2000
+    chunk_documents: int = spec(2000, ge=2, le=10**9, why="a random B needs another document")
     """Streaming: documents per chunk at most. One chunk makes one shard, and the random B of a pair is drawn from
     the chunk (the reference draws from the whole corpus, which does not fit a bounded memory; with thousands of
     documents per chunk this is equivalent)."""
-    chunk_chars: int = 16_000_000
+    chunk_chars: int = spec(16_000_000, ge=1, le=2**40)
     """Streaming: characters per chunk at most (memory bound)."""
-    max_document_sentences: int = 20_000
+    max_document_sentences: int = spec(20_000, ge=2, le=10**9)
     """A document longer than this many sentences is cut into several (bounds memory on heading-less text)."""
-
-    def __post_init__(self) -> None:
-        self.validate()
 
     @property
     def next_sentence(self) -> bool:
@@ -101,52 +97,18 @@ class PretrainingDataConfig:
         }
 
     def validate(self) -> None:
-        """Raise ConfigError naming the first field that is out of range."""
-
-        def bad(field: str, expected: str) -> ConfigError:
-            return ConfigError(f"PretrainingDataConfig.{field} = {getattr(self, field)!r}: expected {expected}")
-
-        if self.instances not in INSTANCE_FORMATS:
-            raise bad("instances", f"one of {', '.join(INSTANCE_FORMATS)}")
-        if not isinstance(self.max_length, int) or self.max_length < 5:
-            raise bad("max_length", "an integer >= 5")
-        if self.max_length > 65535:
-            raise bad("max_length", "at most 65535 (positions are stored as uint16)")
-        for name in ("short_seq_prob", "mask_token_prob", "random_token_prob", "random_next_prob"):
-            if not 0.0 <= float(getattr(self, name)) <= 1.0:
-                raise bad(name, "a probability in [0, 1]")
-        if not 0.0 < float(self.masked_lm_prob) < 1.0:
-            raise bad("masked_lm_prob", "a probability in (0, 1)")
+        """The rules between fields (each field's own range is declared beside it)."""
         if self.mask_token_prob + self.random_token_prob > 1.0:
-            raise bad("random_token_prob", "mask_token_prob + random_token_prob <= 1")
-        if not isinstance(self.max_predictions_per_seq, int) or self.max_predictions_per_seq < 1:
-            raise bad("max_predictions_per_seq", "an integer >= 1")
-        if not isinstance(self.dupe_factor, int) or self.dupe_factor < 1:
-            raise bad("dupe_factor", "an integer >= 1")
-        if self.layout not in LAYOUTS:
-            raise bad("layout", f"one of {', '.join(LAYOUTS)}")
-        if self.on_bad_utf8 not in BAD_UTF8_POLICIES:
-            raise bad("on_bad_utf8", f"one of {', '.join(BAD_UTF8_POLICIES)}")
-        if not isinstance(self.chunk_documents, int) or self.chunk_documents < 2:
-            raise bad("chunk_documents", "an integer >= 2 (a random B needs another document)")
-        if not isinstance(self.chunk_chars, int) or self.chunk_chars < 1:
-            raise bad("chunk_chars", "an integer >= 1")
-        if not isinstance(self.max_document_sentences, int) or self.max_document_sentences < 2:
-            raise bad("max_document_sentences", "an integer >= 2")
-        if not isinstance(self.seed, int):
-            raise bad("seed", "an integer")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict of every field (JSON-ready)."""
-        return dataclasses.asdict(self)
+            raise ConfigError(f"PretrainingDataConfig.random_token_prob = {self.random_token_prob!r}: expected "
+                              f"mask_token_prob + random_token_prob <= 1 (mask_token_prob is {self.mask_token_prob!r})")
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "PretrainingDataConfig":
+    def from_dict(cls, d: dict[str, Any], where: str | None = None) -> "PretrainingDataConfig":
         """Inverse of `to_dict`; unknown keys and wrong types are errors naming the field. Data prepared before
         the field was renamed says `max_seq_length`; it is read as `max_length`."""
         if "max_seq_length" in d and "max_length" not in d:
             d = {("max_length" if k == "max_seq_length" else k): v for k, v in d.items()}
-        return config_from_dict(cls, d)
+        return config_from_dict(cls, d, where)
 
     def to_json(self) -> str:
         """JSON text of the config."""

@@ -33,6 +33,7 @@ from bertkit.data.shards import (
     token_dtype,
     write_shard,
 )
+from bertkit.dataclass_io import Config, check_value, spec
 from bertkit.errors import DataError
 from bertkit.io import atomic_write_json, make_dir
 
@@ -208,6 +209,14 @@ def vocab_fingerprint(vocab: dict[str, int]) -> str:
     return h.hexdigest()
 
 
+@dataclass
+class PrepareOptions(Config):
+    """How the data is made, not what it is (`bertkit prepare-pretraining --workers`)."""
+
+    workers: int = spec(1, ge=1, le=1024)
+    """Parallel processes (the output does not depend on it)."""
+
+
 def prepare_pretraining(
     inputs: Iterable[str | os.PathLike],
     output_dir: str | os.PathLike,
@@ -222,6 +231,7 @@ def prepare_pretraining(
     interrupted run leaves no dataset that looks complete.
     """
     config = config or PretrainingDataConfig()
+    workers = check_value(PrepareOptions, "workers", workers, "workers")
     vocab = VocabInfo.from_vocab(tokenizer.vocab, source=getattr(tokenizer, "name_or_path", "tokenizer vocabulary"))
     files = expand_inputs(inputs)
     out = Path(output_dir)

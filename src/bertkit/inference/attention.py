@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from bertkit.dataclass_io import check_value
+from bertkit.inference.options import ATTENTION_TOKENS, AttentionOptions, check_window
 from bertkit.io import atomic_open, atomic_write_text
 from bertkit.model import BertPreTrainedModel
 from bertkit.model.heads import base_model
@@ -16,16 +18,17 @@ from bertkit.model.heads import base_model
 DPI = 110  # the grid's resolution, lowered for grids that would exceed MAX_PICTURE_PIXELS
 MAX_PICTURE_PIXELS = 2**26  # about 270 MB of canvas: a 12 x 12 grid of 64-token maps is drawn at 88 dpi
 
-MAX_TOKENS = 64  # beyond this the token labels are unreadable; longer inputs are truncated with a warning
 
 
 def attention_maps(model: BertPreTrainedModel, tokenizer: Any, text: str, pair: str | None = None,
-                   max_length: int = MAX_TOKENS) -> tuple[list[str], torch.Tensor]:
+                   max_length: int = ATTENTION_TOKENS) -> tuple[list[str], torch.Tensor]:
     """Tokens and attention probabilities, (layers, heads, seq, seq), of one text or pair."""
+    max_length = check_value(AttentionOptions, "max_length", max_length, "max_length")
+    bert = base_model(model)
+    check_window(max_length, bert.config)
     enc = tokenizer.encode(text, pair=pair, max_length=max_length, truncation=True)
     ids = torch.tensor([list(enc.input_ids)])
     types = torch.tensor([list(enc.token_type_ids)])
-    bert = base_model(model)
     with torch.inference_mode():
         out = bert(ids, torch.ones_like(ids), types, output_attentions=True)
     maps = torch.stack([a[0] for a in out.attentions]).float()

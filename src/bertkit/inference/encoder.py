@@ -30,7 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit.dataclass_io import check_value
 from bertkit.errors import ConfigError
+from bertkit.inference.options import EncodeOptions, check_window
 from bertkit.inference.pooling import DEFAULT_POOLING, check_pooling, folder_defaults, pad_batch, pool_hidden
 from bertkit.inference.precision import DEFAULT_PRECISION, choose_precision
 from bertkit.inference.quantize import (
@@ -143,6 +145,11 @@ class Encoder:
         int8_min_cosine: float = DEFAULT_MIN_COSINE,
         int8_kernel: str | None = None,
     ) -> None:
+        precision = check_value(EncodeOptions, "precision", precision, "precision")
+        max_length = check_value(EncodeOptions, "max_length", max_length, "max_length")
+        if isinstance(device, str):
+            device = check_value(EncodeOptions, "device", device, "device")
+            device = None if device == "auto" else device
         if isinstance(model, (str, Path)):
             import bertkit.tasks  # noqa: F401 (registers the tasks' heads: a config naming only its task opens)
             from bertkit.model.folder import open_folder
@@ -170,9 +177,7 @@ class Encoder:
         check_pooling(self.default_pooling)
         self.default_normalize: bool = defaults.get("normalize", False)
         self.max_length = max_length or defaults.get("max_length") or self.config.max_position_embeddings
-        if self.max_length > self.config.max_position_embeddings:
-            raise ConfigError(f"max_length {self.max_length} exceeds the model's max_position_embeddings "
-                              f"({self.config.max_position_embeddings})")
+        check_window(self.max_length, self.config)
         self.int8_plan: Int8Plan | None = None
         self.int8_kernel: str | None = None  # int8 only: "fbgemm" or "onednn" (choose_int8_kernel)
         self.float_bert: nn.Module | None = None  # int8 only: a float32 copy, for texts of few distinct tokens
@@ -246,8 +251,7 @@ class Encoder:
         pooling = pooling or self.default_pooling
         normalize = self.default_normalize if normalize is None else normalize
         check_pooling(pooling)
-        if batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        batch_size = check_value(EncodeOptions, "batch_size", batch_size, "batch_size")
         plan = self.int8_plan
         if plan is None or self.float_bert is None:
             out = self._run(self.bert, self._forward, ids, pooling, batch_size, max_tokens_per_batch, on_batch)

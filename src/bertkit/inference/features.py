@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from bertkit.dataclass_io import check_value
+from bertkit.inference.options import FeatureOptions, check_window
 from bertkit.errors import ConfigError
 from bertkit.inference.pooling import pad_batch
 from bertkit.model import BertPreTrainedModel
@@ -51,7 +53,10 @@ def extract_features(
     batch_size: int = 32,
 ) -> Iterator[dict[str, Any]]:
     """Yield one reference-format record per line, in order."""
+    max_length = check_value(FeatureOptions, "max_length", max_length, "max_length")
+    batch_size = check_value(FeatureOptions, "batch_size", batch_size, "batch_size")
     bert = base_model(model)
+    check_window(max_length, bert.config)
     num_layers = bert.config.num_hidden_layers
     # hidden_states holds the embeddings first; the reference's all_layers starts at the first encoder layer.
     picks = [i + 1 if i >= 0 else num_layers + 1 + i for i in layers]

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from bertkit.dataclass_io import check_value
+from bertkit.inference.options import FillMaskOptions
 from bertkit.errors import CheckpointError, ConfigError
 from bertkit.model import BertPreTrainedModel
 from bertkit.model.heads import base_model
@@ -77,8 +79,7 @@ def predict_masks(model: BertPreTrainedModel, tokenizer: Any, rows: list[list[in
     """Top-k predictions at every mask id of each row of ids (as `mask_ids` makes them), in one forward pass; the
     decoder's softmax over the vocabulary runs MASK_CHUNK masks at a time, so many masks never hold many
     (masks x vocabulary) matrices at once."""
-    if top_k < 1:
-        raise ConfigError(f"top_k must be >= 1, got {top_k}")
+    top_k = check_value(FillMaskOptions, "top_k", top_k, "top_k")
     head = masked_lm_head(model)
     bert = base_model(model)
     width = max(len(r) for r in rows)

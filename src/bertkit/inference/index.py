@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.dataclass_io import Config, check_value, spec
 from bertkit.errors import CheckpointError, ConfigError
 from bertkit.io import atomic_open, atomic_path, atomic_write_json, check_output_dir, make_dir, read_json_object
 from bertkit.inference.encoder import Encoder, Encoders
@@ -32,6 +33,8 @@ from bertkit.inference.vector_store import Embeddings, check_same_settings, embe
 
 INDEX_FILE, META_FILE, ROWS_FILE, OFFSETS_FILE = "index.faiss", "index.json", "rows.jsonl", "offsets.npy"
 KINDS = ("exact", "hnsw", "ivf")
+MAX_CANDIDATES = 2**16  # hnsw's efConstruction / efSearch: beyond any useful recall/speed trade
+MAX_DIM = 2**16  # an embedding's width (BertConfig's hidden size bound)
 FORMAT = "bertkit-index"
 
 
@@ -45,36 +48,34 @@ def import_faiss() -> Any:
 
 
 @dataclass
-class IndexOptions:
+class IndexOptions(Config):
     """The kind of index and its parameters (`bertkit index`'s options)."""
 
-    kind: str = "exact"
+    kind: str = spec("exact", choices=KINDS)
     """exact (every vector scored), hnsw (a graph) or ivf (k-means cells; IVF-PQ with pq_m > 0)."""
-    hnsw_m: int = 32
+    hnsw_m: int = spec(32, ge=2, le=512)
     """hnsw: links per vector (more: better recall, more memory, slower build)."""
-    ef_construction: int = 80
+    ef_construction: int = spec(80, ge=1, le=MAX_CANDIDATES)
     """hnsw: candidates kept while building."""
-    ef_search: int = 64
+    ef_search: int = spec(64, ge=1, le=MAX_CANDIDATES)
     """hnsw: candidates kept while searching (the recall/speed dial; a search may change it)."""
-    nlist: int = 1024
+    nlist: int = spec(1024, ge=1, le=2**24)
     """ivf: k-means cells (about sqrt(rows) to 4 sqrt(rows))."""
-    nprobe: int = 16
+    nprobe: int = spec(16, ge=1, le=2**24)
     """ivf: cells scanned per query (the recall/speed dial; a search may change it)."""
-    pq_m: int = 0
+    pq_m: int = spec(0, ge=0, le=MAX_DIM)
     """ivf: product-quantiser sub-vectors per vector (must divide dim); 0 keeps whole vectors (IVF-Flat)."""
-    pq_bits: int = 8
+    pq_bits: int = spec(8, ge=1, le=16, why="FAISS trains 2**pq_bits centroids per sub-vector")
     """ivf with pq_m > 0: bits per sub-vector code."""
-    train_size: int = 100_000
+    train_size: int = spec(100_000, ge=1, le=10**9)
     """ivf: vectors the k-means (and PQ) training sees at most, spread evenly over the rows."""
 
-    def check(self, dim: int | None = None) -> None:
-        if self.kind not in KINDS:
-            raise ConfigError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        for name in ("hnsw_m", "ef_construction", "ef_search", "nlist", "nprobe", "pq_bits", "train_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.pq_m < 0 or (dim is not None and self.pq_m and dim % self.pq_m):
-            raise ConfigError(f"pq_m must divide the embeddings' dimension {dim}, got {self.pq_m}")
+    def check(self, dim: int) -> None:
+        """ConfigError when the options do not fit embeddings of this dimension (each field alone is checked by
+        its spec)."""
+        if self.pq_m and dim % self.pq_m:
+            raise ConfigError(f"IndexOptions.pq_m: expected a divisor of the embeddings' dimension {dim}, found "
+                              f"{self.pq_m}")
 
 
 def _new_index(options: IndexOptions, dim: int) -> Any:
@@ -161,11 +162,14 @@ class VectorIndex:
         self.set_search_options()
 
     def set_search_options(self, ef_search: int | None = None, nprobe: int | None = None) -> None:
-        """The recall/speed dial of an approximate index (the built values unless given)."""
+        """The recall/speed dial of an approximate index (the built values where None), each checked against its
+        IndexOptions spec (0 or a negative count is an error, not "the default")."""
+        ef_search = self.options.ef_search if ef_search is None else check_value(IndexOptions, "ef_search", ef_search)
+        nprobe = self.options.nprobe if nprobe is None else check_value(IndexOptions, "nprobe", nprobe)
         if self.options.kind == "hnsw":
-            self.index.hnsw.efSearch = ef_search or self.options.ef_search
+            self.index.hnsw.efSearch = ef_search
         elif self.options.kind == "ivf":
-            self.index.nprobe = nprobe or self.options.nprobe
+            self.index.nprobe = nprobe
 
     @property
     def dim(self) -> int:

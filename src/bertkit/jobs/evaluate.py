@@ -6,37 +6,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bertkit.errors import ConfigError
+from bertkit.dataclass_io import SEED_LIMIT, Config, spec
 from bertkit.io import atomic_write_json
-from bertkit.jobs.finetune import _load_finetuned, subset
-from bertkit.tasks.base import check_positive, require_examples
+from bertkit.jobs.finetune import MAX_EXAMPLES, _load_finetuned, subset
+from bertkit.tasks.base import require_examples
 
 
 @dataclass
-class EvaluateConfig:
+class EvaluateConfig(Config):
     """One evaluation: the fine-tuned folder, the labelled file and how much of it to score.
 
     `bertkit evaluate`'s options are generated from these fields."""
 
-    model: str = ""
+    model: str = spec("")
     """Fine-tuned model folder (e.g. OUTPUT/best)."""
-    input: str = ""
+    input: str = spec("")
     """Labelled file in the task's format."""
-    output: str | None = None
+    output: str | None = spec(None)
     """Write the metrics here as JSON (they are returned, and `bertkit evaluate` prints them, either way)."""
-    batch_size: int = 64
+    batch_size: int = spec(64, ge=1, le=2**20)
     """Examples per forward pass."""
-    max_examples: int | None = None
+    max_examples: int | None = spec(None, ge=1, le=MAX_EXAMPLES)
     """A seeded random subset of the file (None: all of it)."""
-    seed: int = 42
+    seed: int = spec(42, ge=0, le=SEED_LIMIT)
     """Seed of that subset (fine-tuning's default seed, so max_eval_examples there picks the same examples)."""
-
-    def __post_init__(self) -> None:
-        for name in ("model", "input"):
-            if not getattr(self, name):
-                raise ConfigError(f"EvaluateConfig.{name} is required (--{name})")
-        for name in ("batch_size", "max_examples"):
-            check_positive(name, getattr(self, name))
 
 
 def run(config: EvaluateConfig) -> dict[str, float]:

@@ -24,12 +24,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from bertkit.dataclass_io import Config, spec
 from bertkit.errors import CheckpointError, ConfigError, Interrupted
 from bertkit.io import atomic_write_json
 from bertkit.pretrained import resolve_model_dir
 from bertkit.model.folder import Folder, FolderConfig, load_model, open_folder, read_folder
 from bertkit.tasks import get_task
-from bertkit.tasks.base import Task, TaskSettings, check_positive, require_examples
+from bertkit.tasks.base import Task, TaskSettings, require_examples
 from bertkit.tokenizer import BertTokenizer
 from bertkit.training.config import TrainingConfig
 
@@ -75,40 +76,38 @@ def build_model(task: Task, folder: Folder, settings: TaskSettings) -> Any:
     return load_model(folder, head.class_name, task=task.name, task_settings=settings.to_dict(), **head.config)
 
 
+MAX_EXAMPLES = 10**9  # an example limit beyond any file's size
+
+
 @dataclass
-class FinetuneConfig:
+class FinetuneConfig(Config):
     """One fine-tuning run: the task and its typed options, the start, the data and the training settings.
 
     Reads from and writes to YAML/JSON like PretrainConfig (`FinetuneConfig.from_dict`, `bertkit finetune --config`);
     `bertkit finetune`'s options are generated from these fields, TrainingConfig's and every task's options.
     """
 
-    task: str = ""
+    task: str = spec("")
     """The task: classification, ner, qa or multiple-choice (or an alias such as glue, squad, swag)."""
-    model: str = ""
+    model: str = spec("")
     """Pre-trained (or fine-tuned) model folder, or a shipped model's name."""
-    train: str = ""
+    train: str = spec("")
     """Training file (QA: FILE#START:END selects articles)."""
-    dev: str = ""
+    dev: str = spec("")
     """Dev file, evaluated during training; the best model by the task's main metric is kept."""
     options: dict[str, Any] = field(default_factory=dict)
     """The task's own options (its `options_class`: max_length, text_column, doc_stride, ...)."""
-    eval_batch_size: int = 64
+    eval_batch_size: int = spec(64, ge=1, le=2**20)
     """Batch size of evaluation."""
-    max_train_examples: int | None = None
+    max_train_examples: int | None = spec(None, ge=1, le=MAX_EXAMPLES)
     """A seeded random subset of the training file (None: all of it)."""
-    max_eval_examples: int | None = None
+    max_eval_examples: int | None = spec(None, ge=1, le=MAX_EXAMPLES)
     """A seeded random subset of the dev file (None: all of it)."""
     training: TrainingConfig | None = None
     """The one trainer's settings; None = the fine-tuning defaults (paper, appendix A.3: 3 epochs, batch 32, warm-up
     10% of the steps, the task's learning rate, evaluation every epoch). training.output_dir is the run's folder."""
 
-    def __post_init__(self) -> None:
-        for name in ("task", "model", "train", "dev"):
-            if not getattr(self, name):
-                raise ConfigError(f"FinetuneConfig.{name} is required (--{name})")
-        for name in ("eval_batch_size", "max_train_examples", "max_eval_examples"):
-            check_positive(name, getattr(self, name))
+    def validate(self) -> None:
         task = get_task(self.task)  # an unknown task name is an error here, before anything is read
         task.options(self.options)
         if self.training is None:
@@ -127,9 +126,6 @@ class FinetuneConfig:
         config = config_from_dict(cls, d, where)
         config.training = finetune_training(get_task(config.task), training, where)
         return config
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def finetune_training(task: Task, overrides: dict[str, Any], where: str = "FinetuneConfig") -> TrainingConfig:

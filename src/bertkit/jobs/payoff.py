@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from bertkit.dataclass_io import SEED_LIMIT, Config, spec
 from bertkit.errors import ConfigError
 from bertkit.io import atomic_write_json
 from bertkit.tasks.significance import PairedTest
@@ -29,43 +30,39 @@ PREDICTIONS_NAME = "dev_predictions.json"
 
 
 @dataclass
-class FinetuneBudget:
+class FinetuneBudget(Config):
     """One task and the fine-tuning budget every start gets."""
 
-    task: str
+    task: str = spec()
     """A bertkit task: 'classification', 'ner', ..."""
-    train: str
+    train: str = spec()
     """Training file."""
-    dev: str
+    dev: str = spec()
     """Dev file: the scores are its main metric at the best evaluation."""
-    lrs: list[float] = field(default_factory=lambda: [1e-4, 3e-4])
+    lrs: list[float] = spec(default_factory=lambda: [1e-4, 3e-4], gt=0, le=1)
     """The learning-rate grid, the same for every start."""
-    seeds: list[int] = field(default_factory=lambda: [42, 43])
+    seeds: list[int] = spec(default_factory=lambda: [42, 43], ge=0, le=SEED_LIMIT)
     """Fine-tuning seeds (head initialisation, order, dropout), the same for every start."""
-    epochs: float = 3.0
-    batch_size: int = 32
-    max_length: int = 64
-    max_train_examples: int | None = None
+    epochs: float = spec(3.0, gt=0, le=1e6)
+    batch_size: int = spec(32, ge=1, le=2**20)
+    max_length: int = spec(64, ge=3, le=2**20)
+    max_train_examples: int | None = spec(None, ge=1, le=10**9)
     """A seeded subset of the training file (None: all of it)."""
     options: dict[str, Any] = field(default_factory=dict)
     """The task's other options, the same for every start (QA's doc_stride, ...)."""
-    eval_every: int | None = None
+    eval_every: int | None = spec(None, ge=1, le=10**12)
     """Evaluate every N steps (None: every epoch)."""
-
-    def __post_init__(self) -> None:
-        if not self.lrs or not self.seeds:
-            raise ConfigError("FinetuneBudget: lrs and seeds must each hold at least one value")
 
 
 @dataclass
-class PayoffConfig:
+class PayoffConfig(Config):
     """One comparison: the starts, the budget every one of them gets, and where the runs go."""
 
     starts: dict[str, str | os.PathLike]
     """Start name -> model folder (or a shipped model's name), fine-tuned in this order."""
     budget: FinetuneBudget
     """The task and the fine-tuning budget, the same for every start."""
-    output_dir: str | os.PathLike
+    output_dir: str | os.PathLike = spec()
     """Each run goes to OUTPUT/START/lrLR-seedSEED, the summary to OUTPUT/comparison.json."""
     progress: bool = False
     """Show each fine-tuning run's progress bar."""

@@ -7,31 +7,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bertkit.errors import ConfigError
+from bertkit.dataclass_io import Config, spec
 from bertkit.jobs.finetune import _load_finetuned
-from bertkit.tasks.base import check_positive, require_examples
+from bertkit.tasks.base import require_examples
 
 
 @dataclass
-class PredictConfig:
+class PredictConfig(Config):
     """One prediction run: the fine-tuned folder, the input file and the predictions file.
 
     `bertkit predict`'s options are generated from these fields."""
 
-    model: str = ""
+    model: str = spec("")
     """Fine-tuned model folder (e.g. OUTPUT/best)."""
-    input: str = ""
+    input: str = spec("")
     """File in the task's format (labels not needed)."""
-    output: str = ""
+    output: str = spec("")
     """Predictions file (written atomically)."""
-    batch_size: int = 64
+    batch_size: int = spec(64, ge=1, le=2**20)
     """Examples per forward pass."""
-
-    def __post_init__(self) -> None:
-        for name in ("model", "input", "output"):
-            if not getattr(self, name):
-                raise ConfigError(f"PredictConfig.{name} is required (--{name})")
-        check_positive("batch_size", self.batch_size)
 
 
 def run(config: PredictConfig) -> int:

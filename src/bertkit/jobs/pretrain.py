@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,10 +18,12 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from bertkit.data.dataset import IGNORE_INDEX
+from bertkit.dataclass_io import Config, field_of, spec
 from bertkit.errors import ConfigError
+from bertkit.model.kernels import Packing
 from bertkit.pretrained import resolve_model_dir
 from bertkit.runtime import cpu_has_native_bf16
-from bertkit.training.config import TrainingConfig, config_from_dict, read_config_file, save_config
+from bertkit.training.config import TrainingConfig, config_from_dict
 from bertkit.training.trainer import Trainer, TrainPhase, TrainResult, resolve_precision
 
 if TYPE_CHECKING:
@@ -32,16 +33,16 @@ CONFIG_COPY = "pretrain_config.yaml"
 
 
 @dataclass
-class PhaseConfig:
+class PhaseConfig(Config):
     """One phase of pre-training: its prepared data folder, its optimizer steps and its micro-batch size."""
 
-    data: str = ""
+    data: str = spec("")
     """Folder written by `bertkit prepare-pretraining` (e.g. max_length 128, then 512)."""
-    max_steps: int | None = None
+    max_steps: int | None = field_of(TrainingConfig, "max_steps", None)
     """Optimizer updates in this phase (paper: 900,000 at 128 then 100,000 at 512); None = training.max_steps."""
-    batch_size: int | None = None
+    batch_size: int | None = field_of(TrainingConfig, "batch_size", None)
     """Micro-batch size of this phase; None = training.batch_size (length 512 usually needs a smaller one)."""
-    grad_accum_steps: int | None = None
+    grad_accum_steps: int | None = field_of(TrainingConfig, "grad_accum_steps", None)
     """Micro-batches per update in this phase; None = training.grad_accum_steps. Phases over the same data with a
     growing batch_size x grad_accum_steps make a batch-size ramp (Cramming, Geiping & Goldstein 2022)."""
 
@@ -53,23 +54,23 @@ def _paper_training() -> TrainingConfig:
 
 
 @dataclass
-class PretrainConfig:
+class PretrainConfig(Config):
     """Everything `bertkit pretrain` needs: model, data, evaluation and the trainer's config."""
 
-    model: str = "mini"
+    model: str = spec("mini")
     """A size preset (tiny, mini, small, medium, base, large) or a model folder to continue from."""
     model_overrides: dict[str, Any] = field(default_factory=dict)
     """BertConfig fields changed from the preset/folder (e.g. {hidden_dropout_prob: 0.0}). vocab_size defaults
     to the data's tokenizer; set explicitly it must match it."""
-    train_data: str | None = None
+    train_data: str | None = spec(None)
     """One prepared folder for a single-phase run (steps from training.max_steps or epochs)."""
     phases: list[PhaseConfig] = field(default_factory=list)
     """Two-phase (or more) schedule, run as one run with one LR schedule; used instead of train_data."""
-    eval_data: str | None = None
+    eval_data: str | None = spec(None)
     """Held-out prepared folder; None = no evaluation (and no best/ model)."""
-    eval_batches: int = 50
+    eval_batches: int = spec(50, ge=0, le=10**9)
     """Batches of eval_data per evaluation (None-like 0 = all of it)."""
-    eval_batch_size: int | None = None
+    eval_batch_size: int | None = field_of(TrainingConfig, "batch_size", None)
     """Batch size of evaluation; None = training.batch_size."""
     next_sentence_prediction: bool | None = None
     """Train the next-sentence head (the paper) or not (RoBERTa: masked LM alone, Liu et al. 2019, section 4.2).
@@ -78,7 +79,7 @@ class PretrainConfig:
     """For dynamic-masking data: masking fields of PretrainingDataConfig that replace the data's own, e.g.
     {masked_lm_prob: 0.3, max_predictions_per_seq: 40} (Wettig et al. 2023: rates above 15% can train better) or
     {mask_token_prob: 1.0, random_token_prob: 0.0}. Evaluation keeps the held-out data's own masking."""
-    pad_to_multiple_of: int | None = 8
+    pad_to_multiple_of: int | None = spec(8, ge=1, le=4096)
     """Pad each batch's length to a multiple of this (tensor-core friendly); None = to the longest."""
     verify_checksums: bool = True
     """Check the shards' sha256 against index.json when opening the data."""
@@ -93,13 +94,13 @@ class PretrainConfig:
     unpadded: bool | None = None
     """Run the linear layers, LayerNorm and GELU on the real tokens only, not on padding (exact). None (default):
     True, except under bf16 autocast on a CPU, where fixed shapes run faster (see `step_shapes`)."""
-    attention: str = "auto"
+    attention: str = spec("auto", choices=Packing.ATTENTION)
     """Attention over a padded batch: "auto" (grouped by length on CPU), "padded", or "jagged" (PyTorch's
     variable-length attention on nested tensors: flash / memory-efficient kernels on CUDA; slower on CPU; no ALiBi,
     no activation checkpointing).
     These choose how a step is computed, not the model: weights, config.json and the loss stay the same, so they
     live here, not in the model's config."""
-    mlm_slots: int | None = None
+    mlm_slots: int | None = spec(None, ge=0, le=65535)
     """With sparse_mlm: 0 takes the masked positions as they come (their number changes with every batch); N > 0 a
     fixed block of N places per sequence in each training step, at least the data's max_predictions_per_seq, so
     that every step has the same shapes, as `training.compile: reduce-overhead` (CUDA graphs) needs. The same loss
@@ -108,17 +109,10 @@ class PretrainConfig:
     training: TrainingConfig = field(default_factory=_paper_training)
     """Optimizer, schedule, batching, precision, checkpoints (see TrainingConfig)."""
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         if self.train_data and self.phases:
             raise ConfigError("PretrainConfig: give either train_data or phases, not both")
-        if self.eval_batches < 0:
-            raise ConfigError(f"PretrainConfig.eval_batches = {self.eval_batches}: expected >= 0")
-        from bertkit.model.kernels import Packing
-
-        if self.attention not in Packing.ATTENTION:
-            raise ConfigError(f"PretrainConfig.attention = {self.attention!r}: expected one of "
-                              f"{', '.join(Packing.ATTENTION)}")
-        if self.mlm_slots is not None and (self.mlm_slots < 0 or (self.mlm_slots and not self.sparse_mlm)):
+        if self.mlm_slots and not self.sparse_mlm:
             raise ConfigError(f"PretrainConfig.mlm_slots = {self.mlm_slots}: expected 0, or a count > 0 with "
                               "sparse_mlm: true (a fixed block of the masked positions)")
         if self.attention == "jagged" and self.training.activation_checkpointing:
@@ -140,10 +134,6 @@ class PretrainConfig:
             raise ConfigError("PretrainConfig: no training data; set train_data or phases")
         return [PhaseConfig(self.train_data)]
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict of every field (JSON/YAML-ready)."""
-        return dataclasses.asdict(self)
-
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "PretrainConfig") -> "PretrainConfig":
         """Inverse of `to_dict`; fields missing from `training` keep the paper's pre-training defaults."""
@@ -152,15 +142,6 @@ class PretrainConfig:
             d["training"] = config_from_dict(TrainingConfig, {**_paper_training().to_dict(), **d["training"]},
                                              f"{where}.training")
         return config_from_dict(cls, d, where)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "PretrainConfig":
-        """Read a YAML or JSON config file."""
-        return cls.from_dict(read_config_file(path), str(path))
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write YAML (or JSON for a .json path) atomically."""
-        save_config(self, path)
 
 
 def _open_dataset(folder: str, verify: bool):  # noqa: ANN202 (a PretrainingDataset)
@@ -437,7 +418,7 @@ def run(config: PretrainConfig, resume: bool = False,
         fp = pretrain_fingerprint(config, model_dir, eval_batch_size)
 
         def write_records() -> None:
-            save_config(config, Path(t.output_dir) / CONFIG_COPY)
+            config.save(Path(t.output_dir) / CONFIG_COPY)
             if on_start is not None:
                 on_start()
 

@@ -7,56 +7,47 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit.dataclass_io import Config, field_of, spec
 from bertkit.errors import ConfigError, data_error
 from bertkit.inference.index import IndexOptions, VectorIndex, build_index, embed_queries, query_encoder
-from bertkit.tasks.base import check_positive
+
+
+MAX_TOP_K = 100_000  # hits printed per query at most (`bertkit search`; the server has its own, smaller max_top_k)
 
 
 @dataclass
-class IndexConfig:
+class IndexConfig(Config):
     """One index build: `bertkit index`'s options are generated from these fields."""
 
-    embeddings: str = ""
+    embeddings: str = spec("")
     """An embeddings folder written by `bertkit embed -o DIR` (or a .npy matrix, which cannot be searched by text)."""
-    output: str = ""
+    output: str = spec("")
     """The index folder to write."""
     overwrite: bool = False
     """Replace the files of an index already in `output`."""
     index: IndexOptions = field(default_factory=IndexOptions)
 
-    def __post_init__(self) -> None:
-        for name in ("embeddings", "output"):
-            if not getattr(self, name):
-                raise ConfigError(f"IndexConfig.{name} is required")
-        self.index.check()
-
 
 @dataclass
-class SearchConfig:
+class SearchConfig(Config):
     """One search: `bertkit search`'s options are generated from these fields."""
 
-    index: str = ""
+    index: str = spec("")
     """An index folder written by `bertkit index`."""
-    queries: list[str] = field(default_factory=list)
+    queries: list[str] = spec(default_factory=list, empty=True)
     """The queries (given after the options)."""
-    queries_file: str | None = None
+    queries_file: str | None = spec(None)
     """A text file of queries, one per line (blank lines skipped), searched after `queries`."""
-    top_k: int = 10
-    """Hits per query."""
-    model: str | None = None
+    top_k: int = spec(10, ge=1, le=MAX_TOP_K)
+    """Hits per query (at most the index's rows: a larger k gives every row)."""
+    model: str | None = spec(None)
     """The model folder embedding the queries (default: the one the index records; it must be the same files)."""
-    ef_search: int | None = None
+    ef_search: int | None = field_of(IndexOptions, "ef_search", None)
     """hnsw: candidates kept while searching (default: the index's)."""
-    nprobe: int | None = None
+    nprobe: int | None = field_of(IndexOptions, "nprobe", None)
     """ivf: cells scanned per query (default: the index's)."""
-    batch_size: int = 32
+    batch_size: int = spec(32, ge=1, le=2**16)
     """Queries per forward pass."""
-
-    def __post_init__(self) -> None:
-        if not self.index:
-            raise ConfigError("SearchConfig.index is required")
-        check_positive("top_k", self.top_k)
-        check_positive("batch_size", self.batch_size)
 
 
 def build(config: IndexConfig) -> dict[str, Any]:

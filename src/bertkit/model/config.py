@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit.dataclass_io import Config, spec
 from bertkit.errors import ConfigError
 from bertkit.io import atomic_write_json, read_json_object
 
@@ -31,6 +31,17 @@ BERTKIT_MODEL_TYPE = "bertkit"
 LAYER_NORM_POSITIONS = ("post", "pre")
 POOLINGS = ("cls", "mean")  # what BertPooler reads
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")  # as transformers'
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+# Size bounds far above every published encoder (XLM-R's 250k vocabulary, BERT-large's 24 x 1024, 8k positions)
+# and far below what would make allocating the model the way a config.json that lies about its sizes fails.
+MAX_VOCAB = 2**22
+MAX_WIDTH = 2**16
+MAX_LAYERS = 512
+MAX_POSITIONS = 2**20
+# A LayerNorm divides by sqrt(var + eps): a negative eps makes that NaN for every vector of variance below |eps|, 0
+# divides a constant vector by zero, and a large one (0.9) flattens every vector towards the same one, so that every
+# text embeds alike. Published BERTs use 1e-12 (BERT, ALBERT, ELECTRA) to 1e-5 (RoBERTa, XLM-R).
+LAYER_NORM_EPS_WHY = "published BERTs use 1e-12 to 1e-5; a larger eps makes every text embed alike"
 
 # Activation names as Hugging Face configs spell them, mapped to bertkit's two GELUs.
 _ACT_ALIASES = {
@@ -47,42 +58,37 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
-    """A finite int or float that is not a bool: NaN and infinity make no sense in any config field."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 @dataclass
-class BertConfig:
+class BertConfig(Config):
     """Hyper-parameters of a BERT model; defaults are BERT-base's (Devlin et al. 2019, section 3 and appendix A.2)."""
 
-    vocab_size: int = 30522
+    vocab_size: int = spec(30522, ge=1, le=MAX_VOCAB)
     """Size of the WordPiece vocabulary (bert-base-uncased has 30,522)."""
-    hidden_size: int = 768
+    hidden_size: int = spec(768, ge=1, le=MAX_WIDTH)
     """Width H of every token representation."""
-    num_hidden_layers: int = 12
+    num_hidden_layers: int = spec(12, ge=1, le=MAX_LAYERS)
     """Number L of Transformer encoder layers."""
-    num_attention_heads: int = 12
+    num_attention_heads: int = spec(12, ge=1, le=MAX_WIDTH)
     """Number A of self-attention heads; must divide hidden_size."""
-    intermediate_size: int = 3072
+    intermediate_size: int = spec(3072, ge=1, le=4 * MAX_WIDTH)
     """Width of the feed-forward layer (4H in the paper)."""
-    hidden_act: str = "gelu"
+    hidden_act: str = spec("gelu", choices=ACTIVATIONS)
     """Feed-forward activation: 'gelu' (exact, erf) as in the original code, 'gelu_tanh', or 'relu'."""
-    hidden_dropout_prob: float = 0.1
+    hidden_dropout_prob: float = spec(0.1, ge=0, lt=1)
     """Dropout on embeddings and on every sub-layer output (paper: 0.1)."""
-    attention_probs_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = spec(0.1, ge=0, lt=1)
     """Dropout on the attention probabilities (paper: 0.1)."""
-    max_position_embeddings: int = 512
+    max_position_embeddings: int = spec(512, ge=1, le=MAX_POSITIONS)
     """Longest sequence the learned position embeddings cover."""
-    type_vocab_size: int = 2
+    type_vocab_size: int = spec(2, ge=1, le=2**16)
     """Number of segment (token type) ids: A and B."""
-    initializer_range: float = 0.02
+    initializer_range: float = spec(0.02, gt=0, lt=1, why="BERT uses 0.02")
     """Standard deviation of the truncated-normal-like init (the reference uses N(0, 0.02))."""
-    layer_norm_eps: float = 1e-12
+    layer_norm_eps: float = spec(1e-12, gt=0, le=1e-3, why=LAYER_NORM_EPS_WHY)
     """LayerNorm epsilon of the reference implementation."""
-    pad_token_id: int = 0
+    pad_token_id: int = spec(0, ge=0, le=MAX_VOCAB)
     """Id of [PAD] in the vocabulary."""
-    layer_norm_position: str = "post"
+    layer_norm_position: str = spec("post", choices=LAYER_NORM_POSITIONS)
     """'post' (the paper: LayerNorm(x + sublayer(x))) or 'pre' (x + sublayer(LayerNorm(x)), plus one LayerNorm
     after the last layer; Xiong et al. 2020). Pre-LN trains stably at higher learning rates, which is why
     Cramming (Geiping & Goldstein 2022) uses it for pre-training on a small budget. A bertkit option:
@@ -92,26 +98,26 @@ class BertConfig:
     2023): head h adds -m_h * |i - j| to the score of query i for key j, with slopes m_h = 2**(-8h/A). Attention
     then starts out local instead of uniform, which is the structure masked LM must otherwise discover before
     its loss leaves the unigram plateau. The learned absolute positions stay. A bertkit option."""
-    embedding_size: int | None = None
+    embedding_size: int | None = spec(None, ge=1, le=MAX_WIDTH)
     """ALBERT's factorised embedding (Lan et al. 2020): word, position and segment embeddings of this size E, then
     one E -> hidden projection, and the masked-LM head maps back to E before the (tied) vocabulary decoder; the
     vocabulary costs V x E + E x H parameters instead of V x H. None = hidden_size (BERT). A bertkit option."""
     share_layers: bool = False
     """ALBERT's cross-layer parameter sharing: one encoder layer's weights applied num_hidden_layers times (the same
     compute, 1/L of the encoder's parameters). A bertkit option."""
-    pooling: str = "cls"
+    pooling: str = spec("cls", choices=POOLINGS)
     """What the pooler reads: 'cls' (the paper: tanh(W h_[CLS] + b)) or 'mean' (tanh(W mean_i h_i + b) over the
     real tokens). A model pre-trained by masked LM alone never trains its [CLS] vector, while every token's vector
     is trained; 'mean' lets a sentence-level head start from those. A bertkit option (transformers' BertModel
     pools [CLS] only)."""
     # --- task head settings (saved with a fine-tuned model) ---
-    num_labels: int = 2
+    num_labels: int = spec(2, ge=1, le=MAX_VOCAB)
     """Output size of classification and tagging heads."""
-    label_names: list[str] | None = None
+    label_names: list[str] | None = spec(None)
     """Names of the labels in id order; written as id2label/label2id in config.json."""
-    problem_type: str | None = None
+    problem_type: str | None = spec(None, choices=PROBLEM_TYPES)
     """Sequence classification loss: 'single_label_classification', 'multi_label_classification', 'regression'."""
-    classifier_dropout: float | None = None
+    classifier_dropout: float | None = spec(None, ge=0, lt=1)
     """Dropout before a task head; None means hidden_dropout_prob, as in the reference."""
     tabular_inputs: dict[str, Any] | None = None
     """Non-text inputs a sequence classifier concatenates with the pooled [CLS] vector before its linear layer:
@@ -121,79 +127,39 @@ class BertConfig:
     """The feature-based tagger's sizes (BertForFrozenTokenClassification; fields of
     `bertkit.model.heads.FrozenTaggerSettings`: frozen_features, tagger, tagger_hidden, tagger_dropout). None on
     other heads (and in frozen folders written before this field, whose task_settings hold them). A bertkit option."""
-    task: str | None = None
+    task: str | None = spec(None)
     """The bertkit task a fine-tuned folder was trained for ('classification', 'ner', 'qa', ...)."""
     task_settings: dict[str, Any] = field(default_factory=dict)
     """Task-specific settings stored with the model (max length, label scheme, doc stride, ...)."""
 
     def __post_init__(self) -> None:
-        self.hidden_act = _ACT_ALIASES.get(self.hidden_act, self.hidden_act)
-        self.validate()
+        if isinstance(self.hidden_act, str):
+            self.hidden_act = _ACT_ALIASES.get(self.hidden_act, self.hidden_act)
+        super().__post_init__()
 
     def validate(self) -> None:
-        """Raise ConfigError naming the field if a value is out of range or of the wrong type."""
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                     "max_position_embeddings", "type_vocab_size", "num_labels"):
-            value = getattr(self, name)
-            if not _is_int(value) or value <= 0:
-                raise ConfigError(f"BertConfig.{name} must be a positive integer, got {value!r}")
+        """The rules between fields (each field's own range is declared beside it)."""
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError(
                 f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
                 f"num_attention_heads ({self.num_attention_heads})"
             )
-        if self.hidden_act not in ("gelu", "gelu_tanh", "relu"):
-            raise ConfigError(f"BertConfig.hidden_act must be one of gelu, gelu_tanh, relu; got {self.hidden_act!r}")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
-            value = getattr(self, name)
-            if name == "classifier_dropout" and value is None:
-                continue
-            if not _is_number(value) or not 0.0 <= value < 1.0:
-                raise ConfigError(f"BertConfig.{name} must be a probability in [0, 1), got {value!r}")
-        # A LayerNorm divides by sqrt(var + eps): a negative eps makes that NaN for every vector of variance below
-        # |eps|, and 0 divides a constant vector by zero. Published BERTs use 1e-12 to 1e-5.
-        if not _is_number(self.layer_norm_eps) or not 0.0 < self.layer_norm_eps < 1.0:
-            raise ConfigError(f"BertConfig.layer_norm_eps must be a small positive number (BERT uses 1e-12), "
-                              f"got {self.layer_norm_eps!r}")
-        if not _is_number(self.initializer_range) or not 0.0 < self.initializer_range < 1.0:
-            raise ConfigError(f"BertConfig.initializer_range must be a positive standard deviation below 1 (BERT "
-                              f"uses 0.02), got {self.initializer_range!r}")
-        if not _is_int(self.pad_token_id) or not 0 <= self.pad_token_id < self.vocab_size:
+        if self.pad_token_id >= self.vocab_size:
             raise ConfigError(f"BertConfig.pad_token_id must be a token id in 0..{self.vocab_size - 1} "
                               f"(vocab_size {self.vocab_size}), got {self.pad_token_id!r}")
-        for name in ("alibi", "share_layers"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"BertConfig.{name} must be true or false, got {getattr(self, name)!r}")
-        if self.layer_norm_position not in LAYER_NORM_POSITIONS:
-            raise ConfigError(f"BertConfig.layer_norm_position must be 'post' or 'pre', got {self.layer_norm_position!r}")
-        if self.embedding_size is not None and (not _is_int(self.embedding_size) or self.embedding_size < 1):
-            raise ConfigError(f"BertConfig.embedding_size must be a positive integer or null, got {self.embedding_size!r}")
-        if self.pooling not in POOLINGS:
-            raise ConfigError(f"BertConfig.pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
-        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
-            raise ConfigError(f"BertConfig.problem_type must be one of {', '.join(PROBLEM_TYPES)} or null, "
-                              f"got {self.problem_type!r}")
         if self.tabular_inputs is not None:
             t = self.tabular_inputs
-            if not (isinstance(t, dict) and set(t) <= {"numeric", "categories", "embedding_size"}
-                    and _is_int(t.get("numeric", 0)) and t.get("numeric", 0) >= 0
+            if not (set(t) <= {"numeric", "categories", "embedding_size"}
+                    and _is_int(t.get("numeric", 0)) and 0 <= t.get("numeric", 0) <= MAX_WIDTH
                     and isinstance(t.get("categories", []), list)
-                    and all(_is_int(n) and n > 0 for n in t.get("categories", []))
-                    and _is_int(t.get("embedding_size", 1)) and t.get("embedding_size", 1) > 0):
+                    and all(_is_int(n) and 0 < n <= MAX_VOCAB for n in t.get("categories", []))
+                    and _is_int(t.get("embedding_size", 1)) and 0 < t.get("embedding_size", 1) <= MAX_WIDTH):
                 raise ConfigError("BertConfig.tabular_inputs must be {numeric: int, categories: [positive ints], "
                                   f"embedding_size: positive int}}, got {t!r}")
-        if self.frozen_tagger is not None and not isinstance(self.frozen_tagger, dict):
-            raise ConfigError(f"BertConfig.frozen_tagger must be a mapping of the frozen tagger's settings or null, "
-                              f"got {self.frozen_tagger!r}")
-        if self.label_names is not None:
-            if not isinstance(self.label_names, list) or not all(isinstance(n, str) for n in self.label_names):
-                raise ConfigError(f"BertConfig.label_names must be a list of strings, got {self.label_names!r}")
-            if len(self.label_names) != self.num_labels:
-                raise ConfigError(
-                    f"BertConfig.label_names has {len(self.label_names)} names but num_labels is {self.num_labels}"
-                )
-        if not isinstance(self.task_settings, dict):
-            raise ConfigError(f"BertConfig.task_settings must be a mapping, got {self.task_settings!r}")
+        if self.label_names is not None and len(self.label_names) != self.num_labels:
+            raise ConfigError(
+                f"BertConfig.label_names has {len(self.label_names)} names but num_labels is {self.num_labels}"
+            )
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "BertConfig":

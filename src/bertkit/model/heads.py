@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.data.dataset import IGNORE_INDEX
-from bertkit.dataclass_io import config_from_dict
+from bertkit.dataclass_io import Config, config_from_dict, spec
 from bertkit.errors import ConfigError
 from bertkit.model.bert import BertModel, BertPreTrainedModel, activation
 from bertkit.model.config import BertConfig
@@ -495,31 +495,22 @@ TAGGERS = ("bilstm", "linear")
 
 
 @dataclass
-class FrozenTaggerSettings:
+class FrozenTaggerSettings(Config):
     """The frozen tagger's settings (kept in config.task_settings); the defaults are a learned mix of every layer,
     which any depth has and which was the best choice on all-MiniLM-L6-v2 (the paper's best on BERT-base, Table 7,
     is concat_last_four), and a BiLSTM sized for a small encoder."""
 
-    frozen_features: str = "weighted_sum"
+    frozen_features: str = spec("weighted_sum", choices=FEATURE_CHOICES)
     """With --frozen: how a token's feature is made of BERT's hidden states: last (the last layer), sum_last_four,
     concat_last_four (the paper's best) or weighted_sum (a learned softmax mix of every layer, embeddings included:
     ELMo's scalar mix)."""
-    tagger: str = "bilstm"
+    tagger: str = spec("bilstm", choices=TAGGERS)
     """With --frozen: the task model on the features: bilstm (two layers, then a linear layer: the paper's) or
     linear."""
-    tagger_hidden: int = 256
+    tagger_hidden: int = spec(256, ge=1, le=2**16)
     """With --frozen: the BiLSTM's hidden size per direction (paper: 768 on BERT-base)."""
-    tagger_dropout: float = 0.3
+    tagger_dropout: float = spec(0.3, ge=0, lt=1)
     """With --frozen: dropout on the features and on the BiLSTM's outputs."""
-
-    def __post_init__(self) -> None:
-        for name, allowed in (("frozen_features", FEATURE_CHOICES), ("tagger", TAGGERS)):
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name} = {getattr(self, name)!r}: expected one of {', '.join(allowed)}")
-        if not (isinstance(self.tagger_hidden, int) and self.tagger_hidden > 0):
-            raise ConfigError(f"tagger_hidden = {self.tagger_hidden!r}: expected a positive integer")
-        if not 0 <= self.tagger_dropout < 1:
-            raise ConfigError(f"tagger_dropout = {self.tagger_dropout!r}: expected a probability in [0, 1)")
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any]) -> "FrozenTaggerSettings":

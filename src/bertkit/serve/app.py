@@ -47,10 +47,11 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from bertkit.answers import NUMBER_BYTES, OBJECT_BYTES, check_finite, json_bytes
-from bertkit.dataclass_io import field_docs
+from bertkit.dataclass_io import field_docs, field_spec
 from bertkit.errors import BertkitError, CheckpointError
 from bertkit.inference.encoder import Encoders
 from bertkit.inference.fill_mask import MASK, mask_ids, predict_masks
+from bertkit.inference.options import FillMaskOptions
 from bertkit.inference.pooling import POOLINGS, folder_defaults
 from bertkit.inference.precision import DEFAULT_PRECISION
 from bertkit.runtime import release_free_memory
@@ -218,9 +219,18 @@ class EmbedResponse(BaseModel):
     dimension: int
 
 
+def spec_field(cls: type, name: str, **kwargs: Any) -> Any:
+    """A request field that takes the values of field `name` of config `cls` (its default and its spec's bounds):
+    the server's schema and its checks, the Python API and the CLI read one declaration."""
+    declared = field_spec(cls, name)
+    bounds = {k: getattr(declared, k) for k in ("ge", "gt", "le", "lt") if declared and getattr(declared, k) is not None}
+    default = next(f.default for f in dataclasses.fields(cls) if f.name == name)
+    return Field(default, **bounds, **kwargs)
+
+
 class FillMaskRequest(RequestBody):
     texts: list[str] = Field(..., description="texts with at least one [MASK] each")
-    top_k: int = Field(5, ge=1, le=100)
+    top_k: int = spec_field(FillMaskOptions, "top_k", description="tokens per [MASK], most probable first")
 
 
 class TokenScore(BaseModel):

@@ -28,14 +28,14 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from bertkit.dataclass_io import spec
 from bertkit.answers import NUMBER_BYTES, OBJECT_BYTES, json_bytes
-from bertkit.data.tables import iter_lines
 from bertkit.errors import data_error
 from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
 from bertkit.model.heads import FrozenTaggerSettings
-from bertkit.tasks.base import IGNORE_INDEX, Feature, Head, Serving, Task, TaskOptions, TaskSettings
+from bertkit.tasks.base import IGNORE_INDEX, Feature, Head, Serving, Task, TaskOptions, TaskSettings, read_text
 from bertkit.tokenizer.basic import word_span
 
 logger = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def read_conll(path: str | os.PathLike, labelled: bool = True) -> list[TaggedSen
         words.clear()
         tags.clear()
 
-    for number, line in iter_lines(path):
+    for number, line in enumerate(read_text(path).splitlines(), 1):
         fields = line.split()
         if not fields:
             flush()
@@ -137,7 +137,7 @@ class NerOptions(TaskOptions, FrozenTaggerSettings):
     frozen: bool = False
     """The feature-based approach (paper, section 5.3): BERT stays frozen, runs once per sentence with its features
     cached, and only a tagger on them trains (see --frozen-features, --tagger)."""
-    feature_cache: str | None = None
+    feature_cache: str | None = spec(None)
     """With --frozen: folder of the cached encoder features (default OUTPUT/feature_cache); runs sharing one (other
     feature choices or taggers on the same data) encode nothing again."""
 
@@ -146,13 +146,13 @@ class NerOptions(TaskOptions, FrozenTaggerSettings):
 class NerSettings(TaskSettings, FrozenTaggerSettings):
     """What a fine-tuned tagger keeps: the tag set, and with --frozen the tagger's settings."""
 
-    label_names: list[str] | None = None
+    label_names: list[str] | None = spec(None)
     """The tags, O first, then each type's B- before its I- (fitted on the training file)."""
     frozen: bool = False
     """The feature-based approach: a tagger on the frozen encoder's features."""
-    source_scheme: str | None = None
+    source_scheme: str | None = spec(None, choices=("iob1",))
     """"iob1" when the training file's tags were IOB1 (converted to IOB2 on reading)."""
-    encoder: str | None = None
+    encoder: str | None = spec(None)
     """With --frozen: the encoder folder the tagger was first built on (a record)."""
 
 

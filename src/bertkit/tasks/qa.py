@@ -20,6 +20,7 @@ Reading a selection of articles: `FILE#START:END` reads articles START..END-1 (P
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,12 +29,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from bertkit.answers import NUMBER_BYTES, OBJECT_BYTES, json_bytes
-from bertkit.data.tables import check_text, read_json
 from bertkit.errors import ConfigError, TokenizerError, data_error
 from bertkit.io import atomic_write_json
 import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
-from bertkit.tasks.base import Feature, Serving, Task, TaskOptions, TaskSettings, check_positive
+from bertkit.dataclass_io import spec
+from bertkit.tasks.base import (MAX_LENGTH, MIN_LENGTH, Feature, Serving, Task, TaskOptions, TaskSettings,
+                                 read_text)
 
 # Reference settings of run_squad.py (google-research/bert) and transformers' run_qa.py.
 DOC_STRIDE = 128
@@ -73,7 +75,10 @@ def split_selection(path: str | os.PathLike) -> tuple[Path, slice]:
 def read_squad(path: str | os.PathLike, labelled: bool = True) -> list[QAExample]:
     """Questions of a SQuAD JSON file (v1.1 or v2.0), checking that every answer_start points at its text."""
     file, articles = split_selection(path)
-    doc = read_json(file)  # duplicate keys and lone surrogates are refused there, with the line and column
+    try:
+        doc = json.loads(read_text(file))
+    except json.JSONDecodeError as e:
+        raise data_error(file, e.lineno, f"not valid JSON ({e.msg})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
         raise data_error(file, None, "expected a SQuAD object with a 'data' list of articles")
     examples = []
@@ -105,8 +110,7 @@ def read_squad(path: str | os.PathLike, labelled: bool = True) -> list[QAExample
                     answers.append((text, start))
                 if labelled and not answers and not impossible:
                     raise data_error(file, None, f"{where} (id {qa['id']}): no answers and not is_impossible")
-                question = check_text(file, None, f"{where}.question", qa["question"])
-                examples.append(QAExample(str(qa["id"]), question, context, answers, impossible, where))
+                examples.append(QAExample(str(qa["id"]), qa["question"], context, answers, impossible, where))
     return examples
 
 
@@ -209,15 +213,15 @@ def decode_answer(context: str, windows: Sequence[dict[str, Any]], n_best: int =
 class QAOptions(TaskOptions):
     """How contexts are windowed and answers chosen."""
 
-    doc_stride: int | None = None
+    doc_stride: int | None = spec(None, ge=1, le=MAX_LENGTH)
     """Overlap in tokens between context windows (default 128)."""
     version_2: bool = False
     """SQuAD v2.0: a question may have no answer."""
-    null_threshold: float = 0.0
+    null_threshold: float = spec(0.0, ge=-1e4, le=1e4)
     """v2.0: answer '' when the null score exceeds the best span's by more than this."""
-    n_best: int | None = None
+    n_best: int | None = spec(None, ge=1, le=1000)
     """Start and end candidates considered per window (default 20)."""
-    max_answer_length: int | None = None
+    max_answer_length: int | None = spec(None, ge=1, le=MAX_LENGTH)
     """Longest answer in tokens (default 30)."""
 
 
@@ -225,17 +229,17 @@ class QAOptions(TaskOptions):
 class QASettings(TaskSettings):
     """How a fine-tuned QA model windows contexts and picks answers (the options as resolved)."""
 
-    max_length: int = QA_MAX_LENGTH
+    max_length: int = spec(QA_MAX_LENGTH, ge=MIN_LENGTH, le=MAX_LENGTH)
     """Word pieces per window: [CLS] question [SEP] context-window [SEP]."""
-    doc_stride: int = DOC_STRIDE
+    doc_stride: int = spec(DOC_STRIDE, ge=1, le=MAX_LENGTH)
     """Overlap in tokens between context windows."""
-    n_best: int = N_BEST
+    n_best: int = spec(N_BEST, ge=1, le=1000)
     """Start and end candidates considered per window."""
-    max_answer_length: int = MAX_ANSWER_LENGTH
+    max_answer_length: int = spec(MAX_ANSWER_LENGTH, ge=1, le=MAX_LENGTH)
     """Longest answer in tokens."""
     version_2: bool = False
     """SQuAD v2.0: a question may have no answer (given, or found in the training file)."""
-    null_threshold: float = 0.0
+    null_threshold: float = spec(0.0, ge=-1e4, le=1e4)
     """v2.0: answer '' when the null score exceeds the best span's by more than this."""
 
 
@@ -282,8 +286,6 @@ class QATask(Task):
     per_token_outputs = True
 
     def settings_from(self, options: QAOptions) -> QASettings:
-        for name in ("doc_stride", "n_best", "max_answer_length"):
-            check_positive(name, getattr(options, name))
         s = QASettings(**self.common_settings(options), doc_stride=options.doc_stride or DOC_STRIDE,
                        n_best=options.n_best or N_BEST,
                        max_answer_length=options.max_answer_length or MAX_ANSWER_LENGTH,

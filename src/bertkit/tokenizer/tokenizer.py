@@ -510,11 +510,11 @@ class BertTokenizer:
         if strategy:
             limit = self.model_max_length if max_length is None else max_length
             room = limit - n_special
+            if room < 0:
+                raise TokenizerError(f"max_length {limit} leaves no room beside {n_special} special tokens")
             # HF refuses a stride beyond the room of a single sequence, even for pairs that need no cut.
             if stride > limit - (2 if add_special_tokens else 0):
                 raise TokenizerError(f"stride {stride} is larger than max_length {limit} minus the special tokens")
-            if room < 0:
-                raise TokenizerError(f"max_length {limit} leaves no room beside {n_special} special tokens")
             ka, kb = _truncation_lengths(la, lb, room, strategy)
             wa = _windows(la, ka, stride)
             wb = _windows(lb, kb, stride) if b is not None else [None]  # type: ignore[arg-type]

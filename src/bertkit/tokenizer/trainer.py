@@ -34,15 +34,31 @@ import heapq
 import math
 import os
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from bertkit.dataclass_io import Config, check_value, spec
 from bertkit.errors import ConfigError, DataError
 from bertkit.tokenizer.basic import split_words
 from bertkit.tokenizer.tokenizer import SPECIAL_TOKENS, BertTokenizer
 
 DEFAULT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 CRITERIA = ("likelihood", "score")
+
+
+@dataclass
+class VocabOptions(Config):
+    """What `train_wordpiece` learns (`bertkit train-tokenizer`'s numbers and criterion)."""
+
+    vocab_size: int = spec(30522, ge=len(DEFAULT_SPECIAL_TOKENS) + 1, le=2**22)
+    """Entries in the vocabulary, special tokens included (bert-base-uncased: 30,522)."""
+    min_frequency: int = spec(2, ge=1, le=2**40)
+    """The least count of a pair to merge."""
+    limit_alphabet: int | None = spec(None, ge=1, le=2**21)
+    """Keep only the N most frequent characters (the others become [UNK]); None keeps every one."""
+    criterion: str = spec("likelihood", choices=CRITERIA)
+    """Pair ranking: the likelihood gain (default) or the plain ratio count(ab) / (count(a) count(b))."""
 PREFIX = "##"
 
 
@@ -225,12 +241,8 @@ def train_wordpiece(
     `criterion` ranks the pairs: "likelihood" (count-weighted, default) or "score" (the plain ratio); see the
     module docstring.
     """
-    if criterion not in CRITERIA:
-        raise ConfigError(f"criterion must be one of {', '.join(CRITERIA)}, got {criterion!r}")
-    if vocab_size <= 0:
-        raise ConfigError(f"vocab_size must be positive, got {vocab_size}")
-    if min_frequency < 1:
-        raise ConfigError(f"min_frequency must be at least 1, got {min_frequency}")
+    VocabOptions(vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
+                 criterion=criterion)  # each checked against its spec
     specials = list(dict.fromkeys(special_tokens))
     counts = count_words(_iter_texts(inputs, from_files), lowercase, strip_accents, tokenize_chinese_chars)
     if not counts:
