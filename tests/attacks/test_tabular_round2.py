@@ -250,10 +250,12 @@ def test_n8_duplicate_header_names_are_an_error(tmp_path: Path) -> None:
     tsv.write_text("text\tlabel\ttext\nfine\t1\tother\n")
     with pytest.raises(DataError, match=r"dup\.tsv:1: column 'text' appears 2 times"):
         read(tsv, ClassificationTask().settings({"text_column": "text", "label_column": "label"}))
-    # A duplicated column the model does not read is harmless.
+    # A duplicated column the model does not read is refused too (round 3, S6): one rule for every header and every
+    # verb, so that no reader has to know which columns matter (embed read the last of two 'text' columns).
     header = [*HEADER, "Notes", "Notes"]
-    assert len(read(write_csv(tmp_path / "ok.csv", [[*r, "a", "b"] for r in ROWS], header),
-                    settings(template=TEMPLATE, numeric_columns=["Age"]))) == 6
+    with pytest.raises(DataError, match=r"notes\.csv:1: column 'Notes' appears 2 times in the header \(fields 7, 8\)"):
+        read(write_csv(tmp_path / "notes.csv", [[*r, "a", "b"] for r in ROWS], header),
+             settings(template=TEMPLATE, numeric_columns=["Age"]))
 
 
 # --- C2: field-count hints -----------------------------------------------------------------------------------------

@@ -17,13 +17,13 @@ Everything streams: a file is never held in memory whole, only the current docum
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Iterable, Iterator
 
+from bertkit.data.tables import parse_json
 from bertkit.errors import data_error
 
 TEXT_SUFFIXES = (".txt", ".txt.gz")
@@ -267,14 +267,6 @@ def _line_documents(lines: Iterable[tuple[int, str]], source: str, builder: _Doc
     yield from builder.finish()
 
 
-def json_line(line: str, path: object, lineno: int) -> Any:
-    """The JSON value of one line of a JSONL file, or the DataError naming the file, line and column."""
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as e:
-        raise data_error(path, lineno, f"not valid JSON ({e.msg} at column {e.colno})") from None
-
-
 def _jsonl_documents(
     path: Path, layout: str, text_field: str, on_bad_utf8: str, builder: _DocumentBuilder, stats: CorpusStats
 ) -> Iterator[Document]:
@@ -283,7 +275,7 @@ def _jsonl_documents(
     for lineno, line in iter_lines(path, on_bad_utf8, stats):
         if not line.strip():
             continue
-        record = json_line(line, path, lineno)
+        record = parse_json(line, path, lineno)  # the one JSON reading: duplicate keys, lone surrogates
         if not isinstance(record, dict) or text_field not in record:
             raise data_error(path, lineno, f"expected a JSON object with a {text_field!r} field")
         text = record[text_field]

@@ -17,15 +17,11 @@ fields that size it (`Head`).
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
-import gzip
-import json
 import logging
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -33,8 +29,10 @@ import torch
 from torch import Tensor
 
 from bertkit.data.dataset import IGNORE_INDEX
+# bertkit.data.tables reads every data file; a plug-in task's reader may take these names from here
+from bertkit.data.tables import read_jsonl, read_table, read_text, require_field  # noqa: F401
 from bertkit.dataclass_io import Config, spec
-from bertkit.errors import ConfigError, DataError, data_error
+from bertkit.errors import ConfigError, data_error
 from bertkit.tasks.significance import PairedTest
 
 logger = logging.getLogger(__name__)
@@ -341,111 +339,6 @@ def _scored_with_typed_settings(score: Any) -> Any:
 # ----------------------------------------------------------------------------------------------------------------
 # Reading files.
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def read_text(path: str | os.PathLike) -> str:
-    """A data file's text (UTF-8, a byte-order mark dropped; gzip-compressed when it ends in .gz); DataError if it
-    is missing, not UTF-8 or a broken gzip file."""
-    path = Path(path)
-    if not path.is_file():
-        raise data_error(path, None, "no such file")
-    try:
-        if path.suffix.lower() == ".gz":
-            with gzip.open(path, "rt", encoding="utf-8-sig") as f:
-                return f.read()
-        return path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise data_error(path, None, f"not UTF-8 text ({e})") from None
-    except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError; a cut-off file raises EOFError
-        raise data_error(path, None, f"not a readable gzip file ({e})") from None
-
-
-def read_table(path: str | os.PathLike, delimiter: str | None = None) -> list[tuple[int, list[str]]]:
-    """Non-blank rows of a TSV or CSV file with their 1-based line numbers (a row's first line).
-
-    TSV is split on tabs only, with no quoting (GLUE files hold unescaped quotes); CSV follows RFC 4180 quoting.
-    The delimiter defaults from the suffix: .csv -> ',', anything else -> tab.
-    """
-    text = read_text(path)
-    if delimiter is None:
-        delimiter = table_delimiter(path)
-    lines = text.splitlines()
-    if delimiter == "\t":
-        return [(i, line.split("\t")) for i, line in enumerate(lines, 1) if line.strip()]
-    rows = []
-    # Line ends kept: a quoted field spanning lines keeps its newline (without them csv glues "hopes.\nIt" into
-    # "hopes.It").
-    reader = csv.reader(text.splitlines(keepends=True), delimiter=delimiter)
-    first = 1  # the row's first line (reader.line_num is its last, for a quoted text spanning lines)
-    try:
-        for row in reader:
-            if any(cell.strip() for cell in row):
-                rows.append((first, row))
-            first = reader.line_num + 1
-    except csv.Error as e:
-        raise data_error(path, reader.line_num, f"malformed CSV ({e})") from None
-    return rows
-
-
-def table_delimiter(path: str | os.PathLike) -> str:
-    """The field separator of a table file, from its suffix (before any .gz): .csv -> ',', anything else -> tab."""
-    return "," if str(path).lower().removesuffix(".gz").endswith(".csv") else "\t"
-
-
-def field_count_error(path: str | os.PathLike, line: int, found: int, expected: int) -> DataError:
-    """The DataError for a row of `found` fields under a header of `expected`, with the likely cause for the
-    file's format: TSV has no quoting (a tab or a line break inside a text splits the row), CSV quotes fields
-    (an unquoted comma adds one)."""
-    if table_delimiter(path) == "\t":
-        kind = "tab-separated"
-        hint = ("a tab inside a text?" if found > expected else "a line break inside a text? A TSV row is one line "
-                "and has no quoting: a text spanning lines needs a CSV file with the text in double quotes")
-    else:
-        kind = "comma-separated"
-        hint = ("an unquoted comma inside a text? Put a field that holds commas in double quotes"
-                if found > expected else "a missing field, or a comma-separated row cut short")
-    return data_error(path, line, f"{found} {kind} fields, the header has {expected} ({hint})")
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """json's object hook: a key given twice is an error (json.loads would keep the last one silently)."""
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise ValueError(f"the key {key!r} is given twice in one object")
-        obj[key] = value
-    return obj
-
-
-def read_jsonl(path: str | os.PathLike) -> list[tuple[int, dict[str, Any]]]:
-    """Objects of a JSON-lines file with their 1-based line numbers; DataError on a line that is not an object
-    (or one that names a key twice)."""
-    rows = []
-    for i, line in enumerate(read_text(path).splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line, object_pairs_hook=_unique_keys)
-        except json.JSONDecodeError as e:
-            raise data_error(path, i, f"not valid JSON ({e.msg})") from None
-        except ValueError as e:  # a key given twice; an integer of more than 4300 digits
-            raise data_error(path, i, f"not valid JSON ({e})") from None
-        if not isinstance(obj, dict):
-            raise data_error(path, i, f"expected a JSON object, found {type(obj).__name__}")
-        rows.append((i, obj))
-    return rows
-
-
-def is_jsonl(path: str | os.PathLike) -> bool:
-    """Whether a path names a JSON-lines file (by suffix)."""
-    return str(path).lower().endswith((".jsonl", ".ndjson"))
-
-
-def require_field(path: str | os.PathLike, line: int | None, obj: dict[str, Any], name: str) -> Any:
-    """obj[name], or a DataError naming the file, line and the missing field."""
-    if name not in obj:
-        raise data_error(path, line, f"missing field {name!r} (fields: {', '.join(map(str, obj)) or 'none'})")
-    return obj[name]
 
 
 def require_examples(examples: Sequence, path: str | os.PathLike, what: str = "examples") -> None:

@@ -42,6 +42,7 @@ import numpy as np
 
 from bertkit.dataclass_io import spec
 from bertkit.answers import NUMBER_BYTES, OBJECT_BYTES, json_bytes
+from bertkit.data.tables import first_row, format_of, iter_table, read_jsonl, require_field, require_text, shown
 from bertkit.errors import CheckpointError, ConfigError, data_error
 from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
@@ -53,11 +54,6 @@ from bertkit.tasks.base import (
     Task,
     TaskOptions,
     TaskSettings,
-    field_count_error,
-    is_jsonl,
-    read_jsonl,
-    read_table,
-    require_field,
     softmax,
 )
 
@@ -275,12 +271,6 @@ def render_template(template: str, fields: Mapping[str, Any], empty: str = "unkn
     return "".join(out)
 
 
-def _shown(raw: Any) -> str:
-    """A value for an error message: its repr, cut short (a 401-digit number is not worth printing whole)."""
-    text = repr(raw)
-    return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
-
-
 def parse_number(path: str | os.PathLike, line: int | None, column: str, raw: Any) -> float | None:
     """A numeric column's value: None for an empty field, else a finite number of magnitude at most
     NUMERIC_MAGNITUDE, or a DataError naming the file, line and column. A string is read as a plain decimal or
@@ -290,7 +280,7 @@ def parse_number(path: str | os.PathLike, line: int | None, column: str, raw: An
     value = None
     if isinstance(raw, str):
         if "_" in raw:
-            raise data_error(path, line, f"column {column!r}: {_shown(raw)} is not a number (write digits without "
+            raise data_error(path, line, f"column {column!r}: {shown(raw)} is not a number (write digits without "
                              "separators, as in 1000 or 1e3)")
         try:
             value = float(raw)
@@ -302,12 +292,12 @@ def parse_number(path: str | os.PathLike, line: int | None, column: str, raw: An
         except OverflowError:  # a JSON integer beyond float64, e.g. 10**400
             value = math.inf
     if value is None:
-        raise data_error(path, line, f"column {column!r}: {_shown(raw)} is not a number (a numeric column; leave "
+        raise data_error(path, line, f"column {column!r}: {shown(raw)} is not a number (a numeric column; leave "
                          "the field empty for a missing value)")
     if not math.isfinite(value):
-        raise data_error(path, line, f"column {column!r}: {_shown(raw)} is not a finite number")
+        raise data_error(path, line, f"column {column!r}: {shown(raw)} is not a finite number")
     if abs(value) > NUMERIC_MAGNITUDE:
-        raise data_error(path, line, f"column {column!r}: {_shown(raw)} is beyond +-{NUMERIC_MAGNITUDE:g}, the "
+        raise data_error(path, line, f"column {column!r}: {shown(raw)} is beyond +-{NUMERIC_MAGNITUDE:g}, the "
                          "largest magnitude a numeric column takes: a data error? (rescale a column whose real "
                          "values are that large)")
     return value
@@ -401,7 +391,7 @@ def field_text(path: str | os.PathLike, line: int | None, column: str, raw: Any)
     is a DataError naming the file, line and column (its Python repr is no value of the column)."""
     if isinstance(raw, (list, dict)):
         kind = "an object" if isinstance(raw, dict) else "a list"
-        raise data_error(path, line, f"column {column!r}: {_shown(raw)} is {kind}; a column holds one value, a "
+        raise data_error(path, line, f"column {column!r}: {shown(raw)} is {kind}; a column holds one value, a "
                          "string or a number")
     return None if raw is None else (str(raw).strip() or None)
 
@@ -476,7 +466,7 @@ def parse_label(path: str | os.PathLike, line: int, raw: Any, problem: str, sepa
         parts = raw if isinstance(raw, list) else str(raw).split(separator)
         return sorted({_label_str(p).strip() for p in parts if _label_str(p).strip()})
     if isinstance(raw, dict):
-        raise data_error(path, line, f"label {_shown(raw)} is an object; a label is a string or a number")
+        raise data_error(path, line, f"label {shown(raw)} is an object; a label is a string or a number")
     if isinstance(raw, list):
         raise data_error(path, line, f"label {raw!r} is a list; pass --multi-label for several labels")
     return _label_str(raw)
@@ -612,21 +602,19 @@ class ClassificationTask(Task):
     # --- reading -----------------------------------------------------------------------------------------------
     def read(self, path: str | os.PathLike, settings: ClassificationSettings,
              labelled: bool = True) -> list[TextExample]:
-        examples = (self._read_jsonl if is_jsonl(path) else self._read_table)(path, settings, labelled)
+        examples = (self._read_jsonl if format_of(path) == "jsonl" else self._read_table)(path, settings, labelled)
         if settings.numeric_stats is None:  # the training file: its own limits (a fitted model's: row by row)
             check_training_numbers(path, examples, settings)
         return examples
 
     def _read_table(self, path: str | os.PathLike, settings: ClassificationSettings,
                     labelled: bool) -> list[TextExample]:
-        rows = read_table(path)
-        if not rows:
+        first = first_row(path)
+        if first is None:
             return []
-        layout = detect_layout(path, rows[0][1], settings)
-        header = rows[0][1] if layout.header else None
-        header_line = rows[0][0]
-        if header is not None:
-            rows = rows[1:]
+        layout = detect_layout(path, first[1], settings)
+        rows = iter_table(path, header=layout.header)  # field counts and header names checked as rows come
+        header = next(rows)[1] if layout.header else None
         problem = settings.problem or layout.problem
         text_i = _index(path, header, layout.text, True) if layout.text is not None else None
         pair_i = _index(path, header, layout.pair, True) if layout.pair is not None else None
@@ -635,9 +623,6 @@ class ClassificationTask(Task):
             raise data_error(path, None, "no label column; pass --label-column")
         for name in input_columns(settings):  # the template's, numeric and categorical columns, on the header line
             _index(path, header, name, True)
-        if header is not None:
-            named = [c for c in (layout.text, layout.pair, layout.label) if isinstance(c, str)]
-            check_unique_header(path, header_line, header, named + input_columns(settings))
         if label_i is not None:  # compared by header name (by index in a file without a header)
             names = [header[i] if header is not None and i < len(header) else str(i) for i in (label_i, text_i, pair_i)
                      if i is not None]
@@ -646,8 +631,6 @@ class ClassificationTask(Task):
         need = max((i for i in (text_i, pair_i, label_i) if i is not None), default=0)
         examples = []
         for line, row in rows:
-            if header is not None and len(row) != len(header):
-                raise field_count_error(path, line, len(row), len(header))
             if len(row) <= need:
                 raise data_error(path, line, f"{len(row)} fields, column {need} (0-based) needed")
             label = row[label_i].strip() if label_i is not None else None
@@ -686,8 +669,8 @@ class ClassificationTask(Task):
                 require_field(path, line, obj, label)
             extra = row_inputs(path, line, obj, settings)
             examples.append(TextExample(
-                line, extra.pop("text") if template else str(require_field(path, line, obj, text)),
-                str(require_field(path, line, obj, pair)) if pair else None,
+                line, extra.pop("text") if template else require_text(path, line, obj, text),
+                require_text(path, line, obj, pair) if pair else None,
                 parse_label(path, line, raw, problem, settings.label_separator) if raw is not None else None, obj,
                 **extra))
             if allowed is not None:
@@ -922,8 +905,9 @@ class ClassificationTask(Task):
                 f.write("\t".join(re.sub(r"\r\n|[\t\r\n]", " ", cell) for cell in row) + "\n")
 
 
-# Stray labels (check_stray_labels): below the first tenfold drop in label counts under at least two classes of
-# 10 or more rows, a label on at most 3 rows (or of another kind: a word among numbers) is taken for a typo.
+# Stray labels (check_stray_labels): a word among numbers (a number among words) whose kind holds a tenth of the rows
+# or fewer (or fewer rows, and at most 3), and, below the first tenfold drop in label counts under at least two
+# classes of 10 or more rows, a label on at most 3 rows, are taken for typos.
 STRAY_COMMON = 10
 STRAY_RATIO = 10
 STRAY_MAX_ROWS = 3
@@ -959,38 +943,44 @@ def check_stray_labels(path: str | os.PathLike, examples: Sequence[TextExample],
     """A single-label file whose labels fall into frequent classes and a few stray ones: a DataError naming the
     first stray row, since each stray label would silently add a class (a 3- or 4-class model from a 0/1 file).
 
-    Counts sorted from most to least frequent, the first tenfold drop (STRAY_RATIO) below at least two classes of
-    STRAY_COMMON rows or more separates the frequent classes; a label below it is a stray when it occurs on at most
-    STRAY_MAX_ROWS rows, or when it is a number among words or a word among numbers. A genuine rare class (a
-    5-way sentiment file with a class on 3 rows) is accepted by listing the label set (`labels`); a rare class on
-    more rows, or in a file whose classes are all small, passes as it is."""
+    Two rules make a label a stray. The kind rule, whatever the class counts: a word among numbers (or a number
+    among words), when the labels of its kind hold at most a tenth (STRAY_RATIO) as many rows as those of the other
+    kind, or fewer rows than they and at most STRAY_MAX_ROWS ('l' once in a 0/1 file of 40 rows, or of 7). The rows
+    rule: with the counts sorted from most to least frequent, the first tenfold drop below at least two classes of
+    STRAY_COMMON rows or more separates the frequent classes, and a label below it on at most STRAY_MAX_ROWS rows is
+    a stray. A genuine rare class (a 5-way sentiment file with a class on 3 rows) is accepted by listing the label
+    set (`labels`); a rare class of the others' kind on more rows, or in a file whose classes are all small, passes
+    as it is."""
     if problem != "single_label":
         return
     lines: dict[Any, list[int]] = {}
     for ex in examples:
         lines.setdefault(ex.label, []).append(ex.line)
+    kind_rows = {True: 0, False: 0}  # rows of number labels, of word labels
+    for label, at in lines.items():
+        kind_rows[_is_number(label)] += len(at)
+    fewer = min(kind_rows, key=lambda kind: kind_rows[kind])
+    few, many = kind_rows[fewer], kind_rows[not fewer]
+    other_kind = 0 < few and (few * STRAY_RATIO <= many or (few <= STRAY_MAX_ROWS and few < many))
+    strays = {label for label in lines if _is_number(label) == fewer} if other_kind else set()
     ordered = sorted(lines, key=lambda label: -len(lines[label]))
     for j in range(2, len(ordered)):
         above = len(lines[ordered[j - 1]])
         if above >= STRAY_COMMON and len(lines[ordered[j]]) * STRAY_RATIO <= above:
-            frequent, rare = ordered[:j], ordered[j:]
+            strays |= {label for label in ordered[j:] if len(lines[label]) <= STRAY_MAX_ROWS}
             break
-    else:
+    frequent = [label for label in ordered if label not in strays]
+    if not strays or not frequent:
         return
-    kinds = {_is_number(label) for label in frequent}
-    strays = [label for label in rare if len(lines[label]) <= STRAY_MAX_ROWS
-              or (len(kinds) == 1 and _is_number(label) not in kinds)]
-    if not strays:
-        return
-    strays.sort(key=lambda label: lines[label][0])
-    first, rows = strays[0], lines[strays[0]]
+    first, *others = sorted(strays, key=lambda label: lines[label][0])
+    rows = lines[first]
     where = ("only on this row" if len(rows) == 1 else
              f"only on {len(rows)} rows (lines {', '.join(map(str, rows[:5]))}{', ...' if len(rows) > 5 else ''})")
     kind = ""
-    if len(kinds) == 1 and _is_number(first) not in kinds:
-        kind = " and is a number among words" if _is_number(first) else " and is not a number, unlike the others"
-    also = "; also " + ", ".join(f"{label!r} on line {lines[label][0]}" for label in strays[1:]) if strays[1:] else ""
-    names = sorted(frequent + strays, key=_label_sort_key)
+    if other_kind and _is_number(first) == fewer:
+        kind = " and is a number among words" if fewer else " and is not a number, unlike the others"
+    also = "; also " + ", ".join(f"{label!r} on line {lines[label][0]}" for label in others) if others else ""
+    names = sorted(lines, key=_label_sort_key)
     raise data_error(path, rows[0], f"label {first!r} occurs {where}{kind}, while "
                      f"{', '.join(repr(c) for c in sorted(frequent, key=_label_sort_key))} occur at least "
                      f"{len(lines[frequent[-1]])} times each: a typo? It would make a class of its own "
@@ -1019,16 +1009,6 @@ def check_label_not_input(label: str, settings: Settings, *texts: str) -> None:
             raise ConfigError(f"classification options: the label column {label!r} is also an input ({role}): the "
                               "model would be shown the answer, and predicting rows without a label would demand "
                               f"it; leave it out of {role}")
-
-
-def check_unique_header(path: str | os.PathLike, line: int, header: Sequence[str], read: Sequence[str]) -> None:
-    """DataError naming the file and column if a column the model reads appears twice in the header (which one
-    holds its values would be a guess)."""
-    for name in read:
-        positions = [i for i, h in enumerate(header) if h == name]
-        if len(positions) > 1:
-            raise data_error(path, line, f"column {name!r} appears {len(positions)} times in the header (fields "
-                             f"{', '.join(str(i + 1) for i in positions)}); rename or remove all but one")
 
 
 def check_training_numbers(path: str | os.PathLike, examples: Sequence[TextExample], settings: Settings) -> None:

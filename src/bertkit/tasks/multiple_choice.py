@@ -22,11 +22,12 @@ import numpy as np
 
 from bertkit.dataclass_io import spec
 from bertkit.answers import NUMBER_BYTES, OBJECT_BYTES, json_bytes
+from bertkit.data.tables import check_text, iter_jsonl
 from bertkit.errors import data_error
 from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
-from bertkit.tasks.base import Feature, Serving, Task, TaskSettings, read_jsonl, softmax
+from bertkit.tasks.base import Feature, Serving, Task, TaskSettings, softmax
 
 
 @dataclass
@@ -78,6 +79,12 @@ def _first(obj: dict[str, Any], *names: str) -> Any:
     return next((obj[n] for n in names if n in obj), None)
 
 
+def _first_text(path: str | os.PathLike, line: int, obj: dict[str, Any], *names: str) -> str | None:
+    """The first of `names` that obj holds (null counts as absent), checked to be a text; None if it holds none."""
+    name = next((n for n in names if obj.get(n) is not None), None)
+    return None if name is None else check_text(path, line, name, obj[name])
+
+
 class MultipleChoiceTask(Task):
     """Pick one of several candidate continuations or answers."""
 
@@ -97,10 +104,10 @@ class MultipleChoiceTask(Task):
 
     def read(self, path: str | os.PathLike, settings: Settings, labelled: bool = True) -> list[ChoiceExample]:
         examples = []
-        for line, obj in read_jsonl(path):
-            context = _first(obj, "context", "sent1")
+        for line, obj in iter_jsonl(path):
+            context = _first_text(path, line, obj, "context", "sent1")
             choices = _first(obj, "choices", "endings")
-            if not isinstance(context, str):
+            if context is None:
                 raise data_error(path, line, "missing field 'context' (a string)")
             if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) for c in choices):
                 raise data_error(path, line, "field 'choices' must be a list of at least two strings")
@@ -112,8 +119,8 @@ class MultipleChoiceTask(Task):
                 raise data_error(path, line, f"label {label!r} is not a choice index 0..{len(choices) - 1}")
             if labelled and label is None:
                 raise data_error(path, line, "missing field 'label' (the index of the right choice)")
-            examples.append(ChoiceExample(line, str(obj.get("id", line)), context,
-                                          str(_first(obj, "question", "sent2") or ""), choices, label))
+            question = _first_text(path, line, obj, "question", "sent2") or ""
+            examples.append(ChoiceExample(line, str(obj.get("id", line)), context, question, choices, label))
         return examples
 
     def fit_labels(self, examples: Sequence[ChoiceExample], settings: Settings) -> Settings:

@@ -30,12 +30,13 @@ import torch
 
 from bertkit.dataclass_io import spec
 from bertkit.answers import NUMBER_BYTES, OBJECT_BYTES, json_bytes
+from bertkit.data.tables import iter_lines
 from bertkit.errors import data_error
 from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
 from bertkit.model.heads import FrozenTaggerSettings
-from bertkit.tasks.base import IGNORE_INDEX, Feature, Head, Serving, Task, TaskOptions, TaskSettings, read_text
+from bertkit.tasks.base import IGNORE_INDEX, Feature, Head, Serving, Task, TaskOptions, TaskSettings
 from bertkit.tokenizer.basic import word_span
 
 logger = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ def read_conll(path: str | os.PathLike, labelled: bool = True) -> list[TaggedSen
         words.clear()
         tags.clear()
 
-    for number, line in enumerate(read_text(path).splitlines(), 1):
+    for number, line in iter_lines(path):
         fields = line.split()
         if not fields:
             flush()

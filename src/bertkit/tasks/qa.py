@@ -20,7 +20,6 @@ Reading a selection of articles: `FILE#START:END` reads articles START..END-1 (P
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,13 +28,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from bertkit.answers import NUMBER_BYTES, OBJECT_BYTES, json_bytes
+from bertkit.data.tables import check_text, read_json
 from bertkit.errors import ConfigError, TokenizerError, data_error
 from bertkit.io import atomic_write_json
 import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
 from bertkit.dataclass_io import spec
-from bertkit.tasks.base import (MAX_LENGTH, MIN_LENGTH, Feature, Serving, Task, TaskOptions, TaskSettings,
-                                 read_text)
+from bertkit.tasks.base import MAX_LENGTH, MIN_LENGTH, Feature, Serving, Task, TaskOptions, TaskSettings
 
 # Reference settings of run_squad.py (google-research/bert) and transformers' run_qa.py.
 DOC_STRIDE = 128
@@ -75,10 +74,7 @@ def split_selection(path: str | os.PathLike) -> tuple[Path, slice]:
 def read_squad(path: str | os.PathLike, labelled: bool = True) -> list[QAExample]:
     """Questions of a SQuAD JSON file (v1.1 or v2.0), checking that every answer_start points at its text."""
     file, articles = split_selection(path)
-    try:
-        doc = json.loads(read_text(file))
-    except json.JSONDecodeError as e:
-        raise data_error(file, e.lineno, f"not valid JSON ({e.msg})") from None
+    doc = read_json(file)  # duplicate keys and lone surrogates are refused there, with the line and column
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
         raise data_error(file, None, "expected a SQuAD object with a 'data' list of articles")
     examples = []
@@ -110,7 +106,8 @@ def read_squad(path: str | os.PathLike, labelled: bool = True) -> list[QAExample
                     answers.append((text, start))
                 if labelled and not answers and not impossible:
                     raise data_error(file, None, f"{where} (id {qa['id']}): no answers and not is_impossible")
-                examples.append(QAExample(str(qa["id"]), qa["question"], context, answers, impossible, where))
+                question = check_text(file, None, f"{where}.question", qa["question"])
+                examples.append(QAExample(str(qa["id"]), question, context, answers, impossible, where))
     return examples
 
 
