@@ -177,8 +177,9 @@ class ClassificationOptions(TaskOptions):
     """Width of each categorical column's embedding."""
     labels: list[str] | None = spec(None)
     """Every label the training file may hold, e.g. '[neg, neutral, pos]': a row with another label is an error
-    naming its line, and a listed class is accepted however rare. Without it a label on at most 3 rows, when the
-    other classes each occur at least ten times as often, is taken for a typo and refused."""
+    naming its line, and a listed class is accepted however rare. Without it a label is taken for a typo and
+    refused when it is a word among numbers (or a number among words) on few rows, or when it is on at most 3 rows
+    while the other classes each occur at least ten times as often."""
 
 
 @dataclass
