@@ -154,10 +154,13 @@ def option_value(action: argparse.Action) -> str:
 
 
 def action_help(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
-    """The option's help as `--help` prints it (%(default)s and the like expanded), on one line."""
+    """The option's whole help as `--help-all` prints it (%(default)s and the like expanded, the default of a
+    generated option after it), on one line."""
     if not action.help or action.help == argparse.SUPPRESS:
         return ""
-    return " ".join(parser._get_formatter()._expand_help(action).split())
+    text = action.help % {"default": action.default, "prog": parser.prog} if "%(" in action.help else action.help
+    shown = getattr(action, "shown_default", None)
+    return " ".join((text.replace("%%", "%") + (f" (default {shown})" if shown is not None else "")).split())
 
 
 def verb_section(name: str, parser: argparse.ArgumentParser, summary: str) -> str:
@@ -190,11 +193,13 @@ def cli_page() -> str:
     summaries = {c.dest: c.help or "" for c in sub._choices_actions}
     verbs = list(sub.choices.items())
     out = [HEADER + "# Command-line reference", "",
-           "Every verb of `bertkit` and every option it takes, as `bertkit VERB --help` prints them. A verb with a "
+           "Every verb of `bertkit` and every option it takes, as `bertkit VERB --help-all` prints them "
+           "(`--help` shows each option's first spelling, type, default and the start of its help). A verb with a "
            "config gets its options from the config's fields ([config reference](configs.md)): a field `x` of a "
-           "nested config `training` is `--training.x`, also `--x` where no other field has that name, and both "
-           "spellings with dashes or underscores; a value is read as YAML (a string field takes the text as "
-           "written). `bertkit --debug VERB ...` shows a traceback on an error.", "",
+           "nested config `training` is `--x` where no other field has that name, also `--training.x`, and each "
+           "spelling with dashes or underscores; a value is read as YAML (a string field takes the text as "
+           "written). `bertkit --debug VERB ...` shows a traceback on an error; a misspelt verb or option is "
+           "answered with the nearest names.", "",
            " ".join(f"[`{n}`](#{anchor('bertkit ' + n)})" for n, _ in verbs), ""]
     for name, verb in verbs:
         out.append(verb_section(name, verb, summaries.get(name, "")))

@@ -56,12 +56,14 @@ class ConfigField:
     """The option's name when it is not the path (a task option: 'max_length' for 'options.max_length')."""
     spec: Spec | None = None
     """The field's valid values (its choices become the option's)."""
+    default: str | None = None
+    """The default as the help shows it (None: not shown)."""
 
 
 def config_fields(cls: type, nested: dict[str, type] | None = None, skip: tuple[str, ...] = (),
                   defaults: Any = None) -> list[ConfigField]:
     """Every field of dataclass `cls` but those in `skip`; a field named in `nested` (field name -> its dataclass)
-    stands for that dataclass's fields. With `defaults` (an instance of `cls`) each help ends with the default."""
+    stands for that dataclass's fields. With `defaults` (an instance of `cls`) the help shows each default."""
     nested = nested or {}
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
@@ -73,10 +75,8 @@ def config_fields(cls: type, nested: dict[str, type] | None = None, skip: tuple[
             inner = config_fields(nested[f.name], defaults=getattr(defaults, f.name, None))
             out += [dataclasses.replace(g, path=f"{f.name}.{g.path}") for g in inner]
             continue
-        text = docs.get(f.name, "")
-        if defaults is not None:
-            text = f"{text} (default {shown(getattr(defaults, f.name))})".strip()
-        out.append(ConfigField(f.name, hints[f.name], text, spec=f.metadata.get(SPEC)))
+        default = shown(getattr(defaults, f.name)) if defaults is not None else None
+        out.append(ConfigField(f.name, hints[f.name], docs.get(f.name, ""), spec=f.metadata.get(SPEC), default=default))
     return out
 
 
@@ -99,8 +99,8 @@ def task_option_fields() -> list[ConfigField]:
             first.setdefault(f.path, f)
     out = []
     for name, f in first.items():
-        tasks = "" if len(owners[name]) == len(TASKS) else f" [{', '.join(owners[name])}]"
-        out.append(dataclasses.replace(f, path=f"options.{name}", name=name, help=f.help + tasks))
+        tasks = "" if len(owners[name]) == len(TASKS) else f"[{', '.join(owners[name])}] "
+        out.append(dataclasses.replace(f, path=f"options.{name}", name=name, help=tasks + f.help))
     return out
 
 
@@ -132,9 +132,9 @@ def check_task_options(args: argparse.Namespace, task: str | None) -> None:
 
 
 def option_names(path: str, flat: bool, aliases: tuple[str, ...] = ()) -> list[str]:
-    """'training.lr' -> ['--training.lr', '--lr'] (flat when unambiguous), plus aliases, each dashed (shown first)
-    and as written: 'eval_batch_size' -> ['--eval-batch-size', '--eval_batch_size']."""
-    names = [path] + ([path.split(".")[-1]] if flat else []) + list(aliases)
+    """'training.lr' -> ['--lr', '--training.lr'] (the flat name first when unambiguous: the one the help shows),
+    plus aliases, each dashed and as written: 'eval_batch_size' -> ['--eval-batch-size', '--eval_batch_size']."""
+    names = ([path.split(".")[-1]] if flat else []) + [path] + list(aliases)
     out: list[str] = []
     for n in names:
         for spelling in (n.replace("_", "-"), n):
@@ -146,26 +146,44 @@ def option_names(path: str, flat: bool, aliases: tuple[str, ...] = ()) -> list[s
 def add_config_options(group: argparse.ArgumentParser | argparse._ArgumentGroup, fields: Iterable[ConfigField],
                        aliases: dict[str, tuple[str, ...]] | None = None,
                        choices: dict[str, tuple[str, ...]] | None = None, switches: bool = False,
-                       required: tuple[str, ...] = ()) -> None:
+                       required: tuple[str, ...] = (), groups: dict[str, str] | None = None) -> None:
     """One option per field, named and read as the module's docstring says; `aliases` and `choices` are keyed by
     the field's path, `required` names the paths argparse itself requires (a verb without --config). An option not
-    given is not set, so the config's own default applies."""
+    given is not set, so the config's own default applies. `groups` (nested config's field name, '' for the
+    config's own fields -> title) puts each field's option in the argument group of its config."""
     fields = list(fields)
     names = [f.name or f.path for f in fields]
     top = {n for n in names if "." not in n}
+    where = {prefix: group.add_argument_group(title) for prefix, title in (groups or {}).items()}
     for f, name in zip(fields, names):
+        into = where.get(f.path.split(".")[0] if "." in f.path else "", group) if where else group
         flat = "." in name and name.split(".")[-1] not in top
         kwargs: dict[str, Any] = {"dest": PREFIX + f.path, "default": argparse.SUPPRESS,
                                   "help": f.help.replace("%", "%%") or None, "required": f.path in required}
-        listed = (choices or {}).get(f.path) or (f.spec.choices if f.spec is not None and isinstance(f.spec.choices, tuple)
-                                                  else None)  # a registry's names are checked when the config is built
+        declared = f.spec.choices if f.spec is not None and isinstance(f.spec.choices, tuple) else None
+        listed = (choices or {}).get(f.path) or declared  # a registry's names are checked when the config is built
         if switches and f.type is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif listed and _plain(f.type):
             kwargs.update(type=value_reader(f.type), choices=listed)
         else:
-            kwargs.update(type=value_reader(f.type), metavar="VALUE")
-        group.add_argument(*option_names(name, flat, (aliases or {}).get(f.path, ())), **kwargs)
+            kwargs.update(type=value_reader(f.type), metavar=type_metavar(f.type))
+        action = into.add_argument(*option_names(name, flat, (aliases or {}).get(f.path, ())), **kwargs)
+        action.shown_default = f.default  # type: ignore[attr-defined]  (the help's default: cli.HelpFormatter)
+
+
+def type_metavar(tp: Any) -> str:
+    """An option's value as the help names it, by its field's type: INT, FLOAT, STR, BOOL, LIST or MAP (null is
+    taken where the field is optional)."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        tp = next(a for a in typing.get_args(tp) if a is not type(None))
+    names = {int: "INT", float: "FLOAT", str: "STR", bool: "BOOL"}
+    kind = tp
+    if typing.get_origin(kind) is list:
+        return "LIST"
+    if typing.get_origin(kind) is dict or kind is dict or dataclasses.is_dataclass(kind):
+        return "MAP"
+    return names.get(kind, "VALUE")
 
 
 def _plain(tp: Any) -> bool:

@@ -19,7 +19,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `prepare-pretraining` verb; its options are PretrainingDataConfig's fields, generated."""
     p = subparsers.add_parser(
         "prepare-pretraining",
-        help="turn text files into sharded pre-training instances",
         description="Read .txt/.txt.gz (one sentence per line with blank lines between documents, or free "
         "paragraphs with WikiText/chapter headings) and .jsonl ('text' field) files; write masked-LM + "
         "next-sentence instances as memory-mappable shards with an index (google-research/bert's recipe).",

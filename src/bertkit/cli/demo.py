@@ -11,9 +11,10 @@ from bertkit.jobs.demo import DemoConfig, run
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="walk through BERT end to end on the bundled data (offline, ~10 min on 2 cores)",
-                       description="Train a vocabulary, pre-train a small BERT, probe it, fine-tune it on sentiment "
-                                   "next to a random-init baseline, and write a report.")
+    p = sub.add_parser(
+        "demo",
+        description="Train a vocabulary, pre-train a small BERT, probe it, fine-tune it on sentiment "
+                    "next to a random-init baseline, and write a report.")
     p.add_argument("--quick", action="store_true", help="a tiny model and short runs: about a minute")
     add_config_options(p, [dataclasses.replace(f, help=f"{f.help} ({_defaults(f.path)})".strip())
                            for f in config_fields(DemoConfig)])

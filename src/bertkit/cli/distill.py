@@ -42,15 +42,16 @@ def _distill(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     """Add the `distill` verb."""
     p = subparsers.add_parser(
-        "distill", help="distil a teacher into a student with fewer of its layers (DistilBERT)",
+        "distill",
         description="Train a student made of every other layer of TEACHER (plus its embeddings and head) on the "
         "hard loss, the teacher's soft targets at a temperature and a cosine alignment of hidden states. A "
         "fine-tuned TEACHER distils on a labelled TRAIN file of its task (OUTPUT/best is a fine-tuned folder); a "
         "pre-trained one on data from `bertkit prepare-pretraining` (masked LM; set --max-steps).")
     add_run_options(p, "DistillConfig")
-    group = p.add_argument_group("the run (YAML values)")
-    add_config_options(group, config_fields(DistillConfig, {"training": TrainingConfig}),
-                       aliases={"training.output_dir": ("output",)})
+    add_config_options(p, config_fields(DistillConfig, {"training": TrainingConfig}),
+                       aliases={"training.output_dir": ("output",)},
+                       groups={"": "the run", "training": "training (fine-tuning's defaults for a fine-tuned "
+                               "teacher, pre-training's otherwise)"})
     tasks = p.add_argument_group("task options (task-specific distillation: changed from the teacher's, as in "
                                  "--options; [names] marks an option only those tasks have)")
     add_config_options(tasks, task_option_fields(), switches=True)

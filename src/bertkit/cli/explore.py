@@ -14,28 +14,32 @@ from bertkit.inference.options import AttentionOptions, FeatureOptions, FillMask
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the fill-mask, extract-features and attention verbs."""
-    p = subparsers.add_parser("fill-mask", help="top-k tokens for each [MASK] of a text",
-                              description="Print the masked-LM head's top-k tokens with probabilities at every "
-                              "[MASK] of TEXT (the folder must hold BertForMaskedLM or BertForPreTraining).")
+    p = subparsers.add_parser(
+        "fill-mask",
+        description="Print the masked-LM head's top-k tokens with probabilities at every "
+                    "[MASK] of TEXT (the folder must hold BertForMaskedLM or BertForPreTraining).")
     p.add_argument("text", metavar="TEXT")
     p.add_argument("--model", required=True, metavar="DIR")
     add_config_options(p, _fields(FillMaskOptions))
     p.set_defaults(func=fill_mask_command)
 
-    p = subparsers.add_parser("extract-features", help="per-token hidden states as google-research/bert JSONL",
-                              description="Write one JSON object per line of INPUT (a pair as 'A ||| B') in "
-                              "extract_features.py's format, values rounded to 6 decimals.")
+    p = subparsers.add_parser(
+        "extract-features",
+        description="Write one JSON object per line of INPUT (a pair as 'A ||| B') in "
+                    "extract_features.py's format, values rounded to 6 decimals.")
     p.add_argument("input", metavar="INPUT", help="text file, one text or 'A ||| B' pair per line")
     p.add_argument("-o", "--output", required=True, metavar="OUT.jsonl")
     p.add_argument("--model", required=True, metavar="DIR")
-    p.add_argument("--layers", default="-1,-2,-3,-4", help="layer indices, -1 = last; write --layers=-1,-2 (default %(default)s)")
+    p.add_argument("--layers", default="-1,-2,-3,-4",
+                   help="layer indices, -1 = last; write --layers=-1,-2 (default %(default)s)")
     add_config_options(p, _fields(FeatureOptions),
                        aliases={"max_length": ("max_seq_length",)})  # the reference's spelling
     p.set_defaults(func=extract_features_command)
 
-    p = subparsers.add_parser("attention", help="PNG grid + HTML page of every layer's and head's attention",
-                              description="Draw the attention maps of TEXT (and --pair) per layer and head into "
-                              "OUT.png and a self-contained OUT.html next to it.")
+    p = subparsers.add_parser(
+        "attention",
+        description="Draw the attention maps of TEXT (and --pair) per layer and head into "
+                    "OUT.png and a self-contained OUT.html next to it.")
     p.add_argument("text", metavar="TEXT")
     p.add_argument("--pair", default=None, help="second segment of a sentence pair")
     p.add_argument("--model", required=True, metavar="DIR")

@@ -11,11 +11,12 @@ from bertkit.inference.options import ExportOptions
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the export-onnx verb."""
-    p = subparsers.add_parser("export-onnx", help="export a model folder (any head) to ONNX",
-                              description="Export DIR's model (the head its config.json names) to ONNX with "
-                              "dynamic batch and sequence axes; inputs input_ids, attention_mask, token_type_ids, "
-                              "and every other input the folder's task gives its head (a classifier's "
-                              "numeric_features and categorical_ids).")
+    p = subparsers.add_parser(
+        "export-onnx",
+        description="Export DIR's model (the head its config.json names) to ONNX with "
+                    "dynamic batch and sequence axes; inputs input_ids, attention_mask, token_type_ids, "
+                    "and every other input the folder's task gives its head (a classifier's "
+                    "numeric_features and categorical_ids).")
     p.add_argument("model", metavar="DIR")
     p.add_argument("-o", "--output", required=True, metavar="MODEL.onnx")
     add_config_options(p, config_fields(ExportOptions, defaults=ExportOptions()))

@@ -23,16 +23,17 @@ from bertkit.training.config import TrainingConfig
 
 
 def _add_finetune(sub: Any) -> None:
-    p = sub.add_parser("finetune", help="fine-tune a pre-trained model on a task (classification, ner, qa, ...)",
-                       description="Fine-tune MODEL on TRAIN, evaluating on DEV every epoch (or --eval-every N "
-                       "steps); the best model by the task's main metric is kept in OUTPUT/best. Every field of "
-                       "FinetuneConfig, its training: TrainingConfig and the task's options is an option here; "
-                       "--config reads them from a YAML/JSON file first.")
+    p = sub.add_parser(
+        "finetune",
+        description="Fine-tune MODEL on TRAIN, evaluating on DEV every epoch (or --eval-every N "
+                    "steps); the best model by the task's main metric is kept in OUTPUT/best. Every field of "
+                    "FinetuneConfig, its training: TrainingConfig and the task's options is an option here; "
+                    "--config reads them from a YAML/JSON file first.")
     add_run_options(p, "FinetuneConfig")
-    group = p.add_argument_group("the run (YAML values; fine-tuning defaults: 3 epochs, batch 32, warm-up 0.1, "
-                                 "the task's LR)")
-    add_config_options(group, config_fields(FinetuneConfig, {"training": TrainingConfig}, skip=("options",)),
-                       aliases={"training.output_dir": ("output",)})
+    add_config_options(p, config_fields(FinetuneConfig, {"training": TrainingConfig}, skip=("options",)),
+                       aliases={"training.output_dir": ("output",)},
+                       groups={"": "the run", "training": "training (fine-tuning defaults: 3 epochs, batch 32, "
+                               "warm-up 0.1, the task's LR, no TensorBoard)"})
     tasks = p.add_argument_group("task options (the --task's; [names] marks an option only those tasks have)")
     add_config_options(tasks, task_option_fields(), switches=True)
     p.set_defaults(func=_finetune)
@@ -63,8 +64,7 @@ def _finetune(args: argparse.Namespace) -> int:
 def _add_evaluate(sub: Any) -> None:
     from bertkit.jobs.evaluate import EvaluateConfig
 
-    p = sub.add_parser("evaluate", help="score a fine-tuned model on a labelled file",
-                       description="Evaluate a fine-tuned model folder on INPUT with its task's metrics.")
+    p = sub.add_parser("evaluate", description="Evaluate a fine-tuned model folder on INPUT with its task's metrics.")
     add_config_options(p, config_fields(EvaluateConfig), required=("model", "input"))
     p.set_defaults(func=_evaluate)
 
@@ -81,8 +81,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _add_predict(sub: Any) -> None:
     from bertkit.jobs.predict import PredictConfig
 
-    p = sub.add_parser("predict", help="write a fine-tuned model's predictions for a file",
-                       description="Predict with a fine-tuned model: classification -> the input TSV plus a "
+    p = sub.add_parser("predict", description="Predict with a fine-tuned model: classification -> the input TSV plus a "
                        "prediction column; ner -> token<TAB>tag lines; qa -> {id: answer} JSON; multiple-choice "
                        "-> JSON lines.")
     add_config_options(p, config_fields(PredictConfig), required=("model", "input", "output"))

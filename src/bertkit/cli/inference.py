@@ -16,7 +16,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `embed` verb."""
     p = subparsers.add_parser(
         "embed",
-        help="embed one text per row into resumable shards (-o DIR) or a .npy matrix (-o OUT.npy)",
         description="Embed every row of INPUT (a UTF-8 text file, one text per line, '-' for standard input; or "
         "JSONL/CSV/TSV/Parquet with --text-field and an optional --id-field) with a model folder, reading it "
         "lazily. -o DIR writes fixed-size shards (shard-NNNNN.npy with their ids and texts in shard-NNNNN.jsonl) "

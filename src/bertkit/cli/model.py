@@ -22,15 +22,15 @@ _SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PA
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `info` and `convert` verbs."""
-    p = subparsers.add_parser("info", help="show a model folder's config, size, vocabulary and head",
-                              description="Print a bertkit or Hugging Face BERT folder's config, parameter count, "
-                              "vocabulary size, head class, task and labels.")
+    p = subparsers.add_parser(
+        "info",
+        description="Print a bertkit or Hugging Face BERT folder's config, parameter count, "
+                    "vocabulary size, head class, task and labels.")
     p.add_argument("folder", metavar="DIR", help="model folder (config.json + weights) or a shipped model's name")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=info_command)
 
-    p = subparsers.add_parser("convert", help="import a Hugging Face BERT folder, or export one transformers loads",
-                              description="--from-hf: read a Hugging Face BERT folder (model.safetensors or "
+    p = subparsers.add_parser("convert", description="--from-hf: read a Hugging Face BERT folder (model.safetensors or "
                               "pytorch_model.bin, any head) and write a bertkit folder. --to-hf: write a folder "
                               "that transformers' from_pretrained and AutoTokenizer load (config.json with "
                               "architectures, model.safetensors, vocab.txt, tokenizer_config.json).")
@@ -168,7 +168,8 @@ def convert_command(args: argparse.Namespace) -> int:
         options = [o for o, on in (("pre-LN blocks (layer_norm_position 'pre')", c.layer_norm_position == "pre"),
                                    ("ALiBi attention biases (alibi true)", c.alibi),
                                    ("mean pooling (pooling 'mean')", c.pooling == "mean"),
-                                   ("ALBERT's factorised embedding (embedding_size)", c.embedding_width != c.hidden_size),
+                                   ("ALBERT's factorised embedding (embedding_size)",
+                                    c.embedding_width != c.hidden_size),
                                    ("ALBERT's cross-layer sharing (share_layers)", c.share_layers),
                                    ("non-text columns beside the text (tabular_inputs)", bool(c.tabular_inputs)))
                    if on]

@@ -26,15 +26,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `pretrain` verb."""
     p = subparsers.add_parser(
         "pretrain",
-        help="pre-train BERT (masked LM + next sentence) on prepared shards",
         description="Pre-train BertForPreTraining from a preset or a model folder on folders written by "
         "`bertkit prepare-pretraining`, in one or two phases (seq 128 then 512) under one LR schedule. Any config "
         "field can be overridden: --training.lr 1e-4 (or --lr 1e-4), --phases '[{data: d128, max_steps: 900}]'.",
     )
     add_run_options(p, "PretrainConfig (see configs/)")
-    group = p.add_argument_group("config overrides (YAML values)")
-    add_config_options(group, config_fields(PretrainConfig, {"training": TrainingConfig}, defaults=PretrainConfig()),
-                       aliases={"training.output_dir": ("output",)})
+    add_config_options(p, config_fields(PretrainConfig, {"training": TrainingConfig}, defaults=PretrainConfig()),
+                       aliases={"training.output_dir": ("output",)},
+                       groups={"": "the run", "training": "training (the paper's pre-training defaults)"})
     p.set_defaults(func=pretrain_command)
 
 

@@ -12,11 +12,12 @@ from bertkit.jobs.search import IndexConfig, SearchConfig
 
 
 def _add_index(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("index", help="build a vector index (FAISS) over `bertkit embed -o DIR`'s folder",
-                       description="Index every row of EMBEDDINGS (a folder written by `bertkit embed -o DIR`) for "
-                       "inner-product search (cosine on normalised embeddings): exact, hnsw or ivf (IVF-PQ with "
-                       "--pq-m). The index records the model folder's identity and the embedding settings; search "
-                       "checks its query encoder against them. Needs faiss-cpu (pip install 'bertkit[index]').")
+    p = sub.add_parser(
+        "index",
+        description="Index every row of EMBEDDINGS (a folder written by `bertkit embed -o DIR`) for "
+                    "inner-product search (cosine on normalised embeddings): exact, hnsw or ivf (IVF-PQ with "
+                    "--pq-m). The index records the model folder's identity and the embedding settings; search "
+                    "checks its query encoder against them. Needs faiss-cpu (pip install 'bertkit[index]').")
     p.add_argument("embeddings", metavar="EMBEDDINGS", help="the embeddings folder")
     p.add_argument("-o", "--output", dest=PREFIX + "output", required=True, metavar="DIR", help="the index folder")
     add_config_options(p, config_fields(IndexConfig, {"index": IndexOptions}, skip=("embeddings", "output"),
@@ -37,10 +38,11 @@ def _index(args: argparse.Namespace) -> int:
 
 
 def _add_search(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("search", help="the top-k rows of an index for text queries",
-                       description="Embed each QUERY (and each line of --queries-file) as the index's rows were "
-                       "embedded, and print one JSON line per query: {query, results: [{rank, row, id, score, "
-                       "text}]}, best first.")
+    p = sub.add_parser(
+        "search",
+        description="Embed each QUERY (and each line of --queries-file) as the index's rows were "
+                    "embedded, and print one JSON line per query: {query, results: [{rank, row, id, score, "
+                    "text}]}, best first.")
     p.add_argument("queries", metavar="QUERY", nargs="*", help="queries")
     p.add_argument("--index", dest=PREFIX + "index", required=True, metavar="DIR", help="an index folder")
     add_config_options(p, config_fields(SearchConfig, skip=("index", "queries"), defaults=SearchConfig(index="-")))

@@ -11,9 +11,10 @@ from bertkit.serve.settings import ServeAddress, ServeSettings
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the serve verb; its limits are bertkit.serve.ServeSettings' fields, generated."""
-    p = subparsers.add_parser("serve", help="serve a model folder over HTTP (/embed, /fill-mask, /classify, ...)",
-                              description="Start a FastAPI service with the endpoints the folder's head supports, "
-                              "an OpenAPI document at /docs and /openapi.json, and /health.")
+    p = subparsers.add_parser(
+        "serve",
+        description="Start a FastAPI service with the endpoints the folder's head supports, "
+                    "an OpenAPI document at /docs and /openapi.json, and /health.")
     p.add_argument("--model", required=True, metavar="DIR")
     add_config_options(p, config_fields(ServeAddress, defaults=ServeAddress()))
     limits = p.add_argument_group("limits and batching (ServeSettings)")

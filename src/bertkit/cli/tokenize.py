@@ -20,7 +20,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `tokenize` and `train-tokenizer` verbs."""
     p = subparsers.add_parser(
         "tokenize",
-        help="tokenize text lines into JSON (ids, token types, offsets)",
         description="Write one JSON object per input line: input_ids, token_type_ids and offsets (character "
         "spans in the line). With --pairs each line is 'text<TAB>pair'.",
     )
@@ -34,7 +33,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     t = subparsers.add_parser(
         "train-tokenizer",
-        help="train a WordPiece vocabulary and write a tokenizer folder",
         description="Learn a WordPiece vocabulary from text files with the WordPiece likelihood criterion "
         "(merge the pair that most raises the unigram likelihood) and write a folder BertTokenizer loads.",
     )
