@@ -1,11 +1,13 @@
 """Atomic file writes: every output goes to a temporary file in the same folder, then is renamed into place
-(a FIFO or a device is written in place, a link's target is replaced); output-folder checks and locks."""
+(a FIFO or a device is written in place, a link's target is replaced); output-folder checks and locks; folders that
+prove their contents (a marker file listing every file's size and sha256, written last, removed first)."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -329,3 +331,141 @@ def read_json_object(path: str | os.PathLike, error: type[BertkitError] = Checkp
     if not isinstance(d, dict):
         raise error(f"{path}: expected a JSON object, found {type(d).__name__}")
     return d
+
+
+def record_field(record: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str | os.PathLike,
+                 error: type[BertkitError] = CheckpointError) -> Any:
+    """record[key] checked to be of `kind` (a bool is no int), or `error` naming the file and the field: a field of
+    a record read back from disk, which another program (or a hand) may have written."""
+    value = record.get(key)
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        names = " or ".join(_JSON_KINDS.get(k, k.__name__) for k in kinds)
+        found = "missing" if key not in record else json.dumps(value)[:60]
+        raise error(f"{where}: field {key!r} is {found}; expected {names}")
+    return value
+
+
+_JSON_KINDS = {int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a JSON object",
+               bool: "true or false", type(None): "null"}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Folders that prove their contents. A folder that one command writes and another reads or resumes (an index, an
+# embeddings folder, prepared pre-training data, a training checkpoint) has a marker file (index.json,
+# manifest.json, meta.json) that lists each of its files with its size and sha256 (`file_entry`). The marker is
+# written last (`seal`) and removed first when the folder's files are about to change (`unseal`), so an interrupted
+# update leaves a folder that says it is incomplete, never one whose files come from two runs; readers check every
+# file against the marker when they open it (`check_file`, or `read_checked`, which checks the bytes it returns).
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def file_sha256(source: str | os.PathLike | IO[bytes]) -> str:
+    """sha256 of a file's bytes: a path, or an open binary file (read from its start), in 1 MiB blocks."""
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as f:
+            return file_sha256(f)
+    h = hashlib.sha256()
+    source.seek(0)
+    for block in iter(lambda: source.read(1 << 20), b""):
+        h.update(block)
+    return h.hexdigest()
+
+
+def file_entry(folder: str | os.PathLike, name: str) -> dict[str, Any]:
+    """A marker's entry for the file `name` (a path relative to `folder`): {"file", "bytes", "sha256"}."""
+    path = Path(folder) / name
+    return {"file": name, "bytes": path.stat().st_size, "sha256": file_sha256(path)}
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _entry_path(folder: str | os.PathLike, entry: Any, marker: Path, error: type[BertkitError]) -> Path:
+    """The file an entry names, after checking the entry's form: a relative name inside the folder, a sha256, and a
+    size when there is one (markers of earlier versions recorded none)."""
+    if not isinstance(entry, dict):
+        raise error(f"{marker}: a file entry is {json.dumps(entry)[:60]}; expected an object with file and sha256")
+    name = record_field(entry, "file", str, marker, error)
+    if not name or Path(name).is_absolute() or ".." in Path(name).parts:
+        raise error(f"{marker}: file entry {name!r} is not a name inside {Path(folder)}")
+    if not _SHA256.match(str(entry.get("sha256"))):
+        raise error(f"{marker}: the sha256 of {name} is {json.dumps(entry.get('sha256'))[:80]}; expected 64 hex digits")
+    if "bytes" in entry and (record_field(entry, "bytes", int, marker, error) < 0):
+        raise error(f"{marker}: the size of {name} is {entry['bytes']}; expected bytes >= 0")
+    return Path(folder) / name
+
+
+def _mismatch(path: Path, entry: dict[str, Any], marker: Path, size: int, digest: str | None) -> str | None:
+    """What differs between a file (its size, and sha256 when computed) and its entry in the marker, or None."""
+    if entry.get("bytes", size) != size:
+        return f"{path}: corrupted or truncated: {size} bytes, {marker.name} records {entry['bytes']}"
+    if digest is not None and digest != entry["sha256"]:
+        return (f"{path}: corrupted: its sha256 checksum {digest[:12]}... is not the {entry['sha256'][:12]}... "
+                f"{marker.name} records (the file changed or was damaged after {marker.name} was written)")
+    return None
+
+
+def _missing(path: Path, marker: Path) -> str:
+    return f"{path}: missing; {marker.name} lists it, so the folder lost a file after it was written"
+
+
+def check_file(folder: str | os.PathLike, entry: dict[str, Any], marker: str | os.PathLike,
+               error: type[BertkitError] = CheckpointError, checksum: bool = True) -> Path:
+    """The path of the file an entry of `marker` names, after checking it against the entry: present, of its size,
+    and of its sha256 when `checksum`; else `error` naming the file and what differs."""
+    marker = Path(marker)
+    path = _entry_path(folder, entry, marker, error)
+    if not path.is_file():
+        raise error(_missing(path, marker))
+    problem = _mismatch(path, entry, marker, path.stat().st_size, file_sha256(path) if checksum else None)
+    if problem:
+        raise error(problem)
+    return path
+
+
+def read_checked(folder: str | os.PathLike, entry: dict[str, Any], marker: str | os.PathLike,
+                 error: type[BertkitError] = CheckpointError) -> bytes:
+    """The bytes of the file an entry of `marker` names, read once and checked against the entry (size, sha256):
+    the bytes checked are the bytes the caller uses."""
+    marker = Path(marker)
+    path = _entry_path(folder, entry, marker, error)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise error(_missing(path, marker)) from None
+    except OSError as e:
+        raise error(f"{path}: cannot be read ({e.strerror or e})") from None
+    problem = _mismatch(path, entry, marker, len(data), hashlib.sha256(data).hexdigest())
+    if problem:
+        raise error(problem)
+    return data
+
+
+def sealed_entries(record: dict[str, Any], marker: str | os.PathLike, required: tuple[str, ...] = (),
+                   error: type[BertkitError] = CheckpointError) -> dict[str, dict[str, Any]]:
+    """A marker's "files" entries by file name, each entry's form checked, the `required` names among them."""
+    entries = {}
+    for entry in record_field(record, "files", list, marker, error):
+        _entry_path(Path(marker).parent, entry, Path(marker), error)
+        entries[entry["file"]] = entry
+    missing = [name for name in required if name not in entries]
+    if missing:
+        raise error(f"{marker}: lists no sha256 for {', '.join(missing)}")
+    return entries
+
+
+def unseal(folder: str | os.PathLike, marker: str) -> None:
+    """Remove a folder's marker before any of its files changes (an overwrite, a resume that writes): until `seal`
+    writes the new one, readers see an incomplete folder, not old files paired with new ones."""
+    with contextlib.suppress(FileNotFoundError):
+        (Path(folder) / marker).unlink()
+
+
+def seal(folder: str | os.PathLike, marker: str, record: dict[str, Any], files: list[str]) -> dict[str, Any]:
+    """Write `record` as the folder's marker, last and atomically, with "files": the entry (size, sha256) of each of
+    `files` (names relative to the folder), as they are now; returns what was written."""
+    full = {**record, "files": [file_entry(folder, name) for name in files]}
+    atomic_write_json(Path(folder) / marker, full)
+    return full
+

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.errors import CheckpointError, Interrupted
-from bertkit.io import atomic_path, atomic_write_json, remove_stale_temp_files
+from bertkit.io import atomic_path, atomic_write_json, file_sha256, remove_stale_temp_files
 from bertkit.model.heads import BertForFrozenTokenClassification
 from bertkit.progress import progress_bar
 from bertkit.tasks.base import Collator, Feature, iter_model_outputs
@@ -79,12 +79,6 @@ def cache_key(head: BertForFrozenTokenClassification, features: Sequence[Feature
         h.update(np.asarray(f["input_ids"], dtype=np.int64).tobytes() + b"|")
         h.update(np.asarray(f.get("token_type_ids", []), dtype=np.int64).tobytes() + b";")
     return h.hexdigest()
-
-
-def file_sha256(f: Any) -> str:
-    """sha256 of an open binary file's bytes, read from its start."""
-    f.seek(0)
-    return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 @contextlib.contextmanager

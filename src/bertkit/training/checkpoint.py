@@ -8,7 +8,6 @@ so a truncated, corrupted or mismatched checkpoint fails with a CheckpointError 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import random
@@ -23,7 +22,7 @@ import torch
 from torch import nn
 
 from bertkit.errors import CheckpointError
-from bertkit.io import atomic_path, atomic_write_json, make_dir, read_json_object
+from bertkit.io import atomic_path, atomic_write_json, check_file, file_sha256, make_dir, read_json_object
 
 logger = logging.getLogger(__name__)
 
@@ -119,14 +118,6 @@ def atomic_replace_folder(target: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def save_training_state(folder: str | os.PathLike, state: dict[str, Any], meta: dict[str, Any]) -> Path:
     """Write state.pt then meta.json (with the state's size and sha256) into `folder`, as a whole."""
     folder = Path(folder)
@@ -136,7 +127,7 @@ def save_training_state(folder: str | os.PathLike, state: dict[str, Any], meta: 
         full = dict(format=FORMAT, version=VERSION, **meta)
         full["state_file"] = STATE_FILE
         full["state_bytes"] = (tmp / STATE_FILE).stat().st_size
-        full["state_sha256"] = _sha256(tmp / STATE_FILE)
+        full["state_sha256"] = file_sha256(tmp / STATE_FILE)
         atomic_write_json(tmp / META_FILE, full)
     return folder
 
@@ -159,14 +150,10 @@ def load_training_state(folder: str | os.PathLike) -> tuple[dict[str, Any], dict
     """(state, meta) of a checkpoint; size and checksum are verified before unpickling."""
     folder = Path(folder)
     meta = read_meta(folder)
-    path = folder / meta.get("state_file", STATE_FILE)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: missing (listed in {folder / META_FILE})")
-    size = path.stat().st_size
-    if size != meta.get("state_bytes"):
-        raise CheckpointError(f"{path}: corrupted or truncated: {size} bytes, meta.json says {meta.get('state_bytes')}")
-    if _sha256(path) != meta.get("state_sha256"):
-        raise CheckpointError(f"{path}: corrupted: sha256 does not match meta.json")
+    # meta.json is this folder's marker (bertkit.io's sealed folders): the state file's name, size and sha256
+    entry = {"file": meta.get("state_file", STATE_FILE), "bytes": meta.get("state_bytes"),
+             "sha256": meta.get("state_sha256")}
+    path = check_file(folder, entry, folder / META_FILE)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # zip/pickle errors of every kind

@@ -16,8 +16,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.shards import INDEX_FILE, file_sha256
+from bertkit.data.shards import INDEX_FILE
 from bertkit.errors import ConfigError
+from bertkit.io import file_sha256
 
 RESUME_MAY_CHANGE = (
     "output_dir",  # the same folder by definition (the checkpoint is read from it)
