@@ -34,10 +34,13 @@ from bertkit.inference.options import EncodeOptions
 from bertkit.inference.precision import DEFAULT_PRECISION
 from bertkit.inference.vector_store import (
     DTYPES,
+    MANIFEST,
     RUN_FILE,
     check_same_settings,
     embedding_settings,
     finished_rows,
+    kept_shard,
+    shard_name,
     write_manifest,
     write_shard,
 )
@@ -46,9 +49,11 @@ from bertkit.io import (
     atomic_write_json,
     check_output_dir,
     check_output_file,
+    file_sha256,
     folder_lock,
     read_json_object,
     remove_stale_temp_files,
+    unseal,
 )
 from bertkit.progress import progress_bar
 from bertkit.training.distributed import DistInfo, any_rank, cleanup_distributed, setup_distributed
@@ -170,10 +175,13 @@ def _total_rows(c: EmbedConfig) -> int | None:
 
 
 def _run_record(c: EmbedConfig, settings: dict[str, Any], total: int | None) -> dict[str, Any]:
-    """embed.json: what a resume must match (the embedding settings, the input, the shard cut, the stored dtype)."""
+    """embed.json: what a resume must match (the embedding settings, the input and its content's sha256, the shard
+    cut, the stored dtype). Stdin has no content to hash before it is read: a resume compares each finished shard's
+    rows with the rows as they arrive instead (`kept_shard`), which it does for a file too."""
     source = {"input": c.input, "format": resolve_format(c.input, c.format), "text_field": c.text_field,
               "id_field": c.id_field, "rows": total,
-              "input_bytes": Path(c.input).stat().st_size if c.input != "-" else None}
+              "input_bytes": Path(c.input).stat().st_size if c.input != "-" else None,
+              "input_sha256": file_sha256(c.input) if c.input != "-" else None}
     return {**settings, **source, "dtype": c.dtype, "shard_size": c.shard_size}
 
 
@@ -237,6 +245,11 @@ def _run_to_folder(c: EmbedConfig, resume: bool, info: DistInfo) -> EmbedResult:
             missing = [k for k, r in enumerate(rows) if r is None]
             if missing:
                 raise CheckpointError(f"{folder}: shards {missing[:5]} are missing at the end of the run")
+            past = sorted(p.name for p in folder.glob(f"{shard_name(count)}.*"))
+            if past:  # a resumed stream that ended sooner than the one the folder was started with
+                raise CheckpointError(f"{folder / past[0]}: a shard past the input's end ({count} shards of "
+                                      f"{c.shard_size} rows): the folder was started with a longer input, so its "
+                                      "shards are not this input's; embed it into a new folder")
             manifest = write_manifest(folder, {**record}, [int(r or 0) for r in rows])
             result.rows = manifest["rows"]
         return result
@@ -249,6 +262,7 @@ def _embed_shards(c: EmbedConfig, encoder: Encoder, folder: Path, mine: range | 
     result = EmbedResult(0, dim, str(folder), 0, 0, [], 0, info.rank)
     todo = total if mine is None else min(total or 0, mine.stop * c.shard_size) - mine.start * c.shard_size
     rows = read_texts(c.input, c.format, c.text_field, c.id_field)
+    where = c.input if c.input != "-" else "<stdin>"
     with progress_bar(todo, "embed", "texts", enabled=c.progress and info.is_main,
                       interval=PROGRESS_INTERVAL_S) as bar:
         for k, chunk in enumerate(chunks(rows, c.shard_size)):
@@ -257,10 +271,12 @@ def _embed_shards(c: EmbedConfig, encoder: Encoder, folder: Path, mine: range | 
             if mine is not None and k >= mine.stop:
                 break
             result.rows += len(chunk)
-            if resuming and finished_rows(folder, k, dim, c.dtype) == len(chunk):
+            if resuming and kept_shard(folder, k, [(r.id, r.text) for r in chunk], dim, c.dtype, where):
                 result.shards_skipped += 1
                 bar.update(len(chunk))
             else:
+                if resuming:
+                    unseal(folder, MANIFEST)  # until the new manifest lands, the folder is not complete
                 vectors = _checked(encode_texts(encoder, [r.text for r in chunk], c, bar), chunk, c,
                                    f"shard {k} was not written")
                 write_shard(folder, k, vectors.astype(c.dtype), [(r.id, r.text) for r in chunk])
