@@ -14,10 +14,12 @@ import torch
 from torch.utils.data import Dataset
 
 from bertkit.data.config import PretrainingDataConfig
-from bertkit.data.prepare import CONFIG_FILE, TOKENIZER_DIR
+from bertkit.data.prepare import CONFIG_FILE, TOKENIZER_DIR, vocab_fingerprint
 from bertkit.data.pretraining import VocabInfo
-from bertkit.data.shards import ShardArrays, open_shard, read_index, verify_shard
-from bertkit.errors import data_error
+from bertkit.data.shards import INDEX_FILE, ShardArrays, open_shard, read_index, verify_shard
+from bertkit.errors import BertkitError, DataError, data_error
+from bertkit.io import check_file, sealed_entries
+from bertkit.tokenizer.tokenizer import load_vocab
 
 IGNORE_INDEX = -100
 """The label of positions no loss counts (torch cross-entropy's ignore_index): positions without a masked-LM target,
@@ -93,6 +95,28 @@ class InstanceBatch(Sequence):
         return batch
 
 
+def check_stored_files(folder: Path, index: dict[str, Any]) -> None:
+    """DataError unless the tokenizer and data settings stored beside the shards are the ones they were made with:
+    the stored vocabulary against index.json's vocab_sha256 (another tokenizer means other token ids), then every
+    file index.json lists under "files" against its sha256 (folders prepared before that list check the first)."""
+    marker = folder / INDEX_FILE
+    vocab = folder / TOKENIZER_DIR / "vocab.txt"
+    if not vocab.is_file():
+        raise data_error(vocab, None, f"missing; the vocabulary the shards' token ids were made with ({marker})")
+    try:
+        found, expected = vocab_fingerprint(load_vocab(vocab)), index.get("vocab_sha256")
+    except BertkitError as e:  # not UTF-8, an empty or duplicate token: a damaged data folder, named as one
+        raise DataError(str(e)) from None
+    if found != expected:
+        raise data_error(vocab, None, f"not the vocabulary the shards' token ids were made with: its tokens hash to "
+                                      f"{found[:12]}..., {marker.name} records vocab_sha256 {str(expected)[:12]}... "
+                                      "(the tokenizer/ folder was replaced); put back the tokenizer the data was "
+                                      "prepared with, or prepare the data again with this one")
+    if "files" in index:
+        for entry in sealed_entries(index, marker, error=DataError).values():
+            check_file(folder, entry, marker, DataError)
+
+
 class PretrainingDataset(Dataset):
     """Instances of a `prepare_pretraining` folder. Item i is a dict of 1-D int64 tensors, unpadded:
     input_ids, token_type_ids, attention_mask, masked_lm_labels (static masks only; -100 where not masked),
@@ -106,6 +130,7 @@ class PretrainingDataset(Dataset):
     def __init__(self, folder: str | os.PathLike, verify_checksums: bool = True) -> None:
         self.folder = Path(folder)
         self.index = read_index(self.folder)
+        check_stored_files(self.folder, self.index)
         self.config = PretrainingDataConfig.load(self.folder / CONFIG_FILE)
         self._entries = self.index["shards"]
         self._paths = [verify_shard(self.folder, e, checksum=verify_checksums) for e in self._entries]

@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import random
 import resource
+import shutil
 import sys
 from collections import Counter
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -35,7 +36,7 @@ from bertkit.data.shards import (
 )
 from bertkit.dataclass_io import Config, check_value, spec
 from bertkit.errors import DataError
-from bertkit.io import atomic_write_json, make_dir
+from bertkit.io import make_dir, seal, unseal
 
 CONFIG_FILE = "data_config.json"
 TOKENIZER_DIR = "tokenizer"
@@ -236,9 +237,7 @@ def prepare_pretraining(
     files = expand_inputs(inputs)
     out = Path(output_dir)
     make_dir(out)
-    index_path = out / INDEX_FILE
-    if index_path.exists():
-        index_path.unlink()  # the folder is no longer a complete dataset until the new index lands
+    unseal(out, INDEX_FILE)  # the folder is no longer a complete dataset until the new index lands
 
     corpus = CorpusStats()
     docs = iter_documents(
@@ -288,6 +287,7 @@ def prepare_pretraining(
             f"{corpus.empty_files} empty file(s); next-sentence pairs need at least 2 documents of 2+ sentences"
         )
 
+    shutil.rmtree(out / TOKENIZER_DIR, ignore_errors=True)  # an earlier preparation's files are not this one's
     _save_tokenizer(tokenizer, out / TOKENIZER_DIR)
     config.save(out / CONFIG_FILE)
     shard_list = [entries[i] for i in sorted(entries)]
@@ -307,7 +307,11 @@ def prepare_pretraining(
         "data_config": config.to_dict(),
         "shards": shard_list,
     }
-    atomic_write_json(index_path, index)
+    # index.json lists the shards' sha256 and, under "files", those of the tokenizer and the data settings stored
+    # beside them, so that a reader can tell them from files put there later (another tokenizer: other token ids)
+    stored = [CONFIG_FILE] + sorted(f"{TOKENIZER_DIR}/{p.name}" for p in (out / TOKENIZER_DIR).iterdir()
+                                    if p.is_file() and not p.name.startswith("."))
+    seal(out, INDEX_FILE, index, stored)
     # shard files of an earlier, larger run in the same folder are not part of this dataset
     listed = {e["file"] for e in shard_list}
     for stale in out.glob("shard-*.bin"):

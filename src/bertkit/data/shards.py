@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import DataError, data_error
-from bertkit.io import atomic_path, read_json_object
+from bertkit.io import atomic_path, check_file, read_json_object
 
 INDEX_FILE = "index.json"
 FORMAT_NAME = "bertkit-pretraining-shards"
@@ -91,15 +91,6 @@ def write_shard(path: str | os.PathLike, arrays: ShardArrays) -> dict[str, Any]:
     }
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    """sha256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def read_index(folder: str | os.PathLike) -> dict[str, Any]:
     """Load and check `index.json` of a dataset folder."""
     path = Path(folder) / INDEX_FILE
@@ -115,15 +106,7 @@ def read_index(folder: str | os.PathLike) -> dict[str, Any]:
 
 def verify_shard(folder: str | os.PathLike, entry: dict[str, Any], checksum: bool = True) -> Path:
     """Check a shard file against its index entry (size, and sha256 if `checksum`); return its path."""
-    path = Path(folder) / entry["file"]
-    if not path.is_file():
-        raise data_error(path, None, "shard listed in index.json is missing")
-    size = path.stat().st_size
-    if size != entry["bytes"]:
-        raise data_error(path, None, f"shard is {size} bytes, index.json says {entry['bytes']}: truncated or replaced")
-    if checksum and file_sha256(path) != entry["sha256"]:
-        raise data_error(path, None, "shard checksum does not match index.json: the file is corrupt")
-    return path
+    return check_file(folder, entry, Path(folder) / INDEX_FILE, DataError, checksum)
 
 
 def open_shard(path: Path, entry: dict[str, Any]) -> ShardArrays:
