@@ -77,7 +77,8 @@ import numpy as np
 import torch
 from common import CLASSIFICATION_BUDGET, CPU_FLAGS, DATA, RANDOM_INIT, SEEDS, cpu_line, parse_starts
 
-from bertkit.io import atomic_write_json, atomic_write_text
+from bertkit.errors import BertkitError, DataError
+from bertkit.io import atomic_write_json, atomic_write_text, file_sha256, read_json_object, record_field
 from bertkit.jobs import payoff
 from bertkit.jobs.payoff import FinetuneBudget, PayoffConfig, StartResult, markdown_table
 from bertkit.tasks.significance import (PairedTest, confusion_counts, confusion_statistic, format_p, mcnemar,
@@ -355,30 +356,83 @@ BUDGET_FIELDS = ("lrs", "seeds", "epochs", "batch_size", "max_train_examples", "
 """What must be equal for tasks of two invocations to share a table (the files and lengths are the task's own)."""
 
 
-def merge_tasks(report: dict[str, Any], path: Path) -> list[str]:
+def start_sha256(folder: str) -> str:
+    """A start's identity wherever it lies: the sha256 of the files that define its model (folder_identity)."""
+    from bertkit.pretrained import resolve_model_dir
+    from bertkit.training.provenance import folder_identity
+
+    return folder_identity(resolve_model_dir(folder))["sha256"]
+
+
+def data_sha256(train: str, dev: str) -> dict[str, str]:
+    """The sha256 of the training and dev files a task's runs read (as task_files made them)."""
+    return {"train": file_sha256(train), "dev": file_sha256(dev)}
+
+
+def _entry(record: dict[str, Any], path: Path, *keys: str) -> Any:
+    """record[keys[0]][keys[1]]..., or a DataError naming the entry a glue.json lacks."""
+    value: Any = record
+    for i, key in enumerate(keys):
+        if not isinstance(value, dict) or key not in value:
+            raise DataError(f"{path}: no {'.'.join(keys[:i + 1])}; not a glue.json of this table's starts and tasks")
+        value = value[key]
+    return value
+
+
+def merge_tasks(report: dict[str, Any], path: Path, data: Path, out: Path) -> list[str]:
     """Add to `report` the tasks that another invocation's glue.json measured and this one did not (another session
-    or machine, the same starts, baseline and budget): their budgets, runs, scores and paired tests, as they are.
-    Returns the names of the tasks added; a glue.json of other starts or another budget is refused, named."""
-    try:
-        other = json.loads(path.read_text("utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise SystemExit(f"--merge {path}: not a glue.json ({e})") from None
-    if list(other.get("starts", {})) != list(report["starts"]) or other.get("baseline") != report["baseline"]:
-        raise SystemExit(f"--merge {path}: its starts {list(other.get('starts', {}))} (baseline "
-                         f"{other.get('baseline')!r}) are not this table's {list(report['starts'])} (baseline "
-                         f"{report['baseline']!r})")
+    or machine): their budgets, runs, scores and paired tests, as they are. Returns the names of the tasks added.
+    Refused with a DataError naming what differs: a dry run or not, other starts (names, baseline, or the sha256 of
+    a start's model files), another budget, another max length, or a task measured on other data (the sha256 of its
+    training and dev files against those task_files makes here from `data`); or an entry it lacks."""
+    other = read_json_object(path, DataError)
+    if other.get("dry_run") != report["dry_run"]:
+        raise DataError(f"{path}: dry_run {other.get('dry_run')!r}, this table's {report['dry_run']!r}")
+    if list(record_field(other, "starts", dict, path, DataError)) != list(report["starts"]) or \
+            other.get("baseline") != report["baseline"]:
+        raise DataError(f"{path}: its starts {list(other['starts'])} (baseline {other.get('baseline')!r}) are not "
+                        f"this table's {list(report['starts'])} (baseline {report['baseline']!r})")
+    identity = record_field(other, "start_sha256", dict, path, DataError)
+    for start, sha in report["start_sha256"].items():
+        if identity.get(start) != sha:
+            raise DataError(f"{path}: start {start!r} was another model (the sha256 of its files "
+                            f"{str(identity.get(start))[:12]}... there, {sha[:12]}... here: {report['starts'][start]})")
     mine = next(iter(report["tasks"].values()), None)
     added = []
-    for name, task in other["tasks"].items():
+    for name in record_field(other, "tasks", dict, path, DataError):
         if name in report["tasks"]:
             continue  # measured here: this invocation's runs are the record
+        task = next((t for t in TASKS if t.name == name), None)
+        if task is None:
+            raise DataError(f"{path}: task {name!r} is not one of {', '.join(t.name for t in TASKS)}")
+        budget = _entry(other, path, "tasks", name, "budget")
         if mine is not None:
-            differ = [f for f in BUDGET_FIELDS if task["budget"].get(f) != mine["budget"].get(f)]
+            differ = [f for f in BUDGET_FIELDS if budget.get(f) != mine["budget"].get(f)]
             if differ:
-                raise SystemExit(f"--merge {path}: task {name} had another budget ({', '.join(differ)}: "
-                                 + ", ".join(f"{task['budget'].get(f)} here {mine['budget'].get(f)}" for f in differ)
-                                 + ")")
-        report["tasks"][name] = task
+                raise DataError(f"{path}: task {name} had another budget ({', '.join(differ)}: "
+                                + ", ".join(f"{budget.get(f)} here {mine['budget'].get(f)}" for f in differ) + ")")
+        length = DRY["max_length"] if report["dry_run"] else task.max_length
+        if budget.get("max_length") != length:
+            raise DataError(f"{path}: task {name} ran at max_length {budget.get('max_length')!r}, this table's {length}")
+        files = dict(zip(("train", "dev"), task_files(task, data, out, DRY["dev_examples"] if report["dry_run"]
+                                                     else None)))
+        for role, sha in data_sha256(files["train"], files["dev"]).items():
+            there = _entry(other, path, "tasks", name, "data_sha256", role)
+            if there != sha:
+                raise DataError(f"{path}: task {name} read another {role} file (sha256 {str(there)[:12]}... there; "
+                                f"{files[role]} here: {sha[:12]}...)")
+        for start in report["starts"]:
+            for lr in budget.get("lrs", []):
+                for seed in budget.get("seeds", []):
+                    if not isinstance(_entry(other, path, "runs", name, start, f"{lr:g}", str(seed), "best_metrics"),
+                                      dict):
+                        raise DataError(f"{path}: runs.{name}.{start}.{lr:g}.{seed}.best_metrics is not an object")
+            for field in ("score", "best_lr"):
+                if not isinstance(_entry(other, path, "scores", start, name, field), (int, float)):
+                    raise DataError(f"{path}: scores.{start}.{name}.{field} is not a number")
+            if start != report["baseline"]:
+                _entry(other, path, "paired", start, name)
+        report["tasks"][name] = other["tasks"][name]
         report["runs"][name] = other["runs"][name]
         for start in report["starts"]:
             report["scores"][start][name] = other["scores"][start][name]
@@ -515,7 +569,8 @@ def glue_table(args: argparse.Namespace) -> dict:
 
     flags = cpu_flags()
     report: dict[str, Any] = {
-        "dry_run": args.dry_run, "starts": starts, "baseline": baseline, "tasks": {}, "runs": {},
+        "dry_run": args.dry_run, "starts": starts, "baseline": baseline,
+        "start_sha256": {name: start_sha256(folder) for name, folder in starts.items()}, "tasks": {}, "runs": {},
         "scores": {name: {} for name in starts}, "glue_average": {}, "paired": {name: {} for name in starts
                                                                                 if name != baseline},
         "qnli_split": {"source": str(args.data / "qnli" / "dev.tsv"), "seed": SPLIT_SEED,
@@ -532,7 +587,8 @@ def glue_table(args: argparse.Namespace) -> dict:
         task_out = out / task.name
         results = payoff.run(PayoffConfig(starts, budget, task_out), on_run=lambda s, lr, seed, score, t=task.name:
                              print(f"  {t:5} {s:24} lr {lr:g} seed {seed}: {score:.4f}", flush=True))
-        report["tasks"][task.name] = {"title": task.title, "metrics": list(task.metrics), "budget": asdict(budget)}
+        report["tasks"][task.name] = {"title": task.title, "metrics": list(task.metrics), "budget": asdict(budget),
+                                      "data_sha256": data_sha256(train, dev)}
         report["runs"][task.name] = {r.name: read_runs(task_out, r, budget) for r in results}
         by_name = {r.name: r for r in results}
         for r in results:
@@ -544,7 +600,11 @@ def glue_table(args: argparse.Namespace) -> dict:
                        + markdown_table(results, task.metrics[0], baseline=baseline))
         print(details[-1], flush=True)
     for path in args.merge:
-        report["merged"] = report.get("merged", []) + [{"file": str(path), "tasks": merge_tasks(report, path)}]
+        try:
+            added = merge_tasks(report, path, args.data, out)
+        except BertkitError as e:
+            raise SystemExit(f"--merge {e}") from None
+        report["merged"] = report.get("merged", []) + [{"file": str(path), "tasks": added}]
     report["seconds"] = round(time.perf_counter() - started, 1)
     return write_report(report, out, args.data, details)
 
