@@ -37,6 +37,8 @@ from typing import Any, TypeVar
 from bertkit.errors import ConfigError
 
 T = TypeVar("T")
+# A number with an exponent, which PyYAML leaves a string unless it has a dot and a signed exponent (1e-4, 3E5).
+_YAML11_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
@@ -89,11 +91,8 @@ def coerce_value(value: Any, tp: Any, where: str) -> Any:
         number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             number = float(value)
-        elif isinstance(value, str):  # YAML 1.1 reads "1e-4" as a string
-            try:
-                number = float(value)
-            except ValueError:
-                pass
+        elif isinstance(value, str) and _YAML11_EXPONENT.fullmatch(value.strip()):
+            number = float(value)  # YAML 1.1 (PyYAML) reads 1e-4 as a string; any other quoted number stays refused
         if number is None:
             raise ConfigError(f"{where}: expected a number, found {value!r}")
         if not math.isfinite(number):  # NaN passes every `x < 0` check; no setting of bertkit means infinity
@@ -157,9 +156,10 @@ class Spec:
         """ConfigError naming `where` if `value` (already of the field's type; None passes) is not accepted."""
         if value is None:
             return
+        why = f" ({self.why})" if self.why else ""
         if isinstance(value, (list, tuple)):
             if not value and not self.empty:
-                raise ConfigError(f"{where}: expected a non-empty list, found []")
+                raise ConfigError(f"{where}: expected a non-empty list{why}, found []")
             for i, item in enumerate(value):
                 self.check(item, f"{where}[{i}]")
             return
@@ -175,7 +175,6 @@ class Spec:
             ok = ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
                   and (self.le is None or value <= self.le) and (self.lt is None or value < self.lt))
         if not ok:
-            why = f" ({self.why})" if self.why else ""
             raise ConfigError(f"{where}: expected {self.expected(isinstance(value, int))}{why}, found {value!r}")
 
 

@@ -138,10 +138,20 @@ def test_n2_a_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path: Pat
     assert [r["step"] for r in records if r["split"] == "train"] == [1, 2, 3, 4, 5]
 
 
-def test_n2_weights_made_infinite_are_never_saved(tmp_path: Path) -> None:
-    """N2: an update with finite gradients can still overflow the weights (an absurd learning rate): best/ and the
-    checkpoint are refused rather than written from inf/NaN weights."""
-    cfg = TrainingConfig(output_dir=str(tmp_path), lr=1e39, batch_size=4, max_steps=4, warmup=1, eval_every=1,
+def test_n2_weights_made_infinite_are_never_saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """N2: an update with finite gradients can still leave weights that are not finite (round 2 made them so with
+    an absurd learning rate, which the options layer now refuses: here the optimizer's first step itself writes an
+    infinity): best/ and the checkpoint are refused rather than written from inf/NaN weights."""
+    step = torch.optim.AdamW.step
+
+    def overflowing_step(self: torch.optim.Optimizer, *args: object, **kwargs: object) -> object:
+        out = step(self, *args, **kwargs)
+        with torch.no_grad():
+            self.param_groups[0]["params"][0].view(-1)[0] = float("inf")
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", overflowing_step)
+    cfg = TrainingConfig(output_dir=str(tmp_path), lr=0.01, batch_size=4, max_steps=4, warmup=1, eval_every=1,
                          metric_for_best="mse", progress_bar=False, tensorboard=False)
     with pytest.raises(BertkitError, match=r"after step 1 the weights hold inf or NaN values \(inp\.weight\); "
                                             r"best/ was not written"):
@@ -151,14 +161,25 @@ def test_n2_weights_made_infinite_are_never_saved(tmp_path: Path) -> None:
 
 def test_n2_finetune_with_a_diverging_loss_exits_with_the_message(tmp_path: Path, tiny_dir: Path,
                                                                   sst: dict[str, Path], capsys) -> None:
-    """N2 through the CLI: rc 1 and the message (no traceback), no best/, final/ or results.json from NaN weights."""
+    """N2 through the CLI: rc 1 and the message (no traceback), no best/, final/ or results.json from NaN weights.
+    Round 2 diverged with --lr 1e30, which the options layer now refuses before training; here the start's word
+    embeddings overflow float32 in the first forward pass."""
+    args = ["finetune", "--task", "classification", "--train", str(sst["train"]), "--dev", str(sst["dev"]),
+            "--max-length", "16", "--epochs", "2", "--batch-size", "8", "--warmup", "0", "--no-progress"]
+    assert main([*args, "--model", str(tiny_dir), "--lr", "1e30", "--output", str(tmp_path / "refused")]) == 1
+    assert "FinetuneConfig.training.lr: expected a number > 0 and <= 1, found 1e+30" in _err(capsys)
+    assert not (tmp_path / "refused").exists()
+    huge = tmp_path / "huge"
+    shutil.copytree(tiny_dir, huge)
+    model = BertModel.from_pretrained(str(huge))
+    with torch.no_grad():
+        model.embeddings.word_embeddings.weight.mul_(1e37)
+    model.save_pretrained(str(huge))
     out = tmp_path / "run"
-    code = main(["finetune", "--task", "classification", "--model", str(tiny_dir), "--train", str(sst["train"]),
-                 "--dev", str(sst["dev"]), "--max-length", "16", "--epochs", "2", "--batch-size", "8", "--lr", "1e30",
-                 "--warmup", "0", "--output", str(out), "--no-progress"])
+    code = main([*args, "--model", str(huge), "--output", str(out)])
     err = _err(capsys)
-    assert code == 1 and "bertkit finetune: error:" in err and "training stopped at step 2" in err, err
-    assert "the loss is nan" in err and "training.lr = 1e+30" in err
+    assert code == 1 and "bertkit finetune: error:" in err and "training stopped at step 1" in err, err
+    assert "the loss is nan" in err
     assert not (out / "best").exists() and not (out / "final").exists() and not (out / "results.json").exists()
 
 
@@ -333,7 +354,8 @@ def test_c5_empty_teacher_layers_is_an_error(tmp_path: Path, teacher: Path, sst:
     """C5: `--teacher-layers []` silently meant the default spread."""
     assert main(["distill", "--teacher", str(teacher), "--train", str(sst["train"]), "--dev", str(sst["dev"]),
                  "--teacher-layers", "[]", "--output", str(tmp_path / "o"), "--print-config"]) == 1
-    assert "DistillConfig.teacher_layers = []: expected one teacher layer index per student layer" in _err(capsys)
+    assert "DistillConfig.teacher_layers: expected a non-empty list (a teacher layer index per student layer, " \
+        "e.g. [0, 2, 4]; leave it out for the default spread), found []" in _err(capsys)
 
 
 def test_c6_an_output_folder_on_the_model_it_reads_is_refused(tmp_path: Path, teacher: Path, tiny_dir: Path,

@@ -73,7 +73,8 @@ class DistillConfig(Config):
     """Dev file (task; required) or prepared held-out folder (pre-training; optional), evaluated during training."""
     student_layers: int | None = spec(None, ge=1, le=MAX_LAYERS)
     """Layers of the student; None = half the teacher's (DistilBERT: 12 -> 6)."""
-    teacher_layers: list[int] | None = spec(None, ge=0, lt=MAX_LAYERS)
+    teacher_layers: list[int] | None = spec(None, ge=0, lt=MAX_LAYERS, why="a teacher layer index per student "
+                                            "layer, e.g. [0, 2, 4]; leave it out for the default spread")
     """The teacher layers the student starts from, one per student layer; None = evenly spread from layer 0, i.e.
     every other layer (6 -> 3: 0, 2, 4). DistilBERT itself took 0, 2, 4, 7, 9, 11 of BERT-base's 12."""
     temperature: float = spec(2.0, gt=0, le=1e3)

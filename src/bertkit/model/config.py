@@ -145,8 +145,8 @@ class BertConfig(Config):
                 f"num_attention_heads ({self.num_attention_heads})"
             )
         if self.pad_token_id >= self.vocab_size:
-            raise ConfigError(f"BertConfig.pad_token_id must be a token id in 0..{self.vocab_size - 1} "
-                              f"(vocab_size {self.vocab_size}), got {self.pad_token_id!r}")
+            raise ConfigError(f"BertConfig.pad_token_id: expected a token id in 0..{self.vocab_size - 1} "
+                              f"(vocab_size {self.vocab_size}), found {self.pad_token_id!r}")
         if self.tabular_inputs is not None:
             t = self.tabular_inputs
             if not (set(t) <= {"numeric", "categories", "embedding_size"}
