@@ -1,6 +1,6 @@
 """Calibrated static int8 for the encoder's linear layers, with the layers that int8 hurts most kept in float32.
 
-How (issue 15): every encoder matrix product (the fused Q/K/V projection, the attention output, the two feed-forward
+How: every encoder matrix product (the fused Q/K/V projection, the attention output, the two feed-forward
 products of each layer) is a "unit". Its weights are int8 with one scale per output channel; its input is quantized
 with one fixed scale and zero point, from the input's range over calibration text (`calibrate_int8`), after
 SmoothQuant's per-channel smoothing (Xiao et al. 2023): BERT's LayerNorm outputs have a few channels tens of times
@@ -12,7 +12,7 @@ text; the units are then put back in float32, the most sensitive first, as many 
 the whole model's pooled embeddings to reach `min_cosine` to float32 on that text. The plan (ranges, sweep,
 smoothing, float units) is a plain dataclass: recomputed deterministically from the same text, or stored as JSON.
 
-Texts of few distinct tokens stay in float32 (issue 24, N12). A text's embedding is the mean of its tokens' vectors,
+Texts of few distinct tokens stay in float32. A text's embedding is the mean of its tokens' vectors,
 and int8's rounding errors of different tokens partly cancel in that mean; those of a text with a handful of tokens
 ("oh come on .", one character: [CLS] x [SEP]) or of one word repeated ("the " * 250: every vector nearly the same,
 every error too) do not. On such texts, as on none other, int8 missed the 0.995 goal for the minimum cosine to
@@ -20,7 +20,7 @@ float32, and more float32 units or calibration on them did not reach it without 
 (docs/results/int8-short-texts-*.md, benchmarks/bench_int8_accuracy.py). So the encoder runs a text with fewer than `MIN_INT8_DISTINCT_TOKENS`
 distinct token ids (special tokens included) in float32, where it costs little: a few tokens, or one repeated.
 
-The int8 products run on one of two kernels (issue 30), the same plan and the same int8 numbers on either:
+The int8 products run on one of two kernels, the same plan and the same int8 numbers on either:
 "fbgemm" (torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32: fbgemm quantizes the input, multiplies
 u8 x s8 into int32 and dequantizes in one pass) or "onednn" (the input quantized by torch.quantize_per_tensor, then
 torch.ops.onednn.qlinear_pointwise, oneDNN's int8 inner product, which takes VNNI's vpdpbusd and AMX's tile products
@@ -137,7 +137,7 @@ def choose_int8_kernel(kernel: str | None = None) -> tuple[str, str]:
     """The kernel the int8 products run on and why: `kernel` if given (or "auto"), else BERTKIT_INT8_KERNEL, else
     oneDNN where the CPU has AMX (fbgemm has no AMX kernels), fbgemm elsewhere: on AVX2 it measured as fast or faster
     (docs/results/int8-vnni-path-epyc-avx2-2026-11-25.md), and on AVX-512 VNNI it has VNNI kernels of its own, so
-    oneDNN is chosen there only when asked for until the two are measured on such a CPU (issue 30)."""
+    oneDNN is chosen there only when asked for until the two are measured on such a CPU."""
     asked = kernel or os.environ.get(INT8_KERNEL_ENV, "").strip() or "auto"
     if asked != "auto":
         if asked not in INT8_KERNELS:
@@ -235,7 +235,7 @@ class FloatLinear(nn.Module):
     """y = x W^T + b in float32, in blocks of exactly FLOAT_BLOCK_ROWS rows (the last padded with zero rows, dropped).
 
     A unit the plan keeps in float32 feeds int8 units downstream, which round their input to a grid, so its rows
-    must come out bit for bit the same however many rows share the product (issue 24, N11). MKL's float32 GEMM
+    must come out bit for bit the same however many rows share the product. MKL's float32 GEMM
     picks its kernel and blocking by the row count: on the 2-core AVX2 EPYC rows differed in the last bit below 12
     rows; on a 2-core AMX Xeon a 384 -> 1536 product gave other bits from 16 rows up, and a 1536 -> 384 one for
     some multiples of 64 from 256 up, while a row's bits never depended on its place within one call. So every
@@ -277,7 +277,8 @@ class Int8Plan:
 
     @classmethod
     def from_dict(cls, data: dict) -> Int8Plan:
-        """A plan from `to_dict`'s JSON; one stored before issue 24 gets today's float32 rule for short texts."""
+        """A plan from `to_dict`'s JSON; one stored without `min_distinct_tokens` gets today's float32 rule for short
+        texts."""
         return cls({k: ([float(x) for x in v[0]], [float(x) for x in v[1]]) for k, v in data["input_ranges"].items()},
                    dict(data.get("sensitivity", {})), dict(data.get("smoothing", {})), list(data.get("float_units", [])),
                    float(data.get("min_cosine", 1.0)),
