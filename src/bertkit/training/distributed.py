@@ -97,12 +97,3 @@ def any_rank(flag: bool | torch.Tensor, info: DistInfo) -> bool:
         t = torch.tensor([1 if flag else 0], device=info.device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
-
-
-def broadcast_object(obj: Any, info: DistInfo) -> Any:
-    """Rank 0's `obj` on every rank."""
-    if not info.distributed:
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
