@@ -88,6 +88,7 @@ def main() -> int:
     from bertkit.inference.encoder import Encoder
     from bertkit.jobs import evaluate
     from bertkit.jobs.finetune import _load_finetuned
+    from bertkit.tasks.base import predict
 
     teacher_dir, student_dir, baseline_dir = (args.out / n for n in ("teacher", "student", "baseline"))
     run_stage("teacher", teacher_dir, lambda: train_teacher(args, teacher_dir))
@@ -115,7 +116,7 @@ def main() -> int:
         for name, _ in timed:
             t, s, net, tok = loaded[name]
             start = time.perf_counter()
-            t.predict(net, examples, t.features(examples, tok, s, training=False), s, 64, tok)
+            predict(t, net, examples, t.features(examples, tok, s, training=False), s, 64, tok)
             elapsed = time.perf_counter() - start
             start = time.perf_counter()
             encoders[name].encode(texts, batch_size=64)

@@ -31,8 +31,8 @@ class Answers:
 def plugin(endpoint: str) -> type[Task]:
     """A plug-in task serving `endpoint` (its name made from it, so that only the endpoint clashes)."""
     return type(f"Clash_{endpoint.replace('-', '_')}", (Task,), {
-        "name": f"clash-{endpoint}", "model_class_name": "BertForSequenceClassification",
-        "serving": Serving(endpoint, Texts, Answers)})
+        "name": f"clash-{endpoint}",
+        "serving": type("ClashServing", (Serving,), {"endpoint": endpoint, "request": Texts, "response": Answers})})
 
 
 @pytest.mark.parametrize("endpoint,owner", SERVED + [(e, None) for e in ("health", "embed", "fill-mask", "search")])

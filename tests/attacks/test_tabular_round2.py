@@ -17,7 +17,9 @@ import pytest
 
 from bertkit.cli import main
 from bertkit.errors import CheckpointError, ConfigError, DataError
-from bertkit.tasks.classification import ClassificationTask, fit_numeric, read_logits, request_example
+import bertkit.tasks.base as task_base
+from bertkit.tasks.classification import ClassificationTask, read_logits, request_example
+from bertkit.tasks.columns import fit_numeric
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tasks"))
 from test_tabular import HEADER, settings, write_csv  # noqa: E402  (the tabular tests' file helpers)
@@ -127,11 +129,11 @@ def test_n3_huge_values_at_predict_time_are_refused_or_clipped_never_nan(run: Pa
     # A folder fitted before the range was stored: the standardised value is clipped to +-100 std, never NaN.
     legacy_dict = s.to_dict()  # as such a folder's config.json holds them
     del legacy_dict["numeric_range"], legacy_dict["numeric_limits"]
-    legacy = task.load_settings(legacy_dict)
+    legacy = task.settings_of(legacy_dict)
     rows[0][0] = "1e30"
     features = task.features(read(write_csv(tmp_path / "r.csv", rows), legacy, False), tokenizer, legacy, False)
     assert features[0]["numeric_features"][0] == 100.0
-    predictions = task.predict(model, [], features, dataclasses.replace(legacy, problem="single_label"), 8)
+    predictions = task_base.predict(task, model, [], features, dataclasses.replace(legacy, problem="single_label"), 8)
     assert predictions and all(p in ("0", "1") for p in predictions)
     # Logits that are not finite (a folder whose weights hold NaN) are an error, never a label with probability NaN.
     with pytest.raises(CheckpointError, match=r"logits are not finite"):

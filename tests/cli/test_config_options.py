@@ -20,7 +20,7 @@ from bertkit.data.config import PretrainingDataConfig
 from bertkit.jobs.demo import DemoConfig
 from bertkit.jobs.distill import DistillConfig
 from bertkit.jobs.evaluate import EvaluateConfig
-from bertkit.jobs.finetune import FinetuneConfig
+from bertkit.jobs.finetune import TASK_LR, FinetuneConfig
 from bertkit.jobs.predict import PredictConfig
 from bertkit.jobs.pretrain import PhaseConfig, PretrainConfig
 from bertkit.data.prepare import PrepareOptions
@@ -217,7 +217,7 @@ def test_the_verbs_build_their_configs_from_the_options(tiny_dir: Path) -> None:
     ft = resolve_finetune_config(parse("finetune", "--task", "ner", "--model", str(tiny_dir), "--train", "t",
                                        "--dev", "d", "--output", "o", "--frozen", "--tagger-hidden", "16"))
     assert ft.options == {"frozen": True, "tagger_hidden": 16}
-    assert (ft.training.output_dir, ft.training.lr) == ("o", TASKS["ner"].default_lr)
+    assert (ft.training.output_dir, ft.training.lr) == ("o", TASK_LR["ner"])
     di = resolve_distill_config(parse("distill", "--teacher", str(tiny_dir), "--train", "d", "--student-layers", "1",
                                       "--max-steps", "3", "--output", "o"))
     assert (di.mode, di.student_layers, di.training.max_steps, di.training.output_dir) == ("pretraining", 1, 3, "o")

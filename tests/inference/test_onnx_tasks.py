@@ -18,18 +18,20 @@ def onnx_against_torch(folder: Path, data: Path, out: Path) -> float:
     """`bertkit export-onnx` of a fine-tuned folder, run by onnxruntime on its task's features of `data` (the
     graph's inputs are the task's), against the PyTorch model: the largest absolute difference of any output."""
     from bertkit.jobs.finetune import _load_finetuned
+    from bertkit.tasks.base import collator
 
     path = out / "m.onnx"
     assert main(["export-onnx", str(folder), "-o", str(path)]) == 0
     task, settings, model, tokenizer = _load_finetuned(str(folder))
     features = task.features(task.read(data, settings)[:5], tokenizer, settings, training=False)
-    batch = task.collator(tokenizer)(features)
+    batch = collator(task, tokenizer)(features)
     session = ort.InferenceSession(str(path))
     names = [i.name for i in session.get_inputs()]
     got = session.run(None, {n: batch[n].numpy() for n in names})
     with torch.no_grad():
         want = model.eval()(**{n: batch[n] for n in names})
-    return max(float(np.abs(getattr(want, k).numpy() - v).max()) for k, v in zip(task.output_keys, got))
+    outputs = task.head(settings).outputs
+    return max(float(np.abs(getattr(want, k).numpy() - v).max()) for k, v in zip(outputs, got))
 
 
 def test_frozen_tagger_and_multiple_choice_export_equal_pytorch(  # noqa: ANN001 (finetune_best: a function)

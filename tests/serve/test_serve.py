@@ -187,6 +187,7 @@ def test_ner_answers_what_predict_decodes(tmp_path: Path) -> None:
     """/ner tags each word as `bertkit predict` does (the tag at its first word piece), with that tag's softmax
     probability from a plain forward pass."""
     from bertkit.serve.app import Predictor
+    from bertkit.tasks.base import predict
     from bertkit.tasks.ner import NerTask, TaggedSentence
 
     labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -202,7 +203,7 @@ def test_ner_answers_what_predict_decodes(tmp_path: Path) -> None:
         assert [a["token"] for a in answer] == words
         sentence = TaggedSentence(0, words, None)
         features = task.features([sentence], tok, settings, training=False)
-        assert [a["label"] for a in answer] == task.predict(predictor.model, [sentence], features, settings, 8, tok)[0]
+        assert [a["label"] for a in answer] == predict(task, predictor.model, [sentence], features, settings, 8, tok)[0]
         ids = features[0]["input_ids"]
         with torch.inference_mode():
             probs = predictor.model(torch.tensor([ids])).logits[0].softmax(-1)

@@ -4,7 +4,7 @@ served over HTTP and exported to ONNX by bertkit's own jobs, server and exporter
 
 The toy task, "casing": is a sentence about someone? Its head reads, beside the word pieces, `casing_ids`: 1 for a
 piece of a capitalised word, 0 otherwise (an uncased tokenizer loses that). What it costs: this one module (its
-settings, reader, features, head, decoding, metric, serving declaration)."""
+settings, reader, features, head, decoding, metric, and its endpoint beside it)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from bertkit.io import atomic_open
 from bertkit.model.heads import MODEL_CLASSES, BertHeadModel, ClassifierOutput
 from bertkit.tasks import ALIASES, TASKS, register_task
-from bertkit.tasks.base import Feature, Head, Serving, Task, TaskSettings, read_table, softmax
+from bertkit.tasks.base import Feature, Head, Serving, Task, TaskSettings, TextsRequest, collator, read_table, softmax
 
 
 # --- the plug-in: one module --------------------------------------------------------------------------------------
@@ -63,11 +63,6 @@ class CasingSettings(TaskSettings):
 
 
 @dataclass
-class CasingRequest:
-    texts: list[str]
-
-
-@dataclass
 class CasingAnswer:
     label: str
     probability: float
@@ -78,17 +73,25 @@ class CasingResponse:
     results: list[CasingAnswer]
 
 
+class CasingServing(Serving):
+    endpoint, response = "casing", CasingResponse
+    examples = ({"texts": ["Anna met Bob.", "the cat sat on the mat all day long, and then slept."]},)
+
+    def request_examples(self, request: TextsRequest) -> list[Sentence]:
+        return [Sentence(0, text, None) for text in request.texts]
+
+    def answer(self, example: Sentence, features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]]) -> dict:
+        probs = softmax(outputs[0]["logits"].astype(np.float64))
+        return {"label": self.settings.label_names[int(probs.argmax())], "probability": float(probs.max())}
+
+
 class CasingTask(Task):
     """TSV `text<TAB>label` with a header -> one label per sentence, read with the words' casing."""
 
     name = "casing"
-    order = 50
-    model_class_name = "BertForCasedClassification"
-    own_heads = (BertForCasedClassification,)
     model_inputs = ("input_ids", "token_type_ids", "casing_ids")
     settings_class = CasingSettings
-    serving = Serving("casing", CasingRequest, CasingResponse,
-                      examples=({"texts": ["Anna met Bob.", "the cat sat on the mat all day long, and then slept."]},))
+    serving = CasingServing
 
     def read(self, path: Any, settings: CasingSettings, labelled: bool = True) -> list[Sentence]:
         rows = read_table(path)[1:]  # the header first
@@ -98,8 +101,8 @@ class CasingTask(Task):
         return dataclasses.replace(settings, label_names=sorted({ex.label for ex in examples}), main_metric="accuracy")
 
     def head(self, settings: CasingSettings) -> Head:
-        return Head(self.model_class_name, {"num_labels": len(settings.label_names or []),
-                                            "label_names": settings.label_names})
+        return Head("BertForCasedClassification", {"num_labels": len(settings.label_names or []),
+                                                   "label_names": settings.label_names})
 
     def features(self, examples: Sequence[Sentence], tokenizer: Any, settings: CasingSettings,
                  training: bool) -> list[Feature]:
@@ -128,14 +131,6 @@ class CasingTask(Task):
         with atomic_open(path) as f:
             f.writelines(f"{ex.text}\t{p}\n" for ex, p in zip(examples, predictions))
 
-    def request_examples(self, request: CasingRequest, settings: CasingSettings, tokenizer: Any) -> list[Sentence]:
-        return [Sentence(0, text, None) for text in request.texts]
-
-    def answer(self, example: Sentence, features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]],
-               settings: CasingSettings) -> dict[str, Any]:
-        probs = softmax(outputs[0]["logits"].astype(np.float64))
-        return {"label": settings.label_names[int(probs.argmax())], "probability": float(probs.max())}
-
 
 # --- the worked example -------------------------------------------------------------------------------------------
 TRAIN = [("Anna met Bob in Paris.", "person"), ("the rain fell all day.", "none"), ("Tom laughed.", "person"),
@@ -147,7 +142,7 @@ TRAIN = [("Anna met Bob in Paris.", "person"), ("the rain fell all day.", "none"
 def registered() -> Iterator[type[Task]]:
     """CasingTask registered for this module; the registries as they were afterwards (other tests list them)."""
     saved = dict(TASKS), dict(ALIASES), dict(MODEL_CLASSES)
-    yield register_task(CasingTask)
+    yield register_task(CasingTask, BertForCasedClassification)
     for registry, before in zip((TASKS, ALIASES, MODEL_CLASSES), saved):
         registry.clear()
         registry.update(before)
@@ -182,7 +177,7 @@ def test_a_plugin_task_is_finetuned_evaluated_served_and_exported(registered: ty
     assert predict.run(predict.PredictConfig(model=str(best), input=str(source), output=str(tmp_path / "p.tsv"))) == 2
     predicted = [line.split("\t")[1] for line in (tmp_path / "p.tsv").read_text().splitlines()]
 
-    from fastapi.testclient import TestClient  # the server: its route comes from the task's serving declaration
+    from fastapi.testclient import TestClient  # the server: its route comes from the task's serving class
 
     with TestClient(create_app(best, ServeSettings(precision="fp32"))) as client:
         assert client.get("/health").json()["endpoints"] == ["casing", "embed"]
@@ -196,12 +191,12 @@ def test_a_plugin_task_is_finetuned_evaluated_served_and_exported(registered: ty
     path = tmp_path / "casing.onnx"
     assert main(["export-onnx", str(best), "-o", str(path)]) == 0
     task = get_task("casing")
-    settings = task.folder_settings(BertForCasedClassification.from_pretrained(str(best)).config)
+    settings = task.settings_of(BertForCasedClassification.from_pretrained(str(best)).config)
     model = BertForCasedClassification.from_pretrained(str(best)).eval()
     from bertkit.tokenizer import BertTokenizer
 
     tokenizer = BertTokenizer.from_pretrained(best)
-    batch = task.collator(tokenizer)(task.features(task.read(train, settings)[:7], tokenizer, settings, False))
+    batch = collator(task, tokenizer)(task.features(task.read(train, settings)[:7], tokenizer, settings, False))
     session = ort.InferenceSession(str(path))
     names = [i.name for i in session.get_inputs()]
     assert names == ["input_ids", "attention_mask", "token_type_ids", "casing_ids"]

@@ -15,6 +15,10 @@ from bertkit.model import MODEL_CLASSES, BertConfig, BertModel
 from bertkit.model.folder import TASK_HEADS, load_model, open_folder
 from bertkit.tasks import ALIASES, TASKS, get_task
 
+HEADS = {"classification": "BertForSequenceClassification", "ner": "BertForTokenClassification",
+         "qa": "BertForQuestionAnswering", "multiple-choice": "BertForMultipleChoice"}
+"""The head each task fine-tunes by default."""
+
 
 def test_every_task_module_is_registered_in_order() -> None:
     assert list(TASKS) == ["classification", "ner", "qa", "multiple-choice"]
@@ -25,10 +29,11 @@ def test_every_task_module_is_registered_in_order() -> None:
 def test_each_name_and_alias_finds_its_task_and_its_head(name: str, tmp_path: Path) -> None:
     task = get_task(name)
     assert name in (task.name, *task.aliases)
-    assert task.model_class_name in MODEL_CLASSES
+    head = HEADS[task.name]
+    assert task.head(task.settings()).class_name == head and head in MODEL_CLASSES
     # A folder whose config.json names only `task: name` (no `architectures`) opens into the head the task fine-tunes,
     # through every step of the door: the model floor has the head from the registry.
-    assert TASK_HEADS[name]({}) == task.model_class_name
+    assert TASK_HEADS[name]({}) == head
     BertModel(BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                          intermediate_size=37)).save_pretrained(tmp_path)
     (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -37,9 +42,9 @@ def test_each_name_and_alias_finds_its_task_and_its_head(name: str, tmp_path: Pa
     del config["architectures"]
     config["task"] = name
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert type(open_folder(tmp_path).model).__name__ == task.model_class_name
-    assert type(bertkit.load(tmp_path).model).__name__ == task.model_class_name
-    assert type(load_model(tmp_path)).__name__ == task.model_class_name
+    assert type(open_folder(tmp_path).model).__name__ == head
+    assert type(bertkit.load(tmp_path).model).__name__ == head
+    assert type(load_model(tmp_path)).__name__ == head
 
 
 def test_a_setting_that_picks_another_head_reaches_the_model_floor() -> None:

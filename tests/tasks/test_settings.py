@@ -13,6 +13,8 @@ import pytest
 
 from bertkit.errors import ConfigError
 from bertkit.model import BertConfig
+from bertkit.model import MODEL_CLASSES
+from bertkit.model.folder import TASK_HEADS
 from bertkit.tasks import TASKS, get_task
 
 
@@ -45,10 +47,10 @@ def test_settings_round_trip_through_config_json_and_reading_changes_nothing(nam
     fitted = task.fit_labels(examples, settings)
     assert settings == before and fitted is not settings and type(fitted) is task.settings_class
     written = json.loads(json.dumps(fitted.to_dict()))  # config.json's task_settings, as it is
-    assert task.load_settings(written) == fitted
+    assert task.settings_of(written) == fitted
     # The head is declared once: its class and the BertConfig fields that size it, all of which BertConfig takes.
     head = task.head(fitted)
-    assert head.class_name in task.head_classes
+    assert head.class_name in MODEL_CLASSES and TASK_HEADS[name](written) == head.class_name
     BertConfig(**{**head.config, "task": task.name, "task_settings": written})
     if name == "classification":
         assert (fitted.glue, fitted.main_metric, fitted.label_names) == ("mrpc", "f1", ["0", "1"])
@@ -67,20 +69,20 @@ def test_old_dict_forms_load_and_bad_values_are_named(caplog: pytest.LogCaptureF
     a ConfigError naming the field."""
     old_frozen = {"max_length": 64, "label_names": ["O", "B-X"], "frozen": True, "frozen_features": "last",
                   "tagger": "bilstm", "tagger_hidden": 8, "tagger_dropout": 0.1, "encoder": "/some/folder"}
-    ner = get_task("ner").load_settings(old_frozen)
+    ner = get_task("ner").settings_of(old_frozen)
     assert ner.frozen and ner.tagger_hidden == 8 and ner.encoder == "/some/folder"
     old_tabular = {"max_length": 32, "template": "{Title}", "numeric_columns": ["Age"],
                    "numeric_stats": {"Age": [40.0, 9.0]}, "label_names": ["0", "1"]}  # before numeric_range
-    cls = get_task("classification").load_settings(old_tabular)
+    cls = get_task("classification").settings_of(old_tabular)
     assert cls.numeric_range is None and cls.pairs is None and cls.numeric_stats == {"Age": [40.0, 9.0]}
-    qa = get_task("qa").load_settings({"max_length": 384, "doc_stride": 128, "n_best": 20, "max_answer_length": 30,
+    qa = get_task("qa").settings_of({"max_length": 384, "doc_stride": 128, "n_best": 20, "max_answer_length": 30,
                                        "version_2": False, "null_threshold": 0.0, "main_metric": "f1"})
     assert qa.doc_stride == 128
     with caplog.at_level("WARNING"):
-        assert get_task("multiple-choice").load_settings({"max_length": 64, "shiny_new_option": 1}).max_length == 64
+        assert get_task("multiple-choice").settings_of({"max_length": 64, "shiny_new_option": 1}).max_length == 64
     assert "shiny_new_option" in caplog.text
     with pytest.raises(ConfigError, match=r"max_length.*expected an integer"):
-        get_task("qa").load_settings({"max_length": "long"})
+        get_task("qa").settings_of({"max_length": "long"})
 
 
 def test_a_frozen_folder_written_before_frozen_tagger_opens_with_its_tagger(tmp_path: Path) -> None:
@@ -99,13 +101,13 @@ def test_a_frozen_folder_written_before_frozen_tagger_opens_with_its_tagger(tmp_
 
 
 def test_every_registered_task_declares_its_contract() -> None:
-    """Each task: typed options and settings, a head, and a serving declaration whose example requests make
+    """Each task: typed options and settings, a head, and a serving class whose example requests make
     examples."""
     for cls in TASKS.values():
         task = cls()
         assert task.serving is not None and task.settings_class is not None
         settings = task.settings({})
-        assert task.head(settings).class_name == task.model_class_name
+        assert task.head(settings).class_name == TASK_HEADS[task.name]({})
 
 
 GOLD = {"classification": lambda examples: [ex.label for ex in examples],
@@ -118,7 +120,7 @@ GOLD = {"classification": lambda examples: [ex.label for ex in examples],
 @pytest.mark.parametrize("name", list(TASKS))
 def test_score_takes_settings_typed_or_as_a_mapping(name: str, data_dir: Path, tmp_path: Path) -> None:
     """Task.score with a plain dict of settings (config.json's form, and the form `score` was documented with until
-    2026-11-25) scores as with the typed settings, read through load_settings (a wrong value named there); any
+    2026-11-25) scores as with the typed settings, read through settings_of (a wrong value named there); any
     other value is a ConfigError saying what score expects."""
     assert set(GOLD) == set(TASKS)  # a newly registered task is tested here too
     task, settings, path = fitted_settings(name, data_dir, tmp_path)

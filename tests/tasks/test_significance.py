@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bertkit.tasks import get_task, metrics
+from bertkit.tasks import classification, get_task, metrics, multiple_choice, ner, qa
 from bertkit.tasks.classification import TextExample
 from bertkit.tasks.ner import TaggedSentence
 from bertkit.tasks.significance import (
@@ -135,12 +135,12 @@ def test_entity_counts_sum_to_seqeval_f1() -> None:
 def test_ner_paired_test_is_the_bootstrap_on_entity_f1() -> None:
     examples, a, b = _ner_examples()
     task = get_task("ner")
-    test = task.paired_test(examples, a, b, task.load_settings({"label_names": ["O", "B-PER", "I-PER", "B-LOC"]}))
+    test = ner.paired_test(examples, a, b, task.settings_of({"label_names": ["O", "B-PER", "I-PER", "B-LOC"]}))
     assert test.test == "paired bootstrap" and test.metric == "f1"
     assert test.score_a == pytest.approx(metrics.entity_scores(a, [s.tags for s in examples])["f1"])
     assert test.outcome == "win" and test.interval[0] > 0
-    assert task.paired_test(examples, b, a, task.load_settings({})).outcome == "loss"
-    assert task.paired_test(examples, a, a, task.load_settings({})).outcome == "tie"
+    assert ner.paired_test(examples, b, a, task.settings_of({})).outcome == "loss"
+    assert ner.paired_test(examples, a, a, task.settings_of({})).outcome == "tie"
 
 
 def test_classification_paired_test_picks_the_test_by_metric() -> None:
@@ -148,11 +148,11 @@ def test_classification_paired_test_picks_the_test_by_metric() -> None:
     examples = [TextExample(i, "t", None, str(i % 2), []) for i in range(200)]
     right = [ex.label for ex in examples]
     half = [ex.label if i < 100 else "0" for i, ex in enumerate(examples)]  # wrong on 50 positives
-    accuracy = task.paired_test(examples, half, right, task.load_settings({"label_names": ["0", "1"]}))
+    accuracy = classification.paired_test(examples, half, right, task.settings_of({"label_names": ["0", "1"]}))
     assert accuracy.test == "McNemar's exact test" and (accuracy.only_a, accuracy.only_b) == (0, 50)
     assert accuracy.outcome == "win"
-    mcc = task.paired_test(examples, half, right,
-                           task.load_settings({"label_names": ["0", "1"], "main_metric": "matthews"}))
+    mcc = classification.paired_test(examples, half, right,
+                                     task.settings_of({"label_names": ["0", "1"], "main_metric": "matthews"}))
     assert mcc.test == "paired bootstrap" and mcc.score_b == pytest.approx(1.0)
     assert mcc.score_a == pytest.approx(metrics.matthews_corrcoef(half, right))
     assert isinstance(mcc, PairedTest) and mcc.outcome == "win"
@@ -166,12 +166,12 @@ def test_qa_paired_test_bootstraps_question_f1_and_squad_scores_are_its_mean() -
     a = ["Austen"] * 40 + ["wrote it"] * 40  # F1 2/3 on half, 0 on the rest
     b = ["Jane Austen"] * 70 + ["wrote it"] * 10
     task = get_task("qa")
-    test = task.paired_test(examples, a, b, task.load_settings({}))
+    test = qa.paired_test(examples, a, b, task.settings_of({}))
     refs = {ex.id: ["Jane Austen"] for ex in examples}
     assert 100 * test.score_a == pytest.approx(metrics.squad_scores(dict(zip(refs, a)), refs)["f1"])
     assert 100 * test.score_b == pytest.approx(metrics.squad_scores(dict(zip(refs, b)), refs)["f1"])
     assert test.test == "paired bootstrap" and test.outcome == "win"
-    assert task.paired_test(examples, a, a, task.load_settings({})).outcome == "tie"
+    assert qa.paired_test(examples, a, a, task.settings_of({})).outcome == "tie"
 
 
 def test_multiple_choice_paired_test_is_mcnemar() -> None:
@@ -181,5 +181,5 @@ def test_multiple_choice_paired_test_is_mcnemar() -> None:
     right = [ex.label for ex in examples]
     wrong_half = [ex.label if i < 50 else 1 - ex.label for i, ex in enumerate(examples)]
     task = get_task("multiple-choice")
-    test = task.paired_test(examples, wrong_half, right, task.load_settings({}))
+    test = multiple_choice.paired_test(examples, wrong_half, right, task.settings_of({}))
     assert (test.only_a, test.only_b, test.outcome) == (0, 50, "win")

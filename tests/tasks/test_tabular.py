@@ -14,14 +14,8 @@ import torch
 
 from bertkit.cli import main
 from bertkit.errors import ConfigError, DataError
-from bertkit.tasks.classification import (
-    UNKNOWN_CATEGORY,
-    ClassificationTask,
-    category_ids,
-    numeric_vector,
-    render_template,
-    template_columns,
-)
+from bertkit.tasks.classification import ClassificationTask
+from bertkit.tasks.columns import UNKNOWN_CATEGORY, category_ids, numeric_vector, render_template, template_columns
 
 if TYPE_CHECKING:
     from bertkit.tasks.classification import ClassificationSettings

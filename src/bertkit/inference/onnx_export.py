@@ -1,9 +1,10 @@
 """ONNX export of any bertkit head with dynamic batch and sequence axes (torch.onnx, TorchScript exporter).
 
 A folder whose head a task serves is exported with the task's inputs (`export_folder`): the graph is traced on the
-batch the task makes of its example requests (`Task.example_requests`, `request_examples`, `serve_features`, its
-collator), so every input its head reads is a graph input under its feature name (a classifier's
-`numeric_features` and `categorical_ids`, a plug-in task's own), and its outputs are the task's `output_keys`.
+batch the task's endpoint makes of its example requests (`Serving.example_requests`, `request_examples`,
+`serve_features`, the task's collator), so every input its head reads is a graph input under its feature name (a
+classifier's `numeric_features` and `categorical_ids`, a plug-in task's own), and its outputs are the head's
+(`Head.outputs`).
 Other folders (BertModel, the pre-training heads) take input_ids, attention_mask and token_type_ids.
 
 BertModel packs real tokens with a data-dependent `nonzero`, which a traced graph would freeze to the example's
@@ -108,14 +109,18 @@ def export_onnx(model: BertPreTrainedModel, path: str | Path, opset: int = OPSET
 
 
 def task_inputs(task: Task, settings: TaskSettings, tokenizer: Any) -> dict[str, Tensor]:
-    """The batch a task makes of its example requests for a model with these settings, as its endpoint makes it
-    (examples, features, the task's collator): every input its head reads, by name, input_ids, attention_mask and
+    """The batch a task's endpoint makes of its example requests for a model with these settings (examples,
+    features, the task's collator): every input its head reads, by name, input_ids, attention_mask and
     token_type_ids first. What `export_folder` traces the model on."""
+    from bertkit.tasks.base import collator
+
+    assert task.serving is not None
+    serving = task.serving(task, settings, tokenizer)
     features = []
-    for body in task.example_requests(settings):
-        for example in task.request_examples(task.serving.request(**body), settings, tokenizer):
-            features += task.serve_features(example, tokenizer, settings)
-    batch = task.collator(tokenizer)(features)
+    for body in serving.example_requests():
+        for example in serving.request_examples(serving.request(**body)):
+            features += serving.serve_features(example)
+    batch = collator(task, tokenizer)(features)
     keep = [*BASE_INPUTS, *(k for k in task.model_inputs if k not in BASE_INPUTS)]
     return {k: batch[k] for k in keep if k in batch}
 
@@ -132,6 +137,7 @@ def export_folder(folder: str | Path, path: str | Path, opset: int = OPSET) -> t
     task = serving_task(model.config, type(model).__name__)
     if task is None:
         return model, export_onnx(model, path, opset)
-    settings = task.folder_settings(model.config)
-    inputs = task_inputs(task, settings, opened.tokenizer)
-    return model, export_onnx(model, path, opset, inputs, task.output_keys, task.per_token_outputs)
+    settings = task.settings_of(model.config)
+    head = task.head(settings)
+    return model, export_onnx(model, path, opset, task_inputs(task, settings, opened.tokenizer), head.outputs,
+                              head.per_token)

@@ -27,6 +27,7 @@ from bertkit.jobs.finetune import MAX_EXAMPLES, RESULTS_NAME, FinetuneConfig, fi
 from bertkit.model.config import MAX_LAYERS
 from bertkit.model.folder import Folder, read_folder
 from bertkit.tasks import get_task
+from bertkit.tasks.base import task_options
 from bertkit.training.config import TrainingConfig, save_config
 
 TASK, PRETRAINING = "task", "pretraining"
@@ -118,7 +119,7 @@ class DistillConfig(Config):
         teacher = self.teacher_folder.config
         check_teacher(teacher, self.layers(teacher.num_hidden_layers), f"DistillConfig.teacher {self.teacher}")
         if self.mode == TASK:  # an option the teacher's task does not have fails here, before any run starts
-            get_task(teacher.task).options(self.options, "DistillConfig.options")
+            task_options(get_task(teacher.task), self.options, "DistillConfig.options")
         if self.training is None:
             self.training = self.default_training({})
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from bertkit.dataclass_io import SEED_LIMIT, Config, spec
 from bertkit.io import atomic_write_json
 from bertkit.jobs.finetune import MAX_EXAMPLES, _load_finetuned, subset
-from bertkit.tasks.base import require_examples
+from bertkit.tasks.base import evaluate, require_examples
 
 
 @dataclass
@@ -37,12 +37,11 @@ def run(config: EvaluateConfig) -> dict[str, float]:
     config.output when given."""
     c = config
     t, settings, net, tokenizer = _load_finetuned(c.model)
-    examples = t.read(c.input, settings)
+    examples = t.read(c.input, settings)  # a label training never had is an error naming its line
     require_examples(examples, c.input)
-    t.check_examples(examples, settings, c.input)
     examples = subset(examples, c.max_examples, c.seed)
     features = t.features(examples, tokenizer, settings, training=False)
-    result = t.evaluate(net, examples, features, settings, c.batch_size, tokenizer)
+    result = evaluate(t, net, examples, features, settings, c.batch_size, tokenizer)
     result = {**result, "examples": len(examples)}
     if c.output:
         atomic_write_json(c.output, result)

@@ -30,7 +30,8 @@ from bertkit.io import atomic_write_json
 from bertkit.pretrained import resolve_model_dir
 from bertkit.model.folder import Folder, FolderConfig, load_model, open_folder, read_folder
 from bertkit.tasks import get_task
-from bertkit.tasks.base import Task, TaskSettings, require_examples
+from bertkit.tasks.base import (DEFAULT_METRIC, Task, TaskSettings, collator, evaluate, predict, require_examples,
+                                task_options)
 from bertkit.tokenizer import BertTokenizer
 from bertkit.training.config import TrainingConfig
 
@@ -51,7 +52,7 @@ def _check_same_task(task: Task, config: Any, folder: str | os.PathLike) -> None
     """CheckpointError when a fine-tuned folder was trained for another task (an NER model given to classify)."""
     if config.task and get_task(config.task).name != task.name:
         raise CheckpointError(f"{folder}: a model fine-tuned for task {config.task!r} "
-                              f"({task.model_class_name} is needed for --task {task.name}); "
+                              f"({task.head(task.settings()).class_name} is needed for --task {task.name}); "
                               "start from a pre-trained folder or pass the matching --task")
 
 
@@ -109,7 +110,7 @@ class FinetuneConfig(Config):
 
     def validate(self) -> None:
         task = get_task(self.task)  # an unknown task name is an error here, before anything is read
-        task.options(self.options)
+        task_options(task, self.options)
         if self.training is None:
             self.training = finetune_training(task, {})
 
@@ -128,14 +129,21 @@ class FinetuneConfig(Config):
         return config
 
 
+# The learning rate by task (paper, appendix A.3, searched 5e-5, 3e-5 and 2e-5): 3e-5, and 5e-5 for the token-level
+# tasks (google-research/bert's run_squad default).
+TASK_LR = {"ner": 5e-5, "qa": 5e-5}
+DEFAULT_LR = 3e-5
+
+
 def finetune_training(task: Task, overrides: dict[str, Any], where: str = "FinetuneConfig") -> TrainingConfig:
-    """TrainingConfig for fine-tuning: the paper's fine-tuning defaults and the task's LR, then `overrides`."""
+    """TrainingConfig for fine-tuning: the paper's fine-tuning defaults, the task's LR and main metric (every task
+    metric is better larger), then `overrides`."""
     from bertkit.dataclass_io import config_from_dict
 
-    values: dict[str, Any] = dict(output_dir="", lr=task.default_lr, batch_size=32, epochs=3.0, warmup=0.1,
-                                  weight_decay=0.01, max_grad_norm=1.0, eval_every=None, seed=42, precision="auto",
-                                  metric_for_best=task.main_metric, greater_is_better=task.greater_is_better,
-                                  tensorboard=False)
+    values: dict[str, Any] = dict(output_dir="", lr=TASK_LR.get(task.name, DEFAULT_LR), batch_size=32, epochs=3.0,
+                                  warmup=0.1, weight_decay=0.01, max_grad_norm=1.0, eval_every=None, seed=42,
+                                  precision="auto", metric_for_best=task.settings().main_metric or DEFAULT_METRIC,
+                                  greater_is_better=True, tensorboard=False)
     values.update(overrides)
     return config_from_dict(TrainingConfig, values, f"{where}.training")
 
@@ -147,7 +155,7 @@ def finetune_fingerprint(config: FinetuneConfig, task: Task, model: str) -> dict
     encoder's features are kept, not what they are)."""
     from bertkit.training.provenance import file_identity, flatten, folder_identity
 
-    options = dataclasses.asdict(task.options(config.options))
+    options = dataclasses.asdict(task_options(task, config.options))
     options.pop("feature_cache", None)
     return {"task": task.name, "model": folder_identity(model), "train": file_identity(config.train),
             "dev": file_identity(config.dev), **flatten("options", options),
@@ -166,6 +174,7 @@ def run(config: FinetuneConfig, resume: bool = False,
     job's fingerprint into its own, `on_start`, which writes its record once the run starts, and `model_folder`,
     config.model's config.json as it read it (`read_folder`), so that it is not read again.
     """
+    from bertkit.tasks.feature_cache import frozen_inputs
     from bertkit.training import Trainer
     from bertkit.training.distributed import setup_distributed
     from bertkit.training.provenance import check_output_apart
@@ -194,9 +203,8 @@ def run(config: FinetuneConfig, resume: bool = False,
         train_examples = subset(train_examples, c.max_train_examples, seed)
         settings = t.fit_labels(train_examples, settings)
         _check_head(t, start.config, settings, model)
-        dev_examples = t.read(dev, settings)
+        dev_examples = t.read(dev, settings)  # with the fitted labels: one training never had is an error
         require_examples(dev_examples, dev, "dev examples")
-        t.check_examples(dev_examples, settings, dev)
         dev_examples = subset(dev_examples, c.max_eval_examples, seed)
 
         train_features = t.features(train_examples, tokenizer, settings, training=True)
@@ -204,19 +212,19 @@ def run(config: FinetuneConfig, resume: bool = False,
         with torch.random.fork_rng(devices=[]):  # the new head's initial weights are a function of the seed
             torch.manual_seed(seed)
             net = build_model(t, start, settings)
-        options = t.options(c.options)  # inputs the task computes once with the model (the frozen encoder's features)
-        train_features = t.prepare_inputs(net, train_features, options, cfg.output_dir)
-        dev_features = t.prepare_inputs(net, dev_features, options, cfg.output_dir)
+        options = task_options(t, c.options)  # a frozen tagger's encoder runs once: its features are cached
+        train_features = frozen_inputs(net, train_features, options, cfg.output_dir)
+        dev_features = frozen_inputs(net, dev_features, options, cfg.output_dir)
         if wrap_model is not None:
             net = wrap_model(net)
-        main = settings.main_metric or t.main_metric
+        main = settings.main_metric or DEFAULT_METRIC
         if main != cfg.metric_for_best:  # the data picked the metric (MRPC/QQP: F1; CoLA: Matthews)
             cfg = dataclasses.replace(cfg, metric_for_best=main)
         output = cfg.output_dir
         fp = finetune_fingerprint(c, t, model)
-        trainer = Trainer(net, cfg, train_features, t.collator(tokenizer),
-                          evaluate=lambda m: t.evaluate(m, dev_examples, dev_features, settings, c.eval_batch_size,
-                                                        tokenizer),
+        trainer = Trainer(net, cfg, train_features, collator(t, tokenizer),
+                          evaluate=lambda m: evaluate(t, m, dev_examples, dev_features, settings, c.eval_batch_size,
+                                                      tokenizer),
                           save_extra=lambda folder: tokenizer.save_pretrained(folder), dist_info=dist_info,
                           fingerprint=fingerprint(fp) if fingerprint is not None else fp, on_start=on_start)
         result = trainer.train(resume=resume)
@@ -250,7 +258,7 @@ def finetuned_task(model: Folder) -> tuple[Task, TaskSettings, FolderConfig]:
         raise CheckpointError(f"{folder.config_path}: no bertkit task; this is not a fine-tuned model folder "
                               "(fine-tune it first with `bertkit finetune`)")
     t = get_task(config.task)
-    return t, t.folder_settings(config), folder
+    return t, t.settings_of(config), folder
 
 
 def _load_finetuned(model: str) -> tuple[Task, TaskSettings, Any, Any]:
@@ -275,9 +283,8 @@ def predictions_on(model: str, input: str, batch_size: int = 64) -> tuple[Task, 
     t, settings, net, tokenizer = _load_finetuned(model)
     examples = t.read(input, settings)
     require_examples(examples, input)
-    t.check_examples(examples, settings, input)
     features = t.features(examples, tokenizer, settings, training=False)
-    return t, settings, examples, t.predict(net, examples, features, settings, batch_size, tokenizer)
+    return t, settings, examples, predict(t, net, examples, features, settings, batch_size, tokenizer)
 
 
 def format_metrics(metrics: dict[str, Any], keys: Sequence[str] | None = None) -> str:

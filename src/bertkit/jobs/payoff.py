@@ -129,6 +129,17 @@ def dev_predictions(run: str | Path, dev: str) -> list:
     return predictions
 
 
+def paired_test(task: str) -> Callable[..., PairedTest]:
+    """The paired test of a task's main metric (its module's `paired_test(examples, predictions_a, predictions_b,
+    settings, seed)`); ConfigError for a task that has none."""
+    from bertkit.tasks import classification, multiple_choice, ner, qa
+
+    modules = {"classification": classification, "ner": ner, "qa": qa, "multiple-choice": multiple_choice}
+    if task not in modules:
+        raise ConfigError(f"task {task!r} has no paired significance test")
+    return modules[task].paired_test
+
+
 def paired_tests(baseline: StartResult, other: StartResult, budget: FinetuneBudget) -> list[PairedTest]:
     """`other` against `baseline` on the dev examples, one paired test per seed (each start at its best LR, runs
     paired by seed), by the task's main metric."""
@@ -139,8 +150,8 @@ def paired_tests(baseline: StartResult, other: StartResult, budget: FinetuneBudg
         best = json.loads((Path(run_a) / RESULTS_NAME).read_text(encoding="utf-8"))["best_dir"]
         task, settings, _ = finetuned_task(best)
         examples = task.read(budget.dev, settings)
-        tests.append(task.paired_test(examples, dev_predictions(run_a, budget.dev),
-                                      dev_predictions(run_b, budget.dev), settings, seed=seed))
+        tests.append(paired_test(task.name)(examples, dev_predictions(run_a, budget.dev),
+                                            dev_predictions(run_b, budget.dev), settings, seed=seed))
     return tests
 
 

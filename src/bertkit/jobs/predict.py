@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from bertkit.dataclass_io import Config, spec
 from bertkit.jobs.finetune import _load_finetuned
-from bertkit.tasks.base import require_examples
+from bertkit.tasks.base import predict, require_examples
 
 
 @dataclass
@@ -35,7 +35,7 @@ def run(config: PredictConfig) -> int:
     examples = t.read(c.input, settings, labelled=False)
     require_examples(examples, c.input)
     features = t.features(examples, tokenizer, settings, training=False)
-    predictions = t.predict(net, examples, features, settings, c.batch_size, tokenizer)
+    predictions = predict(t, net, examples, features, settings, c.batch_size, tokenizer)
     t.write_predictions(c.output, examples, predictions, settings)
     return len(predictions)
 

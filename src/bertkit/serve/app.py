@@ -3,8 +3,8 @@
 /health always; /embed for every folder (the encoder under any head); /fill-mask for masked-LM heads; /search with
 an index (ServeSettings.index: a `bertkit index` folder of this model, checked when the app is created); and the
 endpoint of the task that serves the folder's head (/classify, /ner, /qa, /choose, or a plug-in task's), built
-from the task's serving declaration (`bertkit.tasks.base.Serving`): its request and response schemas, and its
-batch function, which reads a request as `bertkit predict` reads a file (the task's examples and features, with
+from the task's serving object (`bertkit.tasks.base.Serving`): its request and response schemas, and the batch
+function here, which reads a request as `bertkit predict` reads a file (the task's examples and features, with
 the settings saved in the folder) and answers what `predict` decodes. This module keeps the transport only: each
 endpoint's work runs through a DynamicBatcher, so concurrent requests share forward passes; each request's items
 are prepared one by one, so a bad request gets its own 4xx and never fails the ones batched with it; the limits
@@ -13,7 +13,7 @@ of ServeSettings apply to every endpoint. A request field the endpoint does not 
 
 Bounded answers: before any work, every endpoint works out the most its answer can take for the request it was
 given (`bertkit.answers`: its numbers, objects and strings; for /search the longest rows the hits can carry; for a
-task's endpoint `Task.answer_bytes`) and refuses a request whose answer could exceed max_response_bytes (413); every
+task's endpoint `Serving.answer_bytes`) and refuses a request whose answer could exceed max_response_bytes (413); every
 answer's numbers are checked finite before it is sent (a NaN is a 500 naming it, never `null`).
 
 The service answers only requests whose Host header is an IP address, localhost or a name of allowed_hosts (a page
@@ -59,6 +59,7 @@ from bertkit.serve.batching import DynamicBatcher, ItemError, QueueFull, Request
 from bertkit.serve.settings import ServeSettings
 from bertkit.model.folder import open_folder
 from bertkit.tasks import TASKS, Serving, serving_task
+from bertkit.tasks.base import outputs
 
 logger = logging.getLogger("bertkit.serve")
 
@@ -276,7 +277,8 @@ class Predictor:
         self.config = self.model.config
         self.max_length = self.config.max_position_embeddings
         self.task = serving_task(self.config, self.head)
-        self.settings = self.task.folder_settings(self.config) if self.task is not None else None
+        self.settings = self.task.settings_of(self.config) if self.task is not None else None
+        self.serving = self.task.serving(self.task, self.settings, self.tokenizer) if self.task is not None else None
 
     @property
     def head(self) -> str:
@@ -341,15 +343,30 @@ class Predictor:
                             compute)
 
     def examples(self, body: dict[str, Any]) -> list:
-        """The task's examples of a request body (a dict of its `serving.request` fields)."""
-        assert self.task is not None and self.task.serving is not None and self.settings is not None
-        return self.task.request_examples(self.task.serving.request(**body), self.settings, self.tokenizer)
+        """The task's examples of a request body (a dict of its `Serving.request` fields)."""
+        assert self.serving is not None
+        return self.serving.request_examples(self.serving.request(**body))
 
     def task_batch(self, examples: list) -> list:
-        """The task's endpoint on a batch of examples (`Task.serve_batch`): one result, or exception, each."""
-        assert self.task is not None and self.settings is not None
+        """The task's endpoint on a batch of examples: every example's features (one that is refused gets its
+        exception as its result), one run of the model over all of them, then each example's answer."""
+        serving = self.serving
+        assert serving is not None and self.task is not None and self.settings is not None
+        results: list = [None] * len(examples)
+        prepared = []
+        for i, example in enumerate(examples):
+            try:
+                prepared.append((i, example, serving.serve_features(example)))
+            except Exception as e:  # noqa: BLE001 (the example's own answer: the server says which one and why)
+                results[i] = e
+        flat = [f for _, _, features in prepared for f in features]
         with torch.inference_mode():
-            return self.task.serve_batch(self.model, self.tokenizer, self.settings, examples)
+            out = outputs(self.task, self.model, flat, self.settings, max(len(flat), 1), self.tokenizer) if flat else []
+        start = 0
+        for i, example, features in prepared:
+            results[i] = serving.answer(example, features, out[start:start + len(features)])
+            start += len(features)
+        return results
 
 
 def longest_rows(index: Any, n: int) -> np.ndarray:
@@ -584,33 +601,33 @@ def page_policy(html: str) -> str:
             "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 
-def task_endpoints() -> list[Serving]:
-    """The serving declarations of every registered task (one endpoint each: `register_task` refuses a clash)."""
+def task_endpoints() -> list[type[Serving]]:
+    """The serving classes of every registered task (one endpoint each: `register_task` refuses a clash)."""
     return [cls.serving for cls in TASKS.values() if cls.serving is not None]
 
 
-def add_task_route(app: FastAPI, served: Serving, predictor: Predictor, batcher: Callable, check_texts: Callable,
-                   check_answer: Callable, run: Callable) -> None:
-    """POST /<endpoint> from a task's serving declaration: the request schema (an unknown field is a 422), then the
+def add_task_route(app: FastAPI, served: type[Serving], predictor: Predictor, batcher: Callable,
+                   check_texts: Callable, check_answer: Callable, run: Callable) -> None:
+    """POST /<endpoint> from a task's serving class: the request schema (an unknown field is a 422), then the
     task's examples of the request (ValueError or a BertkitError: 400), the limits on its texts and on its answer
-    (`Task.answer_bytes`), the batcher running the task's batch function, and the task's response. A folder whose
+    (`Serving.answer_bytes`), the batcher running the task's batch function, and the task's response. A folder whose
     head the task does not serve gets a 404 naming the endpoints it has."""
     response = schema(served.response)
 
     async def endpoint(req: Any, request: Request) -> Any:
         batcher(served.endpoint)
-        task, settings = predictor.task, predictor.settings
+        serving = predictor.serving
         body = served.request(**req.model_dump())
-        examples = task.request_examples(body, settings, predictor.tokenizer)
-        check_texts(task.request_texts(body, examples))
-        sizes = [task.answer_bytes(example, settings) for example in examples]
+        examples = serving.request_examples(body)
+        check_texts(serving.request_texts(body, examples))
+        sizes = [serving.answer_bytes(example) for example in examples]
         declared = None not in sizes
         if declared:
             check_answer(sum(sizes) + OBJECT_BYTES, f"{len(examples)} examples")
-        answer = task.respond(body, await run(served.endpoint, examples, request, field=served.item_field))
+        answer = serving.respond(body, await run(served.endpoint, examples, request, field=served.item_field))
         if not declared:  # a plug-in task that declares no bound: its answer is measured once computed
             check_answer(len(response.model_validate(answer).model_dump_json()),
-                         f"task {task.name!r} declares no answer_bytes, so its answer was measured")
+                         f"task {serving.task.name!r} declares no answer_bytes, so its answer was measured")
         return answer
 
     endpoint.__annotations__["req"] = schema(served.request, RequestBody)

@@ -3,7 +3,7 @@
 The registry is the task classes themselves: every module of this package is imported, and every `Task` subclass
 with a `name` defined in one is found here (with its `aliases`), so a new task is one new module, plus its head in
 `bertkit.model.heads` when it needs a new one. A task defined outside the package (a plug-in) joins with one call,
-`register_task(cls)`, which also registers the head classes it brings (`Task.own_heads`).
+`register_task(cls, *heads)`, which also registers the head classes it brings.
 
 The package holds tasks and what they share (base, metrics, significance, feature_cache) and nothing that imports
 this registry (the jobs that run tasks live in `bertkit.jobs`), so no module needs skipping; two tasks claiming one
@@ -24,8 +24,16 @@ from bertkit.model.folder import register_task_head
 from bertkit.tasks.base import Serving, Task
 
 
+# How the built-in tasks are listed (CLI help, error messages); other tasks follow, in the order they are found.
+ORDER = ("classification", "ner", "qa", "multiple-choice")
+
+
+def _ordered(tasks: dict[str, type[Task]]) -> dict[str, type[Task]]:
+    return dict(sorted(tasks.items(), key=lambda kv: ORDER.index(kv[0]) if kv[0] in ORDER else len(ORDER)))
+
+
 def _discover() -> dict[str, type[Task]]:
-    """Every named Task subclass defined in a module of this package, by name, in the tasks' `order`."""
+    """Every named Task subclass defined in a module of this package, by name, in ORDER."""
     found: dict[str, type[Task]] = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{__name__}.{info.name}")
@@ -36,7 +44,7 @@ def _discover() -> dict[str, type[Task]]:
                     raise TypeError(f"task name {value.name!r} is claimed by {found[value.name].__qualname__} and "
                                     f"{value.__qualname__}")
                 found[value.name] = value
-    return dict(sorted(found.items(), key=lambda kv: kv[1].order))
+    return _ordered(found)
 
 
 def _aliases(tasks: dict[str, type[Task]]) -> dict[str, str]:
@@ -83,7 +91,7 @@ def _head_of(cls: type[Task]) -> Callable[[dict[str, Any]], str]:
     """The head class name a fine-tuned folder of task `cls` holds, from its config.json `task_settings`."""
     def head(raw: dict[str, Any]) -> str:
         task = cls()
-        return task.head(task.load_settings(raw, "config.json task_settings")).class_name
+        return task.head(task.settings_of(raw, "config.json task_settings")).class_name
     return head
 
 
@@ -92,11 +100,12 @@ ALIASES: dict[str, str] = _aliases(TASKS)
 _endpoints(TASKS)
 
 
-def register_task(cls: type[Task]) -> type[Task]:
+def register_task(cls: type[Task], *heads: type) -> type[Task]:
     """Add a task class defined outside this package to the registry (also usable as a class decorator): its name
     and aliases become known to `get_task`, `bertkit finetune`'s options built after the call, evaluate, predict,
-    serve and export-onnx, and its own head classes (`own_heads`) to the model floor. Registering the same class
-    again is a no-op; a name, alias or endpoint another task holds is an error naming both."""
+    serve and export-onnx, and the head classes it brings (`heads`, which its `head` names) to the model floor.
+    Registering the same class again is a no-op; a name, alias or endpoint another task holds is an error naming
+    both."""
     from bertkit.model.heads import register_head
 
     if not (isinstance(cls, type) and issubclass(cls, Task) and cls.name):
@@ -104,10 +113,10 @@ def register_task(cls: type[Task]) -> type[Task]:
     taken = TASKS.get(cls.name)
     if taken is not None and taken is not cls:
         raise TypeError(f"task name {cls.name!r} is claimed by {taken.__qualname__} and {cls.__qualname__}")
-    tasks = dict(sorted({**TASKS, cls.name: cls}.items(), key=lambda kv: kv[1].order))
+    tasks = _ordered({**TASKS, cls.name: cls})
     aliases = _aliases(tasks)  # checks the new aliases and endpoint before anything changes
     _endpoints(tasks)
-    for head in cls.own_heads:
+    for head in heads:
         register_head(head)
     register_task_head((cls.name, *cls.aliases), _head_of(cls))
     TASKS.clear()
@@ -119,10 +128,12 @@ def register_task(cls: type[Task]) -> type[Task]:
 
 def serving_task(config: Any, head: str) -> Task | None:
     """The task whose endpoint serves a loaded folder with head class `head`: the task its config.json names, else
-    the one that fine-tunes that head; None when no task serves it (a BertModel, a masked LM)."""
+    the one whose default head it is; None when no task serves it (a BertModel, a masked LM)."""
     named = TASKS.get(ALIASES.get(config.task, config.task)) if config.task else None
-    candidates = [named] if named is not None else list(TASKS.values())
-    return next((cls() for cls in candidates if cls.serving is not None and head in cls().head_classes), None)
+    for task in (cls() for cls in ([named] if named is not None else TASKS.values())):
+        if task.serving is not None and task.head(task.settings_of(config)).class_name == head:
+            return task
+    return None
 
 
 _declare_heads(TASKS)

@@ -1,24 +1,27 @@
-"""What every fine-tuning task shares: the Task protocol, file readers with line numbers, padding collation and
-batched inference.
+"""What every fine-tuning task shares: the Task core, its serving appendix, file readers with line numbers, padding
+collation, and the functions that run a task's model (`outputs`, `predict`, `evaluate`).
 
-A task module (classification, ner, qa, multiple_choice) subclasses `Task` and supplies its reader, its feature
-conversion, its decoding of model outputs into one prediction per example, its metric and its prediction file.
-The fine-tuning job (`bertkit.jobs.finetune`) and the one Trainer do everything else.
+A task module (classification, ner, qa, multiple_choice) subclasses `Task`, which is google-research/bert's
+DataProcessor plus `create_model`: it reads a file into examples, fits what the training examples define (the
+labels), turns examples into features, declares its head, decodes the model's outputs into one prediction per
+example, scores predictions and writes them. The fine-tuning job (`bertkit.jobs.finetune`) and the one Trainer do
+everything else. Beside it, in the same module, a `Serving` subclass is the task's HTTP endpoint: its request and
+response bodies, and how a request becomes examples and an example's outputs an answer.
 
 Settings: every task keeps its choices (label names, max length, columns, doc stride, ...) and what fitting learned
 from the training data in one dataclass (its `settings_class`, a `TaskSettings`), written to the fine-tuned model's
-config.json as it is (`task_settings`, `dataclasses.asdict`) and read back by `Task.load_settings`, so `evaluate`,
-`predict` and `serve` read inputs exactly as `finetune` did. Settings are never changed in place: reading a file
-leaves them as they are, and `fit_labels` returns new ones.
+config.json as it is (`task_settings`, `dataclasses.asdict`). They are made two ways: `Task.settings(options)` for a
+new run, and `Task.settings_of(saved)` for a model that has them, so `evaluate`, `predict` and `serve` read inputs
+exactly as `finetune` did. Settings are never changed in place: reading a file leaves them as they are, and
+`fit_labels` returns new ones.
 
-The head: `Task.head(settings)` is the one declaration of the head the settings need, its class and the BertConfig
-fields that size it (`Head`).
+The head: `Task.head(settings)` is the one declaration of the head the settings need: its class, the BertConfig
+fields that size it and the outputs inference reads (`Head`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import os
 from dataclasses import dataclass, field
@@ -31,15 +34,16 @@ from torch import Tensor
 from bertkit.data.dataset import IGNORE_INDEX
 # bertkit.data.tables reads every data file; a plug-in task's reader may take these names from here
 from bertkit.data.tables import read_jsonl, read_table, read_text, require_field  # noqa: F401
-from bertkit.dataclass_io import Config, spec
+from bertkit.dataclass_io import Config, config_from_dict, spec
 from bertkit.errors import ConfigError, data_error
-from bertkit.tasks.significance import PairedTest
+from bertkit.model.config import BertConfig
 
 logger = logging.getLogger(__name__)
 
 Feature = dict[str, Any]
 MIN_LENGTH = 3  # [CLS] x [SEP]: the shortest sequence that holds a token
 MAX_LENGTH = 2**20  # the model's own position limit is checked where the model is known; this bounds the option
+DEFAULT_METRIC = "accuracy"  # the main metric of settings that name none
 
 
 @dataclass
@@ -48,7 +52,7 @@ class TaskOptions(Config):
     `options_class`; `bertkit finetune` gets a command-line flag for each field."""
 
     max_length: int | None = spec(None, ge=MIN_LENGTH, le=MAX_LENGTH)
-    """Word pieces per sequence (None: the task's default, 128; QA 384)."""
+    """Word pieces per sequence (None: the settings' default, 128; QA 384)."""
 
 
 @dataclass
@@ -59,202 +63,144 @@ class TaskSettings(Config):
     max_length: int = spec(128, ge=MIN_LENGTH, le=MAX_LENGTH)
     """Word pieces per sequence, as fine-tuning cut them."""
     main_metric: str | None = spec(None)
-    """The metric that picks the best checkpoint (None: the task's `main_metric`)."""
-
-
-
-Settings = TaskSettings  # the name the task modules' signatures use
+    """The metric that picks the best checkpoint (None: accuracy, unless fitting picks one)."""
 
 
 @dataclass(frozen=True)
 class Head:
     """The head a task's settings need: its class (by name, as `bertkit.model.MODEL_CLASSES` and config.json's
-    `architectures` name it) and the BertConfig fields that size it (num_labels, label_names, problem_type,
-    tabular_inputs, frozen_tagger, ...). Fine-tuning builds the head from it; evaluate, predict and serve check a
-    folder against it."""
+    `architectures` name it), the BertConfig fields that size it (num_labels, label_names, problem_type,
+    tabular_inputs, frozen_tagger, ...) and what inference keeps of its output. Fine-tuning builds the head from it;
+    evaluate, predict and serve check a folder against it and read the model's outputs by it."""
 
     class_name: str
     config: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Serving:
-    """A task's HTTP endpoint, declared by the task (`Task.serving`) and built into a route by `bertkit.serve`, which
-    adds only transport: batching, limits, errors. The request and response bodies are dataclasses (the server makes
-    its schemas of them, a request field the endpoint does not know refused); what the endpoint computes is the
-    task's: `request_examples`, `serve_features`, `outputs`, `answer`, `respond` (`Task.serve_batch` runs them)."""
-
-    endpoint: str
-    """Served at /<endpoint>."""
-    request: type
-    """The request body (a dataclass)."""
-    response: type
-    """The response body (a dataclass)."""
-    examples: tuple[dict[str, Any], ...] = ()
-    """A few valid request bodies, whose answers have different lengths (`Task.example_requests`: what the ONNX
-    export traces the model on, so padding is traced)."""
-    item_field: str | None = "texts"
-    """What item i of a request is called in a 400 that refuses it alone: `texts[i]` (None: the request)."""
+    outputs: tuple[str, ...] = ("logits",)
+    """The output fields batched inference keeps, what `decode` reads."""
+    per_token: bool = False
+    """Whether those outputs are (seq, ...) per feature (tagging, QA) rather than one per sequence."""
 
 
 class Task:
-    """One fine-tuning task: how to read it, turn it into model inputs, decode outputs, score and write predictions."""
+    """One fine-tuning task: read, fit labels, make features, declare the head, decode, score, write predictions."""
 
     name: str = ""
     aliases: tuple[str, ...] = ()  # other spellings (config.task of older folders, GLUE/SQuAD/SWAG names)
-    order: int = 100  # where the task is listed (CLI help, error messages)
-    model_class_name: str = ""  # the head in bertkit.model that serves the task
-    main_metric: str = "accuracy"  # the metric that picks the best checkpoint
-    greater_is_better: bool = True
-    default_lr: float = 3e-5
-    default_max_length: int = 128
+    options_class: type[TaskOptions] = TaskOptions  # the task's typed options
+    settings_class: type[TaskSettings] = TaskSettings  # the task's typed saved settings
     model_inputs: tuple[str, ...] = ("input_ids", "token_type_ids")
     """Feature keys the head's forward reads, passed through by the collator and run_model (which add
     attention_mask): a task with a new input (numeric columns, ...) names it here and its head takes it."""
     label_keys: tuple[str, ...] = ("labels",)  # feature keys the head's loss reads, in training only
-    output_keys: tuple[str, ...] = ("logits",)  # what batched inference keeps of the model's output
-    per_token_outputs: bool = False  # outputs are (seq, ...) per feature (tagging, QA) rather than per sequence
-    options_class: type[TaskOptions] = TaskOptions  # the task's typed options
-    settings_class: type[TaskSettings] = TaskSettings  # the task's typed saved settings
-    serving: Serving | None = None  # the task's HTTP endpoint (None: not served)
-    own_heads: tuple[type, ...] = ()  # head classes a plug-in task brings (register_task registers them by name)
+    serving: type[Serving] | None = None  # the task's HTTP endpoint, a Serving subclass (None: not served)
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A task module's own `score` gets its settings typed whatever it was given (`typed_settings`): one place
-        for every task, plug-ins included."""
-        super().__init_subclass__(**kwargs)
-        if "score" in cls.__dict__:
-            cls.score = _scored_with_typed_settings(cls.__dict__["score"])
+    def settings(self, options: TaskOptions | Mapping[str, Any] | None = None) -> TaskSettings:
+        """The settings of a new run from the task's options (typed, a dict of them as a config file's `options:`
+        holds them, or None for the defaults; a key the task does not have is a ConfigError naming it). A task with
+        options of its own extends this."""
+        options = task_options(self, options)
+        settings = self.settings_class()
+        return settings if options.max_length is None else dataclasses.replace(settings, max_length=options.max_length)
 
-    @property
-    def head_classes(self) -> tuple[str, ...]:
-        """Every head class the task fine-tunes (`head` picks one per settings): a folder with one of them and no
-        bertkit task is served by this task."""
-        return (self.model_class_name,)
-
-    # --- what the fine-tuning job calls, in order --------------------------------------------------------------
-    def options(self, values: dict[str, Any] | None = None, where: str = "options") -> TaskOptions:
-        """The task's typed options from a dict (a config file's `options:`); a key the task does not have is a
-        ConfigError naming it and the task."""
-        from bertkit.dataclass_io import config_from_dict
-
-        return config_from_dict(self.options_class, dict(values or {}), f"{where} (task {self.name})")
-
-    def settings(self, options: TaskOptions | dict[str, Any] | None = None) -> Settings:
-        """Task settings (the task's `settings_class`) from its options (typed, or a dict of them), stored in the
-        fine-tuned model's config.json so that evaluate, predict and serve read inputs exactly as fine-tuning did."""
-        if not isinstance(options, TaskOptions):
-            options = self.options(options)
-        return self.settings_from(options)
-
-    def settings_from(self, options: TaskOptions) -> Settings:
-        """What a task module overrides: its settings from its typed options (`common_settings` gives the shared
-        fields)."""
-        return self.settings_class(**self.common_settings(options))
-
-    def common_settings(self, options: TaskOptions) -> dict[str, Any]:
-        """The settings every task takes from its options: max_length (checked; the task's default if not given)."""
-        return {"max_length": options.max_length or self.default_max_length}
-
-    def load_settings(self, saved: Mapping[str, Any] | None, where: str = "task_settings") -> Settings:
-        """The task's settings from their config.json form (a dict; folders of every bertkit version): a value of
-        the wrong type is a ConfigError naming the field; a key this version does not know (written by hand or by
-        a newer bertkit) is left out with a warning naming it."""
-        from bertkit.dataclass_io import config_from_dict
-
-        saved = dict(saved or {})
-        known = {f.name for f in dataclasses.fields(self.settings_class)}
-        unknown = sorted(set(saved) - known)
-        if unknown:
-            logger.warning("%s: ignoring task setting(s) the %s task does not know: %s", where, self.name,
-                           ", ".join(unknown))
-        return config_from_dict(self.settings_class, {k: v for k, v in saved.items() if k in known},
-                                f"{where} (task {self.name})")
-
-    def typed_settings(self, settings: Any, where: str = "settings") -> Settings:
-        """The task's settings as its `settings_class`: typed ones as they are; a mapping (config.json's form, and
-        the form `score` was documented with until 2026-11-25) through `load_settings`; anything else a ConfigError
-        saying what is expected."""
-        if isinstance(settings, self.settings_class):
-            return settings
-        if isinstance(settings, Mapping):
-            return self.load_settings(settings, where)
-        raise ConfigError(f"{where} (task {self.name}): expected {self.settings_class.__name__} or a mapping of its "
-                          f"fields, found {type(settings).__name__}")
-
-    def folder_settings(self, config: Any) -> Settings:
-        """The settings a loaded folder's model is used with (evaluate, predict, serve): the saved ones when its
-        config.json names this task; else, for a head with no bertkit task (a transformers checkpoint, a folder
-        made by hand), `default_settings(config)`. Label names are the config's, which name the head's outputs."""
-        if config.task in (self.name, *self.aliases):
-            settings = self.load_settings(config.task_settings, "config.json task_settings")
+    def settings_of(self, saved: Any, where: str = "task_settings") -> TaskSettings:
+        """The settings a model is used with, from what holds them: typed settings as they are; a mapping of their
+        fields (config.json's `task_settings`: a value of the wrong type is a ConfigError naming the field, a key
+        this version does not know is left out with a warning naming it); or a folder's BertConfig: its saved
+        settings when it names this task, else (a head bertkit did not fine-tune: a transformers checkpoint, a folder
+        made by hand) the defaults, reading up to the model's position limit. A folder's label names are its
+        config's, which name the head's outputs."""
+        if isinstance(saved, self.settings_class):
+            return saved
+        if isinstance(saved, Mapping):
+            known = {f.name for f in dataclasses.fields(self.settings_class)}
+            unknown = sorted(set(saved) - known)
+            if unknown:
+                logger.warning("%s: ignoring task setting(s) the %s task does not know: %s", where, self.name,
+                               ", ".join(unknown))
+            return config_from_dict(self.settings_class, {k: v for k, v in saved.items() if k in known},
+                                    f"{where} (task {self.name})")
+        if not isinstance(saved, BertConfig):
+            raise ConfigError(f"{where} (task {self.name}): expected {self.settings_class.__name__} or a mapping of "
+                              f"its fields, found {type(saved).__name__}")
+        if saved.task in (self.name, *self.aliases):
+            settings = self.settings_of(saved.task_settings or {}, "config.json task_settings")
+            names = saved.label_names
         else:
-            settings = self.default_settings(config)
-        if hasattr(settings, "label_names") and config.label_names is not None:
-            settings = dataclasses.replace(settings, label_names=list(config.label_names))
+            settings = self.settings(self.options_class(max_length=saved.max_position_embeddings))
+            names = saved.label_names or [f"LABEL_{i}" for i in range(saved.num_labels)]
+        if names is not None and hasattr(settings, "label_names"):
+            settings = dataclasses.replace(settings, label_names=list(names))
         return settings
 
-    def default_settings(self, config: Any) -> Settings:
-        """Settings for a head this task serves that was not fine-tuned by bertkit: the defaults, reading up to the
-        model's position limit (no fine-tuning length is known)."""
-        return self.settings_class(max_length=config.max_position_embeddings)
-
-    def read(self, path: str | os.PathLike, settings: Settings, labelled: bool = True) -> list:
+    def read(self, path: str | os.PathLike, settings: TaskSettings, labelled: bool = True) -> list:
         """Read a data file into examples (the settings are read, never changed); raise DataError naming the file
-        and line of anything malformed."""
+        and line of anything malformed, and, with fitted settings, of a label training never had."""
         raise NotImplementedError
 
-    def fit_labels(self, examples: Sequence, settings: Settings) -> Settings:
+    def fit_labels(self, examples: Sequence, settings: TaskSettings) -> TaskSettings:
         """New settings with what the training examples define (the label set, fitted statistics)."""
         return settings
 
-    def check_examples(self, examples: Sequence, settings: Settings, path: str | os.PathLike) -> None:
-        """Raise DataError if evaluation examples hold something training never had (an unseen label)."""
-
-    def head(self, settings: Settings) -> Head:
-        """The head these settings need: the task's `model_class_name`, sized by the model's own config (a task
-        with labels or extra inputs overrides this)."""
-        return Head(self.model_class_name)
-
-    def features(self, examples: Sequence, tokenizer: Any, settings: Settings, training: bool) -> list[Feature]:
-        """Model inputs (lists of ints, labels) for the examples; feature keys not in `collate`'s list are metadata."""
+    def features(self, examples: Sequence, tokenizer: Any, settings: TaskSettings, training: bool) -> list[Feature]:
+        """Model inputs (lists of ints, labels) for the examples; keys not in `model_inputs` or `label_keys` are
+        metadata (offsets, word starts) that `decode` reads."""
         raise NotImplementedError
 
-    def prepare_inputs(self, model: torch.nn.Module, features: list[Feature], options: TaskOptions,
-                       output_dir: str | os.PathLike) -> list[Feature]:
-        """Inputs computed once with the model before training and evaluation (the frozen encoder's cached features
-        of the feature-based approach); by default the features as they are."""
-        return features
-
-    def collator(self, tokenizer: Any) -> "Collator":
-        """The function that pads a list of features into a batch of tensors."""
-        return Collator(pad_token_id=getattr(tokenizer, "pad_token_id", 0) or 0,
-                        model_keys=self.model_inputs + self.label_keys)
+    def head(self, settings: TaskSettings) -> Head:
+        """The head these settings need (`Head`)."""
+        raise NotImplementedError
 
     def decode(self, examples: Sequence, features: Sequence[Feature], outputs: list[dict[str, np.ndarray]],
-               settings: Settings) -> list:
-        """One prediction per example from the per-feature model outputs."""
+               settings: TaskSettings) -> list:
+        """One prediction per example from the per-feature model outputs (`Head.outputs`)."""
         raise NotImplementedError
 
-    def score(self, examples: Sequence, predictions: Sequence, settings: Settings) -> dict[str, float]:
-        """The task's metrics for predictions against the examples' references. Callers may give the settings as a
-        mapping of their fields: a task module's `score` receives them typed (`__init_subclass__`)."""
+    def score(self, examples: Sequence, predictions: Sequence, settings: TaskSettings) -> dict[str, float]:
+        """The task's metrics for predictions against the examples' references. A built-in task takes the settings
+        typed or as a mapping of their fields (config.json's form, through `settings_of`)."""
         raise NotImplementedError
 
     def write_predictions(self, path: str | os.PathLike, examples: Sequence, predictions: Sequence,
-                          settings: Settings) -> None:
+                          settings: TaskSettings) -> None:
         """Write predictions in the task's file format, atomically."""
         raise NotImplementedError
 
-    def paired_test(self, examples: Sequence, predictions_a: Sequence, predictions_b: Sequence, settings: Settings,
-                    seed: int = 0) -> "PairedTest":
-        """Is B better than A on these examples by the task's main metric? A paired test (tasks.significance)."""
-        raise ConfigError(f"task {self.name!r} has no paired significance test")
 
-    # --- serving (`serving` declares the endpoint; bertkit.serve adds the transport) -----------------------------
-    def request_examples(self, request: Any, settings: Settings, tokenizer: Any) -> list:
-        """The task's examples of one request (a `serving.request`), made as `read` makes them of a file's rows: one
-        item each for the server's batcher; ValueError or a BertkitError naming the field for a bad request."""
+@dataclass
+class TextsRequest:
+    """A request of texts, each one example (the request `Serving` takes unless a task declares its own)."""
+
+    texts: list[str]
+
+
+class Serving:
+    """A task's HTTP endpoint, the appendix beside its Task: a task module subclasses it, declares the endpoint, its
+    request and response bodies (dataclasses: the server makes its schemas of them, a request field the endpoint
+    does not know refused) and a few example requests, says how a request becomes the task's examples and how an
+    example's model outputs become its answer, and names the subclass as its task's `serving`.
+
+    `bertkit.serve` makes one per served folder (`Serving(task, settings, tokenizer)`: the settings `predict` uses)
+    and adds only transport: batching, limits, errors. A batch is each example's `serve_features`, one run of the
+    model over all of them, then each example's `answer`. The ONNX export traces the model on `example_requests`."""
+
+    endpoint: str
+    """Served at /<endpoint>."""
+    request: type = TextsRequest
+    """The request body (a dataclass)."""
+    response: type
+    """The response body (a dataclass)."""
+    examples: tuple[dict[str, Any], ...] = ()
+    """A few valid request bodies, whose answers have different lengths (what the ONNX export traces the model on,
+    so padding is traced)."""
+    item_field: str | None = "texts"
+    """What item i of a request is called in a 400 that refuses it alone: `texts[i]` (None: the request)."""
+
+    def __init__(self, task: Task, settings: TaskSettings, tokenizer: Any) -> None:
+        self.task, self.settings, self.tokenizer = task, settings, tokenizer
+
+    def request_examples(self, request: Any) -> list:
+        """The task's examples of one request (a `request` instance), made as `read` makes them of a file's rows:
+        one item each for the server's batcher; ValueError or a BertkitError naming the field for a bad request."""
         raise NotImplementedError
 
     def request_texts(self, request: Any, examples: Sequence) -> list[str]:
@@ -262,94 +208,76 @@ class Task:
         their messages."""
         return list(request.texts)
 
-    def serve_features(self, example: Any, tokenizer: Any, settings: Settings) -> list[Feature]:
-        """One served example's features, made as `predict` makes them (`features`); an exception refuses this
+    def serve_features(self, example: Any) -> list[Feature]:
+        """One served example's features, made as `predict` makes them (`Task.features`); an exception refuses this
         example alone (ValueError or a BertkitError: a 400 saying why)."""
-        return self.features([example], tokenizer, settings, training=False)
+        return self.task.features([example], self.tokenizer, self.settings, training=False)
 
-    def answer(self, example: Any, features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]],
-               settings: Settings) -> Any:
+    def answer(self, example: Any, features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]]) -> Any:
         """One example's result in the response (what `decode` reads of the same outputs, and the scores)."""
         raise NotImplementedError
 
     def respond(self, request: Any, results: list) -> dict[str, Any]:
-        """The response body (a `serving.response`) of a request's results: {"results": [...]} by default."""
+        """The response body (a `response`) of a request's results: {"results": [...]} by default."""
         return {"results": results}
 
-    def answer_bytes(self, example: Any, settings: Settings) -> int | None:
+    def answer_bytes(self, example: Any) -> int | None:
         """The most bytes of JSON one example's answer can take (`bertkit.answers`: NUMBER_BYTES per number,
         OBJECT_BYTES per object, the strings' `json_bytes`), known before the model runs: the server refuses a
         request whose answers could exceed its max_response_bytes before computing them. None: not declared (a
         plug-in's answer is then measured once computed)."""
         return None
 
-    def example_requests(self, settings: Settings) -> list[dict[str, Any]]:
-        """Valid request bodies for a model with these settings (`serving.examples` unless the settings decide the
-        fields, as a classifier's columns do)."""
-        return [dict(body) for body in self.serving.examples] if self.serving else []
-
-    def serve_batch(self, model: torch.nn.Module, tokenizer: Any, settings: Settings,
-                    examples: Sequence) -> list:
-        """The endpoint's batch function: every example's features (one that is refused gets its exception as its
-        result), one run of the model over all of them (`outputs`), then each example's `answer`."""
-        results: list = [None] * len(examples)
-        prepared = []
-        for i, example in enumerate(examples):
-            try:
-                prepared.append((i, example, self.serve_features(example, tokenizer, settings)))
-            except Exception as e:  # noqa: BLE001 (the example's own answer: the server says which one and why)
-                results[i] = e
-        flat = [f for _, _, features in prepared for f in features]
-        outputs = self.outputs(model, flat, max(len(flat), 1), tokenizer) if flat else []
-        start = 0
-        for i, example, features in prepared:
-            results[i] = self.answer(example, features, outputs[start:start + len(features)], settings)
-            start += len(features)
-        return results
-
-    # --- shared ------------------------------------------------------------------------------------------------
-    def predict(self, model: torch.nn.Module, examples: Sequence, features: Sequence[Feature], settings: Settings,
-                batch_size: int, tokenizer: Any = None) -> list:
-        """Run the model over the features and decode one prediction per example."""
-        return self.decode(examples, features, self.outputs(model, features, batch_size, tokenizer), settings)
-
-    def outputs(self, model: torch.nn.Module, features: Sequence[Feature], batch_size: int,
-                tokenizer: Any = None) -> list[dict[str, np.ndarray]]:
-        """The model's outputs (`output_keys`) per feature, in order: what `decode` reads."""
-        return run_model(model, features, self.collator(tokenizer), batch_size, self.output_keys,
-                         self.per_token_outputs, self.model_inputs)
-
-    def evaluate(self, model: torch.nn.Module, examples: Sequence, features: Sequence[Feature], settings: Settings,
-                 batch_size: int, tokenizer: Any = None) -> dict[str, float]:
-        """Predict and score: the Trainer's evaluation callback."""
-        return self.score(examples, self.predict(model, examples, features, settings, batch_size, tokenizer),
-                          settings)
-
-
-def _scored_with_typed_settings(score: Any) -> Any:
-    """A task module's `score`, its settings argument made typed first (`Task.typed_settings`)."""
-
-    @functools.wraps(score)
-    def typed(self: Task, examples: Sequence, predictions: Sequence, settings: Any) -> dict[str, float]:
-        return score(self, examples, predictions, self.typed_settings(settings, "score settings"))
-
-    return typed
+    def example_requests(self) -> list[dict[str, Any]]:
+        """Valid request bodies for this model (`examples`, unless the settings decide the fields, as a
+        classifier's columns do)."""
+        return [dict(body) for body in self.examples]
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Reading files.
+# Running a task: its options, batches, the model's outputs, predictions and metrics.
 # ----------------------------------------------------------------------------------------------------------------
+
+
+def task_options(task: Task, values: TaskOptions | Mapping[str, Any] | None = None,
+                 where: str = "options") -> TaskOptions:
+    """A task's typed options: typed ones as they are, else from a dict (a config file's `options:`); a key the task
+    does not have is a ConfigError naming it and the task."""
+    if isinstance(values, TaskOptions):
+        return values
+    return config_from_dict(task.options_class, dict(values or {}), f"{where} (task {task.name})")
+
+
+def collator(task: Task, tokenizer: Any) -> Collator:
+    """The function that pads a list of a task's features into a batch of tensors."""
+    return Collator(pad_token_id=getattr(tokenizer, "pad_token_id", 0) or 0,
+                    model_keys=task.model_inputs + task.label_keys)
+
+
+def outputs(task: Task, model: torch.nn.Module, features: Sequence[Feature], settings: TaskSettings,
+            batch_size: int, tokenizer: Any = None) -> list[dict[str, np.ndarray]]:
+    """The model's outputs (the head's `Head.outputs`) per feature, in order: what `decode` reads."""
+    head = task.head(settings)
+    return run_model(model, features, collator(task, tokenizer), batch_size, head.outputs, head.per_token,
+                     task.model_inputs)
+
+
+def predict(task: Task, model: torch.nn.Module, examples: Sequence, features: Sequence[Feature],
+            settings: TaskSettings, batch_size: int, tokenizer: Any = None) -> list:
+    """Run the model over the features and decode one prediction per example."""
+    return task.decode(examples, features, outputs(task, model, features, settings, batch_size, tokenizer), settings)
+
+
+def evaluate(task: Task, model: torch.nn.Module, examples: Sequence, features: Sequence[Feature],
+             settings: TaskSettings, batch_size: int, tokenizer: Any = None) -> dict[str, float]:
+    """Predict and score: the Trainer's evaluation callback."""
+    return task.score(examples, predict(task, model, examples, features, settings, batch_size, tokenizer), settings)
 
 
 def require_examples(examples: Sequence, path: str | os.PathLike, what: str = "examples") -> None:
     """DataError if a file yielded no examples (an empty dev set cannot pick a best checkpoint)."""
     if not examples:
         raise data_error(path, None, f"no {what} found (the file is empty or holds only blank lines)")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Batches.
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _pad(rows: list, pad: int | float) -> list:
@@ -452,12 +380,3 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     z = x - x.max(axis=axis, keepdims=True)
     e = np.exp(z)
     return e / e.sum(axis=axis, keepdims=True)
-
-
-def iter_batches(items: Sequence, size: int) -> Iterator[Sequence]:
-    """Consecutive slices of at most `size` items."""
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
-
-
-

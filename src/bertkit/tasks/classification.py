@@ -16,13 +16,8 @@ Non-text columns, two ways (docs/guide/columns.md): `template` renders named col
 go to the head beside the pooled [CLS] vector: numbers standardised with the training data's mean and std (an
 empty field is the mean, with a missing flag set), categories as embeddings of ids from the training data's
 vocabulary (an unseen or empty value is id 0, the unknown bucket). The statistics and vocabularies are fitted on
-the training examples and kept in the settings, so evaluate, predict and serve apply the same ones.
-
-Numbers the model cannot use are refused, not fitted: a magnitude above NUMERIC_MAGNITUDE anywhere, and a value
-more than NUMERIC_SPREADS typical spreads from its column's median (an 'Age' of 1e30 among ages of 20 to 90 would
-squeeze every real age to the same standardised value; at predict time it would drive the logits to +-inf). A new
-value inside those limits but outside the training data's range is clipped to that range (and logged): the head
-never extrapolates beyond what it was trained on, so a prediction is always a finite probability.
+the training examples and kept in the settings, so evaluate, predict and serve apply the same ones (the column
+functions, and which numbers are refused: `bertkit.tasks.columns`).
 """
 
 from __future__ import annotations
@@ -34,7 +29,6 @@ import logging
 import math
 import os
 import re
-import string
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -47,15 +41,11 @@ from bertkit.errors import CheckpointError, ConfigError, data_error
 from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
-from bertkit.tasks.base import (
-    Feature,
-    Head,
-    Serving,
-    Task,
-    TaskOptions,
-    TaskSettings,
-    softmax,
-)
+from bertkit.model.config import BertConfig
+from bertkit.tasks.base import (DEFAULT_METRIC, Feature, Head, Serving, Task, TaskOptions, TaskSettings, softmax,
+                                task_options)
+from bertkit.tasks.columns import (LEGACY_Z_CLIP, category_ids, check_numeric_limits, fit_numeric, fit_numeric_range,
+                                   input_columns, numeric_vector, row_inputs, template_columns)
 
 Column = str | int
 logger = logging.getLogger(__name__)
@@ -226,141 +216,6 @@ class ClassificationSettings(TaskSettings):
     """Each categorical column's training values, in id order (id 0 is the unknown bucket)."""
 
 
-Settings = ClassificationSettings
-UNKNOWN_CATEGORY = 0  # the id of a category training never had (and of an empty field): one bucket per column
-NUMERIC_MAGNITUDE = 1e100
-"""The largest magnitude a numeric column's value may have. No quantity in a table comes near it (the observable
-universe holds about 1e80 atoms), so a larger value is a data error; the bound also keeps every sum of squares of
-the statistics far inside float64."""
-NUMERIC_SPREADS = 1e9
-"""How far from its column's median a value may lie, in the column's typical spread (the median of the values'
-nonzero distances from the median). Nine orders of magnitude: an 'Age' of 1e30 is refused, while a price column
-spanning 1 to 1e12, or one of 0s with a few values of 1e12, stays far inside. Beyond it standardising squeezes every
-other value of the column onto one point, so the column would be silently useless; real values spanning that range
-belong on a log scale."""
-LEGACY_Z_CLIP = 100.0
-"""Folders fitted before the training range was stored: standardised values are clipped to +-this many standard
-deviations (a training value lies within sqrt(n - 1) of the mean, so within 100 for files of up to 10,001 rows)."""
-
-
-def template_columns(template: str) -> list[str]:
-    """The columns a text template reads, in order: 'Age: {Age}. {Review Text}' -> ['Age', 'Review Text'];
-    ConfigError for a positional field ({}), a format spec or a lone brace."""
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as e:
-        raise ConfigError(f"template {template!r}: {e} (write {{{{ and }}}} for literal braces)") from None
-    names = []
-    for _, name, spec, conversion in parsed:
-        if name is None:
-            continue
-        if not name or spec or conversion:
-            raise ConfigError(f"template {template!r}: every field must be a column name, as in {{Age}}; found "
-                              f"{{{name}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}}")
-        names.append(name)
-    return names
-
-
-def render_template(template: str, fields: Mapping[str, Any], empty: str = "unknown") -> str:
-    """The template with each {column} replaced by the row's value (stripped); an empty or null value as `empty`."""
-    out = []
-    for literal, name, _, _ in string.Formatter().parse(template):
-        out.append(literal)
-        if name is not None:
-            value = fields[name]
-            out.append(("" if value is None else str(value).strip()) or empty)
-    return "".join(out)
-
-
-def parse_number(path: str | os.PathLike, line: int | None, column: str, raw: Any) -> float | None:
-    """A numeric column's value: None for an empty field, else a finite number of magnitude at most
-    NUMERIC_MAGNITUDE, or a DataError naming the file, line and column. A string is read as a plain decimal or
-    scientific number: float() would also take '1_000' (Python's digit grouping), which a data file never means."""
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return None
-    value = None
-    if isinstance(raw, str):
-        if "_" in raw:
-            raise data_error(path, line, f"column {column!r}: {shown(raw)} is not a number (write digits without "
-                             "separators, as in 1000 or 1e3)")
-        try:
-            value = float(raw)
-        except ValueError:
-            pass
-    elif isinstance(raw, (int, float)) and not isinstance(raw, bool):  # JSON true is not a number here
-        try:
-            value = float(raw)
-        except OverflowError:  # a JSON integer beyond float64, e.g. 10**400
-            value = math.inf
-    if value is None:
-        raise data_error(path, line, f"column {column!r}: {shown(raw)} is not a number (a numeric column; leave "
-                         "the field empty for a missing value)")
-    if not math.isfinite(value):
-        raise data_error(path, line, f"column {column!r}: {shown(raw)} is not a finite number")
-    if abs(value) > NUMERIC_MAGNITUDE:
-        raise data_error(path, line, f"column {column!r}: {shown(raw)} is beyond +-{NUMERIC_MAGNITUDE:g}, the "
-                         "largest magnitude a numeric column takes: a data error? (rescale a column whose real "
-                         "values are that large)")
-    return value
-
-
-def fit_numeric(values: Sequence[float | None]) -> list[float]:
-    """[mean, std] of a column's non-empty training values (std 1 for a constant column, [0, 1] for an empty one),
-    computed on the values divided by a power of two that brings them into [-2, 2]: the same bits as computing
-    them directly, but no square can overflow, whatever finite values come in (mean and std stay below the
-    largest magnitude, so they are finite too)."""
-    seen = np.array([v for v in values if v is not None], dtype=np.float64)
-    biggest = float(np.abs(seen).max()) if seen.size else 0.0
-    if not biggest:
-        return [0.0, 1.0]
-    scale = math.ldexp(1.0, math.frexp(biggest)[1] - 1)  # biggest / scale in [1, 2)
-    scaled = seen / scale
-    mean, std = float(scaled.mean()) * scale, float(scaled.std()) * scale
-    return [mean, std if std > 0 else 1.0]
-
-
-def fit_numeric_range(values: Sequence[float | None]) -> tuple[list[float], list[float]]:
-    """([min, max], [lo, hi]) of a column's non-empty training values: the range new values are clipped to, and
-    the limits beyond which a value is refused (the median +- NUMERIC_SPREADS typical spreads, see there)."""
-    seen = np.array([v for v in values if v is not None], dtype=np.float64)
-    if not seen.size:
-        return [0.0, 0.0], [-NUMERIC_MAGNITUDE, NUMERIC_MAGNITUDE]
-    median = float(np.median(seen))
-    distances = np.abs(seen - median)
-    distances = distances[distances > 0]
-    spread = float(np.median(distances)) if distances.size else max(abs(median), 1.0)
-    return ([float(seen.min()), float(seen.max())],
-            [max(median - NUMERIC_SPREADS * spread, -NUMERIC_MAGNITUDE),
-             min(median + NUMERIC_SPREADS * spread, NUMERIC_MAGNITUDE)])
-
-
-def check_numeric_limits(path: str | os.PathLike, line: int | None, column: str, value: float | None,
-                         limits: Sequence[float]) -> None:
-    """DataError naming the file, line and column if `value` lies outside its column's [lo, hi] limits."""
-    if value is not None and not limits[0] <= value <= limits[1]:
-        raise data_error(path, line, f"column {column!r}: {value:g} lies outside {limits[0]:g} .. {limits[1]:g}, "
-                         f"the values this column takes (the training values' median +- {NUMERIC_SPREADS:g} times "
-                         "their typical distance from it): almost certainly a data error; fix the value (a column "
-                         "whose real values span such a range is better given as its logarithm)")
-
-
-def numeric_vector(values: Sequence[float | None], stats: Sequence[Sequence[float]],
-                   ranges: Sequence[Sequence[float] | None] | None = None) -> list[float]:
-    """The head's numeric input: each value clipped to its column's training [min, max] (when known; else the
-    standardised value to +-LEGACY_Z_CLIP) and standardised by the column's [mean, std], then one missing flag
-    per column; an empty field is the training mean (0.0) with its flag 1.0. Training values are inside their
-    range, so clipping changes only new values, and the head never reads a number beyond what it was trained on."""
-    z = []
-    for v, (mean, std), bounds in zip(values, stats, ranges or [None] * len(stats)):
-        if v is None:
-            z.append(0.0)
-        elif bounds is not None:
-            z.append((min(max(v, bounds[0]), bounds[1]) - mean) / std)
-        else:
-            z.append(min(max((v - mean) / std, -LEGACY_Z_CLIP), LEGACY_Z_CLIP))
-    return z + [1.0 if v is None else 0.0 for v in values]
-
-
 def log_clipped(examples: Sequence[TextExample], columns: Sequence[str], stats: Sequence[Sequence[float]],
                 ranges: Sequence[Sequence[float] | None]) -> None:
     """Log a warning per numeric column with values that numeric_vector clips: outside the training data's range
@@ -374,52 +229,7 @@ def log_clipped(examples: Sequence[TextExample], columns: Sequence[str], stats: 
                            "nearest end: %s%s", column, len(out), lo, hi, where, ", ..." if len(out) > 3 else "")
 
 
-def category_ids(values: Sequence[str | None], vocabularies: Sequence[Sequence[str]]) -> list[int]:
-    """Per column, 1 + the value's position in the training vocabulary; UNKNOWN_CATEGORY for an unseen or empty
-    value."""
-    return [vocab.index(v) + 1 if v is not None and v in vocab else UNKNOWN_CATEGORY
-            for v, vocab in zip(values, vocabularies)]
-
-
-def input_columns(settings: Settings) -> list[str]:
-    """Every column the settings read besides the text, pair and label columns: the template's, numeric, categorical."""
-    template = template_columns(settings.template) if settings.template else []
-    return template + list(settings.numeric_columns or []) + list(settings.categorical_columns or [])
-
-
-def field_text(path: str | os.PathLike, line: int | None, column: str, raw: Any) -> str | None:
-    """A template or categorical column's value as text, stripped (None for an empty field); a JSON list or object
-    is a DataError naming the file, line and column (its Python repr is no value of the column)."""
-    if isinstance(raw, (list, dict)):
-        kind = "an object" if isinstance(raw, dict) else "a list"
-        raise data_error(path, line, f"column {column!r}: {shown(raw)} is {kind}; a column holds one value, a "
-                         "string or a number")
-    return None if raw is None else (str(raw).strip() or None)
-
-
-def row_inputs(path: str | os.PathLike, line: int | None, fields: Mapping[str, Any],
-               settings: Settings) -> dict[str, Any]:
-    """What a row (a column -> value mapping) gives besides its text and label: "text" when a template writes it,
-    "numeric" and "categories" when the model reads those columns. DataError naming the file, line and column for
-    a missing column, a non-number, a list or object, or (for a fitted model) a number beyond its column's limits."""
-    for name in input_columns(settings):
-        require_field(path, line, fields, name)
-    out: dict[str, Any] = {}
-    if settings.template:
-        values = {name: field_text(path, line, name, fields[name]) for name in template_columns(settings.template)}
-        out["text"] = render_template(settings.template, values, settings.empty_field)
-    if settings.numeric_columns:
-        out["numeric"] = [parse_number(path, line, c, fields[c]) for c in settings.numeric_columns]
-        limits = settings.numeric_limits or {}
-        for column, value in zip(settings.numeric_columns, out["numeric"]):
-            if column in limits:
-                check_numeric_limits(path, line, column, value, limits[column])
-    if settings.categorical_columns:
-        out["categories"] = [field_text(path, line, c, fields[c]) for c in settings.categorical_columns]
-    return out
-
-
-def reads_pairs(settings: Settings) -> bool:
+def reads_pairs(settings: ClassificationSettings) -> bool:
     """Whether the model was trained on pairs of texts (recorded at fitting; folders from before that: a template
     model without a pair column did not, other models may have)."""
     if settings.pairs is not None:
@@ -427,7 +237,8 @@ def reads_pairs(settings: Settings) -> bool:
     return not settings.template or bool(settings.text_pair_column)
 
 
-def request_example(text: str | None, pair: str | None, columns: Mapping[str, Any] | None, settings: Settings,
+def request_example(text: str | None, pair: str | None, columns: Mapping[str, Any] | None,
+                    settings: ClassificationSettings,
                     where: str = "request") -> TextExample:
     """One example from a request (the server's /classify) made as `read` makes one from a file's row: the text,
     or the template written from `columns`, and the numeric and categorical columns; DataError naming `where` for
@@ -479,7 +290,7 @@ def problem_type(settings: ClassificationSettings) -> str:
         settings.problem or "single_label", "single_label_classification")
 
 
-def _fitted(settings: Settings, key: str, columns: Sequence[str]) -> list:
+def _fitted(settings: ClassificationSettings, key: str, columns: Sequence[str]) -> list:
     """The training data's statistics (key numeric_stats / category_vocab) for `columns`, or a ConfigError."""
     fitted = getattr(settings, key) or {}
     missing = [c for c in columns if c not in fitted]
@@ -524,24 +335,88 @@ class ClassifyResponse:
     results: list[Classification]
 
 
+class ClassifyServing(Serving):
+    """/classify: texts (and pairs), or objects of columns, each answered with its label and probabilities."""
+
+    endpoint, request, response = "classify", ClassifyRequest, ClassifyResponse
+    examples = ({"texts": ["A fine film.", "A slow, long and rather dull film about very little."]},)
+    settings: ClassificationSettings
+
+    def request_examples(self, request: ClassifyRequest) -> list[TextExample]:
+        """One example per text (and pair), or per object of columns for a model that reads columns: made as
+        `read` makes one of a row (`request_example`: the template's text, the numbers standardised and the
+        categories looked up with the training data's statistics saved in the folder)."""
+        settings = self.settings
+        columns = input_columns(settings)
+        texts, pairs = request.texts, request.pairs
+        if not columns:
+            if request.columns is not None:
+                raise ValueError("this model reads no columns besides the text; send texts (and pairs) only")
+            if texts is None:
+                raise ValueError("texts is required")
+            rows: list = [None] * len(texts)
+        else:
+            if request.columns is None:
+                raise ValueError(f"this model reads the columns {columns}: send columns, one object per example")
+            if settings.template and texts is not None:
+                raise ValueError("this model writes its text from columns with its template "
+                                 f"({settings.template!r}); send columns, not texts")
+            rows = request.columns
+            if texts is not None and len(texts) != len(rows):
+                raise ValueError(f"columns has {len(rows)} objects, texts has {len(texts)}")
+            texts = texts if texts is not None else [None] * len(rows)
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError(f"pairs has {len(pairs)} entries, texts has {len(texts)}")
+        return [request_example(t, p, row, settings, f"columns[{i}]" if row is not None else f"texts[{i}]")
+                for i, (t, p, row) in enumerate(zip(texts, pairs or [None] * len(texts), rows))]
+
+    def request_texts(self, request: ClassifyRequest, examples: Sequence[TextExample]) -> list[str]:
+        return [ex.text for ex in examples]  # a template's text as written from the columns
+
+    def answer_bytes(self, example: TextExample) -> int:
+        """Every label with its probability, the best one again (and in `labels`, multi-label), two numbers more."""
+        names = [json_bytes(n) for n in self.settings.label_names or []]
+        return OBJECT_BYTES + 2 * sum(names) + len(names) * NUMBER_BYTES + max(names, default=0) + 2 * NUMBER_BYTES
+
+    def answer(self, example: TextExample, features: Sequence[Feature],
+               outputs: Sequence[dict[str, np.ndarray]]) -> dict[str, Any]:
+        return read_logits(outputs[0]["logits"], problem_type(self.settings), self.settings.label_names or [])
+
+    def example_requests(self) -> list[dict[str, Any]]:
+        """For a model that reads columns: objects of every column it reads (a number of its training range, a
+        category of its vocabulary, a word for a template's columns)."""
+        settings = self.settings
+        columns = input_columns(settings)
+        if not columns:
+            return super().example_requests()
+        numeric = set(settings.numeric_columns or [])
+        vocab = settings.category_vocab or {}
+        rows = []
+        for k, words in enumerate(("Fine.", "A slow, long and rather dull piece about very little.")):
+            row = {c: ((settings.numeric_range or {}).get(c, [0.0, 0.0])[k] if c in numeric else
+                       (vocab[c][0] if vocab.get(c) else "") if c in vocab else words) for c in columns}
+            rows.append(row)
+        body: dict[str, Any] = {"columns": rows}
+        if not settings.template:
+            body["texts"] = ["Fine.", "A slow, long and rather dull piece about very little."]
+        if settings.pairs:
+            body["pairs"] = ["Good.", "Yes."]
+        return [body]
+
+
 class ClassificationTask(Task):
     """Single sentences or pairs -> one label, several labels, or a real number."""
 
     name = "classification"
     aliases = ('sequence_classification', 'glue')
-    order = 0
-    model_class_name = "BertForSequenceClassification"
     model_inputs = ("input_ids", "token_type_ids", "numeric_features", "categorical_ids")
-    main_metric = "accuracy"
-    default_lr = 3e-5
-    default_max_length = 128
     options_class = ClassificationOptions
     settings_class = ClassificationSettings
-    serving = Serving("classify", ClassifyRequest, ClassifyResponse,
-                      examples=({"texts": ["A fine film.", "A slow, long and rather dull film about very little."]},))
+    serving = ClassifyServing
 
-    def settings_from(self, options: ClassificationOptions) -> ClassificationSettings:
-        s = self.common_settings(options)
+    def settings(self, options: ClassificationOptions | Mapping[str, Any] | None = None) -> ClassificationSettings:
+        options = task_options(self, options)
+        s: dict[str, Any] = {} if options.max_length is None else {"max_length": options.max_length}
         for key in ("text_column", "text_pair_column", "label_column", "glue"):
             if getattr(options, key) is not None:
                 s[key] = str(getattr(options, key))
@@ -576,12 +451,16 @@ class ClassificationTask(Task):
             check_label_not_input(str(options.label_column), settings)
         return settings
 
-    def default_settings(self, config: Any) -> ClassificationSettings:
-        """A classifier bertkit did not fine-tune: its outputs read as its config's problem_type says."""
-        problem = {"regression": "regression", "multi_label_classification": "multi_label"}.get(
-            config.problem_type or ("regression" if config.num_labels == 1 else ""), "single_label")
-        names = None if problem == "regression" else [f"LABEL_{i}" for i in range(config.num_labels)]
-        return ClassificationSettings(max_length=config.max_position_embeddings, problem=problem, label_names=names)
+    def settings_of(self, saved: Any, where: str = "task_settings") -> ClassificationSettings:
+        """As every task's, and a folder's classifier whose settings name no problem (one bertkit did not
+        fine-tune) reads its outputs as its config's problem_type says."""
+        settings = super().settings_of(saved, where)
+        if settings.problem is None and isinstance(saved, BertConfig):
+            problem = {"regression": "regression", "multi_label_classification": "multi_label"}.get(
+                saved.problem_type or ("regression" if saved.num_labels == 1 else ""), "single_label")
+            settings = dataclasses.replace(settings, problem=problem,
+                                           label_names=None if problem == "regression" else settings.label_names)
+        return settings
 
     def head(self, settings: ClassificationSettings) -> Head:
         """BertForSequenceClassification with one output per label (one for regression), the loss of the problem,
@@ -595,7 +474,7 @@ class ClassificationTask(Task):
                        "categories": [len(v) + 1 for v in vocabularies],  # + the unknown bucket
                        "embedding_size": settings.category_embedding_size}
         regression = settings.problem == "regression"
-        return Head(self.model_class_name, {
+        return Head("BertForSequenceClassification", {
             "num_labels": 1 if regression else len(settings.label_names or []),
             "label_names": None if regression else settings.label_names,
             "problem_type": problem_type(settings), "tabular_inputs": tabular})
@@ -606,6 +485,12 @@ class ClassificationTask(Task):
         examples = (self._read_jsonl if format_of(path) == "jsonl" else self._read_table)(path, settings, labelled)
         if settings.numeric_stats is None:  # the training file: its own limits (a fitted model's: row by row)
             check_training_numbers(path, examples, settings)
+        names = settings.label_names
+        for ex in examples if labelled and names is not None else ():  # a fitted model knows its labels
+            for lab in ex.label if isinstance(ex.label, list) else [ex.label]:
+                if lab is not None and lab not in names:
+                    raise data_error(path, ex.line, f"label {lab!r} never occurs in the training data "
+                                     f"(labels: {', '.join(names)})")
         return examples
 
     def _read_table(self, path: str | os.PathLike, settings: ClassificationSettings,
@@ -720,81 +605,8 @@ class ClassificationTask(Task):
                                         for i, c in enumerate(categorical)}
         return dataclasses.replace(settings, **fitted)
 
-    def check_examples(self, examples: Sequence[TextExample], settings: ClassificationSettings,
-                       path: str | os.PathLike) -> None:
-        names = settings.label_names
-        if names is None:
-            return
-        known = set(names)
-        for ex in examples:
-            for lab in ex.label if isinstance(ex.label, list) else [ex.label]:
-                if lab is not None and lab not in known:
-                    raise data_error(path, ex.line, f"label {lab!r} never occurs in the training data "
-                                     f"(labels: {', '.join(names)})")
-
-    # --- serving ----------------------------------------------------------------------------------------------
-    def request_examples(self, request: ClassifyRequest, settings: ClassificationSettings,
-                         tokenizer: Any) -> list[TextExample]:
-        """One example per text (and pair), or per object of columns for a model that reads columns: made as
-        `read` makes one of a row (`request_example`: the template's text, the numbers standardised and the
-        categories looked up with the training data's statistics saved in the folder)."""
-        columns = input_columns(settings)
-        texts, pairs = request.texts, request.pairs
-        if not columns:
-            if request.columns is not None:
-                raise ValueError("this model reads no columns besides the text; send texts (and pairs) only")
-            if texts is None:
-                raise ValueError("texts is required")
-            rows: list = [None] * len(texts)
-        else:
-            if request.columns is None:
-                raise ValueError(f"this model reads the columns {columns}: send columns, one object per example")
-            if settings.template and texts is not None:
-                raise ValueError("this model writes its text from columns with its template "
-                                 f"({settings.template!r}); send columns, not texts")
-            rows = request.columns
-            if texts is not None and len(texts) != len(rows):
-                raise ValueError(f"columns has {len(rows)} objects, texts has {len(texts)}")
-            texts = texts if texts is not None else [None] * len(rows)
-        if pairs is not None and len(pairs) != len(texts):
-            raise ValueError(f"pairs has {len(pairs)} entries, texts has {len(texts)}")
-        return [request_example(t, p, row, settings, f"columns[{i}]" if row is not None else f"texts[{i}]")
-                for i, (t, p, row) in enumerate(zip(texts, pairs or [None] * len(texts), rows))]
-
-    def request_texts(self, request: ClassifyRequest, examples: Sequence[TextExample]) -> list[str]:
-        return [ex.text for ex in examples]  # a template's text as written from the columns
-
-    def answer_bytes(self, example: TextExample, settings: ClassificationSettings) -> int:
-        """Every label with its probability, the best one again (and in `labels`, multi-label), two numbers more."""
-        names = [json_bytes(n) for n in settings.label_names or []]
-        return OBJECT_BYTES + 2 * sum(names) + len(names) * NUMBER_BYTES + max(names, default=0) + 2 * NUMBER_BYTES
-
-    def answer(self, example: TextExample, features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]],
-               settings: ClassificationSettings) -> dict[str, Any]:
-        return read_logits(outputs[0]["logits"], problem_type(settings), settings.label_names or [])
-
-    def example_requests(self, settings: ClassificationSettings) -> list[dict[str, Any]]:
-        """For a model that reads columns: objects of every column it reads (a number of its training range, a
-        category of its vocabulary, a word for a template's columns)."""
-        columns = input_columns(settings)
-        if not columns:
-            return super().example_requests(settings)
-        numeric = set(settings.numeric_columns or [])
-        vocab = settings.category_vocab or {}
-        rows = []
-        for k, words in enumerate(("Fine.", "A slow, long and rather dull piece about very little.")):
-            row = {c: ((settings.numeric_range or {}).get(c, [0.0, 0.0])[k] if c in numeric else
-                       (vocab[c][0] if vocab.get(c) else "") if c in vocab else words) for c in columns}
-            rows.append(row)
-        body: dict[str, Any] = {"columns": rows}
-        if not settings.template:
-            body["texts"] = ["Fine.", "A slow, long and rather dull piece about very little."]
-        if settings.pairs:
-            body["pairs"] = ["Good.", "Yes."]
-        return [body]
-
     # --- features and decoding --------------------------------------------------------------------------------
-    def features(self, examples: Sequence[TextExample], tokenizer: Any, settings: Settings,
+    def features(self, examples: Sequence[TextExample], tokenizer: Any, settings: ClassificationSettings,
                  training: bool) -> list[Feature]:
         names = settings.label_names or []
         index = {name: i for i, name in enumerate(names)}
@@ -831,12 +643,14 @@ class ClassificationTask(Task):
         return out
 
     def decode(self, examples: Sequence[TextExample], features: Sequence[Feature],
-               outputs: list[dict[str, np.ndarray]], settings: Settings) -> list:
+               outputs: list[dict[str, np.ndarray]], settings: ClassificationSettings) -> list:
         problem = problem_type(settings)
         key = {"regression": "value", "multi_label_classification": "labels"}.get(problem, "label")
         return [read_logits(out["logits"], problem, settings.label_names or [])[key] for out in outputs]
 
-    def score(self, examples: Sequence[TextExample], predictions: Sequence, settings: Settings) -> dict[str, float]:
+    def score(self, examples: Sequence[TextExample], predictions: Sequence,
+              settings: ClassificationSettings) -> dict[str, float]:
+        settings = self.settings_of(settings, "score settings")  # typed, or a mapping of its fields
         refs = [ex.label for ex in examples]
         problem = settings.problem or "single_label"
         if problem == "regression":
@@ -854,41 +668,8 @@ class ClassificationTask(Task):
             result["f1"] = metrics.f1_score(predictions, refs, "macro")
         return result
 
-    def paired_test(self, examples: Sequence[TextExample], predictions_a: Sequence, predictions_b: Sequence,
-                    settings: Settings, seed: int = 0) -> significance.PairedTest:
-        """McNemar's exact test for accuracy; the paired bootstrap for F1, Matthews correlation (confusion
-        counts), multi-label micro F1 and Pearson correlation."""
-        refs = [ex.label for ex in examples]
-        problem = settings.problem or "single_label"
-        metric = settings.main_metric or self.main_metric
-        if problem == "regression":
-            def sums(predictions: Sequence) -> np.ndarray:
-                x, y = np.asarray(predictions, np.float64), np.asarray(refs, np.float64)
-                return np.stack([np.ones_like(x), x, y, x * x, y * y, x * y], axis=1)
-
-            return significance.paired_bootstrap(sums(predictions_a), sums(predictions_b),
-                                                 significance.pearson_from_sums, "pearson", seed=seed)
-        if problem == "multi_label":
-            def counts(predictions: Sequence) -> np.ndarray:
-                return np.array([(len(set(p) & set(r)), len(set(p)), len(set(r))) for p, r in zip(predictions, refs)],
-                                dtype=np.float64).reshape(-1, 3)
-
-            return significance.paired_bootstrap(counts(predictions_a), counts(predictions_b),
-                                                 significance.f1_from_counts, "micro_f1", seed=seed)
-        if metric == "accuracy":
-            return significance.mcnemar([p == r for p, r in zip(predictions_a, refs)],
-                                        [p == r for p, r in zip(predictions_b, refs)])
-        names = list(settings.label_names or sorted({*refs, *predictions_a, *predictions_b}, key=str))
-        index = {name: i for i, name in enumerate(names)}
-        k = len(names)
-        statistic = significance.confusion_statistic(metric, k)
-        return significance.paired_bootstrap(
-            significance.confusion_counts([index[p] for p in predictions_a], [index[r] for r in refs], k),
-            significance.confusion_counts([index[p] for p in predictions_b], [index[r] for r in refs], k),
-            statistic, metric, seed=seed)
-
     def write_predictions(self, path: str | os.PathLike, examples: Sequence[TextExample], predictions: Sequence,
-                          settings: Settings) -> None:
+                          settings: ClassificationSettings) -> None:
         sep = settings.label_separator
         with atomic_open(path) as f:
             if examples and isinstance(examples[0].row, dict):
@@ -904,6 +685,40 @@ class ClassificationTask(Task):
                 return
             for row in rows:  # TSV: one row per line, so a tab or line break inside a field is written as a space
                 f.write("\t".join(re.sub(r"\r\n|[\t\r\n]", " ", cell) for cell in row) + "\n")
+
+
+def paired_test(examples: Sequence[TextExample], predictions_a: Sequence, predictions_b: Sequence,
+                settings: ClassificationSettings, seed: int = 0) -> significance.PairedTest:
+    """Is B better than A by the settings' main metric? McNemar's exact test for accuracy; the paired bootstrap for
+    F1, Matthews correlation (confusion counts), multi-label micro F1 and Pearson correlation."""
+    refs = [ex.label for ex in examples]
+    problem = settings.problem or "single_label"
+    metric = settings.main_metric or DEFAULT_METRIC
+    if problem == "regression":
+        def sums(predictions: Sequence) -> np.ndarray:
+            x, y = np.asarray(predictions, np.float64), np.asarray(refs, np.float64)
+            return np.stack([np.ones_like(x), x, y, x * x, y * y, x * y], axis=1)
+
+        return significance.paired_bootstrap(sums(predictions_a), sums(predictions_b),
+                                             significance.pearson_from_sums, "pearson", seed=seed)
+    if problem == "multi_label":
+        def counts(predictions: Sequence) -> np.ndarray:
+            return np.array([(len(set(p) & set(r)), len(set(p)), len(set(r))) for p, r in zip(predictions, refs)],
+                            dtype=np.float64).reshape(-1, 3)
+
+        return significance.paired_bootstrap(counts(predictions_a), counts(predictions_b),
+                                             significance.f1_from_counts, "micro_f1", seed=seed)
+    if metric == "accuracy":
+        return significance.mcnemar([p == r for p, r in zip(predictions_a, refs)],
+                                    [p == r for p, r in zip(predictions_b, refs)])
+    names = list(settings.label_names or sorted({*refs, *predictions_a, *predictions_b}, key=str))
+    index = {name: i for i, name in enumerate(names)}
+    k = len(names)
+    statistic = significance.confusion_statistic(metric, k)
+    return significance.paired_bootstrap(
+        significance.confusion_counts([index[p] for p in predictions_a], [index[r] for r in refs], k),
+        significance.confusion_counts([index[p] for p in predictions_b], [index[r] for r in refs], k),
+        statistic, metric, seed=seed)
 
 
 # Stray labels (check_stray_labels): a word among numbers (a number among words) whose kind holds a tenth of the rows
@@ -999,7 +814,7 @@ def check_label_set(path: str | os.PathLike, line: int, label: Any, allowed: Seq
             raise data_error(path, line, f"label {one!r} is not {source} (expected one of {', '.join(allowed)})")
 
 
-def check_label_not_input(label: str, settings: Settings, *texts: str) -> None:
+def check_label_not_input(label: str, settings: ClassificationSettings, *texts: str) -> None:
     """ConfigError if the label column is also read as an input (the template, a numeric or categorical column,
     the text): the model would be shown the answer, and predicting new rows, which have none, would demand it."""
     roles = {"the template": template_columns(settings.template) if settings.template else [],
@@ -1012,7 +827,8 @@ def check_label_not_input(label: str, settings: Settings, *texts: str) -> None:
                               f"it; leave it out of {role}")
 
 
-def check_training_numbers(path: str | os.PathLike, examples: Sequence[TextExample], settings: Settings) -> None:
+def check_training_numbers(path: str | os.PathLike, examples: Sequence[TextExample],
+                           settings: ClassificationSettings) -> None:
     """DataError naming the first row of the training file whose numeric value lies beyond its column's limits,
     fitted on the file itself (fit_numeric_range): the value that would make the column useless."""
     numeric = settings.numeric_columns or []

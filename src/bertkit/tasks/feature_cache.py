@@ -189,3 +189,14 @@ def with_cached_layers(head: BertForFrozenTokenClassification, features: Sequenc
             raise CheckpointError(f"{path}: the cache file just written cannot be read back: {e}") from None
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     return [{**f, CACHED_KEY: layers[offsets[i]:offsets[i + 1]]} for i, f in enumerate(features)]
+
+
+def frozen_inputs(model: nn.Module, features: Sequence[Feature], options: Any,
+                  output_dir: str | os.PathLike) -> list[Feature]:
+    """What fine-tuning trains a frozen tagger on: the features with its encoder's hidden states, computed once and
+    cached in the options' `feature_cache` (default OUTPUT/feature_cache) instead of every epoch; any other
+    model's features as they are."""
+    if not isinstance(model, BertForFrozenTokenClassification):
+        return list(features)
+    return with_cached_layers(model, features, getattr(options, "feature_cache", None) or
+                              Path(output_dir) / "feature_cache")

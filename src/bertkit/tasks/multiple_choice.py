@@ -27,7 +27,7 @@ from bertkit.errors import data_error
 from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
-from bertkit.tasks.base import Feature, Serving, Task, TaskSettings, softmax
+from bertkit.tasks.base import Feature, Head, Serving, Task, TaskSettings, softmax
 
 
 @dataclass
@@ -46,11 +46,10 @@ class ChoiceExample:
 class MultipleChoiceSettings(TaskSettings):
     """What a fine-tuned multiple-choice model keeps: how many choices each question has."""
 
+    main_metric: str | None = spec("accuracy")
+    """The metric that picks the best checkpoint: accuracy."""
     num_choices: int | None = spec(None, ge=2, le=1000)
     """Choices per question in the training file (every file read later must have as many)."""
-
-
-Settings = MultipleChoiceSettings
 
 
 @dataclass
@@ -85,24 +84,61 @@ def _first_text(path: str | os.PathLike, line: int, obj: dict[str, Any], *names:
     return None if name is None else check_text(path, line, name, obj[name])
 
 
+class ChooseServing(Serving):
+    """/choose: one question, answered with the chosen choice and every choice's probability."""
+
+    # One question per request, as /qa: a question is one item of the server's batches.
+    endpoint, request, response, item_field = "choose", ChooseRequest, ChooseResponse, None
+    examples = ({"context": "She opened the umbrella", "question": "because",
+                 "choices": ["it rained.", "it was sunny."]},
+                {"context": "The committee met again on Tuesday to discuss the budget of the new library and",
+                 "choices": ["agreed on its opening hours after a long debate.", "flew away."]})
+    settings: MultipleChoiceSettings
+
+    def request_examples(self, request: ChooseRequest) -> list[ChoiceExample]:
+        """The question as an example; ValueError for fewer than two choices, or another number than the model
+        was fine-tuned on (as `predict` refuses such a file)."""
+        want = self.settings.num_choices
+        if len(request.choices) < 2 or (want and len(request.choices) != want):
+            raise ValueError(f"choices has {len(request.choices)} entries; this model chooses among "
+                             f"{want or 'two or more'}")
+        return [ChoiceExample(0, "request", request.context, request.question, list(request.choices), None)]
+
+    def example_requests(self) -> list[dict[str, Any]]:
+        """The declared examples with as many choices as the model takes."""
+        n = self.settings.num_choices or 2
+        return [{**body, "choices": (body["choices"] * n)[:n]} for body in super().example_requests()]
+
+    def request_texts(self, request: ChooseRequest, examples: Sequence[ChoiceExample]) -> list[str]:
+        return [request.context, *request.choices]
+
+    def answer(self, example: ChoiceExample, features: Sequence[Feature],
+               outputs: Sequence[dict[str, np.ndarray]]) -> dict[str, Any]:
+        """The choice `decode` picks (the highest score), and the softmax over the choices."""
+        logits = outputs[0]["logits"]
+        k = int(logits.argmax())
+        return {"label": k, "choice": example.choices[k], "probabilities": softmax(logits.astype(np.float64)).tolist()}
+
+    def respond(self, request: ChooseRequest, results: list) -> dict[str, Any]:
+        return results[0]
+
+    def answer_bytes(self, example: ChoiceExample) -> int:
+        """The chosen choice (the longest at most), its index, and every choice's probability."""
+        return OBJECT_BYTES + max(map(json_bytes, example.choices)) + (len(example.choices) + 1) * NUMBER_BYTES
+
+
 class MultipleChoiceTask(Task):
     """Pick one of several candidate continuations or answers."""
 
     name = "multiple-choice"
     aliases = ('multiple_choice', 'swag')
-    order = 3
-    model_class_name = "BertForMultipleChoice"
-    main_metric = "accuracy"
-    default_lr = 3e-5
-    default_max_length = 128
     settings_class = MultipleChoiceSettings
-    # One question per request, as /qa: a question is one item of the server's batches.
-    serving = Serving("choose", ChooseRequest, ChooseResponse, item_field=None, examples=(
-        {"context": "She opened the umbrella", "question": "because", "choices": ["it rained.", "it was sunny."]},
-        {"context": "The committee met again on Tuesday to discuss the budget of the new library and",
-         "choices": ["agreed on its opening hours after a long debate.", "flew away."]}))
+    serving = ChooseServing
 
-    def read(self, path: str | os.PathLike, settings: Settings, labelled: bool = True) -> list[ChoiceExample]:
+    def read(self, path: str | os.PathLike, settings: MultipleChoiceSettings,
+             labelled: bool = True) -> list[ChoiceExample]:
+        """The questions of a JSON lines file; with fitted settings, another number of choices than training had
+        is a DataError naming the line."""
         examples = []
         for line, obj in iter_jsonl(path):
             context = _first_text(path, line, obj, "context", "sent1")
@@ -121,18 +157,19 @@ class MultipleChoiceTask(Task):
                 raise data_error(path, line, "missing field 'label' (the index of the right choice)")
             question = _first_text(path, line, obj, "question", "sent2") or ""
             examples.append(ChoiceExample(line, str(obj.get("id", line)), context, question, choices, label))
+        want = settings.num_choices
+        if labelled and examples and want and len(examples[0].choices) != want:
+            raise data_error(path, examples[0].line, f"{len(examples[0].choices)} choices, training had {want}")
         return examples
 
-    def fit_labels(self, examples: Sequence[ChoiceExample], settings: Settings) -> Settings:
-        return dataclasses.replace(settings, num_choices=len(examples[0].choices) if examples else None,
-                                   main_metric="accuracy")
+    def fit_labels(self, examples: Sequence[ChoiceExample], settings: MultipleChoiceSettings) -> MultipleChoiceSettings:
+        return dataclasses.replace(settings, num_choices=len(examples[0].choices) if examples else None)
 
-    def check_examples(self, examples: Sequence[ChoiceExample], settings: Settings, path: str | os.PathLike) -> None:
-        want = settings.num_choices
-        if examples and want and len(examples[0].choices) != want:
-            raise data_error(path, examples[0].line, f"{len(examples[0].choices)} choices, training had {want}")
+    def head(self, settings: MultipleChoiceSettings) -> Head:
+        """A score per choice from its [CLS] vector (BertForMultipleChoice), a softmax over the choices."""
+        return Head("BertForMultipleChoice")
 
-    def features(self, examples: Sequence[ChoiceExample], tokenizer: Any, settings: Settings,
+    def features(self, examples: Sequence[ChoiceExample], tokenizer: Any, settings: MultipleChoiceSettings,
                  training: bool) -> list[Feature]:
         out = []
         for ex in examples:
@@ -145,55 +182,25 @@ class MultipleChoiceTask(Task):
             out.append(feature)
         return out
 
-    def request_examples(self, request: ChooseRequest, settings: MultipleChoiceSettings,
-                         tokenizer: Any) -> list[ChoiceExample]:
-        """The question as an example; ValueError for fewer than two choices, or another number than the model
-        was fine-tuned on (as `predict` refuses such a file)."""
-        want = settings.num_choices
-        if len(request.choices) < 2 or (want and len(request.choices) != want):
-            raise ValueError(f"choices has {len(request.choices)} entries; this model chooses among "
-                             f"{want or 'two or more'}")
-        return [ChoiceExample(0, "request", request.context, request.question, list(request.choices), None)]
-
-    def example_requests(self, settings: MultipleChoiceSettings) -> list[dict[str, Any]]:
-        """The declared examples with as many choices as the model takes."""
-        n = settings.num_choices or 2
-        return [{**body, "choices": (body["choices"] * n)[:n]} for body in super().example_requests(settings)]
-
-    def request_texts(self, request: ChooseRequest, examples: Sequence[ChoiceExample]) -> list[str]:
-        return [request.context, *request.choices]
-
-    def answer(self, example: ChoiceExample, features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]],
-               settings: MultipleChoiceSettings) -> dict[str, Any]:
-        """The choice `decode` picks (the highest score), and the softmax over the choices."""
-        logits = outputs[0]["logits"]
-        k = int(logits.argmax())
-        return {"label": k, "choice": example.choices[k], "probabilities": softmax(logits.astype(np.float64)).tolist()}
-
-    def respond(self, request: ChooseRequest, results: list) -> dict[str, Any]:
-        return results[0]
-
-    def answer_bytes(self, example: ChoiceExample, settings: MultipleChoiceSettings) -> int:
-        """The chosen choice (the longest at most), its index, and every choice's probability."""
-        return OBJECT_BYTES + max(map(json_bytes, example.choices)) + (len(example.choices) + 1) * NUMBER_BYTES
-
     def decode(self, examples: Sequence[ChoiceExample], features: Sequence[Feature],
-               outputs: list[dict[str, np.ndarray]], settings: Settings) -> list[int]:
+               outputs: list[dict[str, np.ndarray]], settings: MultipleChoiceSettings) -> list[int]:
         return [int(out["logits"].argmax()) for out in outputs]
 
     def score(self, examples: Sequence[ChoiceExample], predictions: Sequence[int],
-              settings: Settings) -> dict[str, float]:
+              settings: MultipleChoiceSettings) -> dict[str, float]:
+        self.settings_of(settings, "score settings")  # typed, or a mapping of its fields (checked)
         return {"accuracy": metrics.accuracy(predictions, [ex.label for ex in examples])}
 
-    def paired_test(self, examples: Sequence[ChoiceExample], predictions_a: Sequence[int],
-                    predictions_b: Sequence[int], settings: Settings, seed: int = 0) -> significance.PairedTest:
-        """Accuracy of B against A: McNemar's exact test."""
-        refs = [ex.label for ex in examples]
-        return significance.mcnemar([p == r for p, r in zip(predictions_a, refs)],
-                                    [p == r for p, r in zip(predictions_b, refs)])
-
     def write_predictions(self, path: str | os.PathLike, examples: Sequence[ChoiceExample],
-                          predictions: Sequence[int], settings: Settings) -> None:
+                          predictions: Sequence[int], settings: MultipleChoiceSettings) -> None:
         with atomic_open(path) as f:
             for ex, k in zip(examples, predictions):
                 f.write(json.dumps({"id": ex.id, "label": k, "choice": ex.choices[k]}, ensure_ascii=False) + "\n")
+
+
+def paired_test(examples: Sequence[ChoiceExample], predictions_a: Sequence[int], predictions_b: Sequence[int],
+                settings: MultipleChoiceSettings, seed: int = 0) -> significance.PairedTest:
+    """Accuracy of B against A: McNemar's exact test."""
+    refs = [ex.label for ex in examples]
+    return significance.mcnemar([p == r for p, r in zip(predictions_a, refs)],
+                                [p == r for p, r in zip(predictions_b, refs)])

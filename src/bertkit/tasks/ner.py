@@ -22,11 +22,9 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
-import torch
 
 from bertkit.dataclass_io import spec
 from bertkit.answers import NUMBER_BYTES, OBJECT_BYTES, json_bytes
@@ -36,7 +34,7 @@ from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
 from bertkit.model.heads import FrozenTaggerSettings
-from bertkit.tasks.base import IGNORE_INDEX, Feature, Head, Serving, Task, TaskOptions, TaskSettings
+from bertkit.tasks.base import IGNORE_INDEX, Feature, Head, Serving, Task, TaskOptions, TaskSettings, task_options
 from bertkit.tokenizer.basic import word_span
 
 logger = logging.getLogger(__name__)
@@ -147,6 +145,8 @@ class NerOptions(TaskOptions, FrozenTaggerSettings):
 class NerSettings(TaskSettings, FrozenTaggerSettings):
     """What a fine-tuned tagger keeps: the tag set, and with --frozen the tagger's settings."""
 
+    main_metric: str | None = spec("f1")
+    """The metric that picks the best checkpoint: entity-level F1."""
     label_names: list[str] | None = spec(None)
     """The tags, O first, then each type's B- before its I- (fitted on the training file)."""
     frozen: bool = False
@@ -156,8 +156,6 @@ class NerSettings(TaskSettings, FrozenTaggerSettings):
     encoder: str | None = spec(None)
     """With --frozen: the encoder folder the tagger was first built on (a record)."""
 
-
-Settings = NerSettings
 
 
 @dataclass
@@ -184,64 +182,80 @@ class NerResponse:
     results: list[list[TaggedToken]]
 
 
+class NerServing(Serving):
+    """/ner: each text's words with their tags, probabilities and places in the text."""
+
+    endpoint, request, response = "ner", NerRequest, NerResponse
+    examples = ({"texts": ["John lives in Paris.", "The committee met in New York on a cold Tuesday."]},)
+    settings: NerSettings
+
+    def request_examples(self, request: NerRequest) -> list[TaggedSentence]:
+        """Each text as a sentence of the words the basic tokenizer splits it into, with their places in the text."""
+        sentences = []
+        for text in request.texts:
+            words = self.tokenizer.words(text)
+            sentences.append(TaggedSentence(0, [w for w, _, _ in words], None, spans=[word_span(w) for w in words]))
+        return sentences
+
+    def answer_bytes(self, example: TaggedSentence) -> int:
+        """Per word: itself, the longest label, its probability, start and end (a text of punctuation is a word per
+        character: 10,000 of them answer about 1 MB)."""
+        label = max(json_bytes(n) for n in [*(self.settings.label_names or []), OUTSIDE])
+        per_word = OBJECT_BYTES + label + 3 * NUMBER_BYTES
+        return OBJECT_BYTES + len(example.words) * per_word + sum(json_bytes(w) for w in example.words)
+
+    def answer(self, example: TaggedSentence, features: Sequence[Feature],
+               outputs: Sequence[dict[str, np.ndarray]]) -> list[dict[str, Any]]:
+        """Each word with its tag, as `decode` reads it (`word_tags`: the tag at its first piece), the tag's
+        probability and the word's place in the text."""
+        tags = word_tags(features[0], outputs[0]["logits"], self.settings.label_names or [])
+        spans = example.spans or [(0, 0)] * len(example.words)
+        return [{"token": w, "label": tag, "probability": p, "start": a, "end": b}
+                for w, (tag, p), (a, b) in zip(example.words, tags, spans)]
+
+
 class NerTask(Task):
     """Named-entity recognition: one tag per word."""
 
     name = "ner"
     aliases = ('token_classification',)
-    order = 1
-    model_class_name = "BertForTokenClassification"
-    main_metric = "f1"
-    default_lr = 5e-5
-    default_max_length = 128
-    per_token_outputs = True
+    model_inputs = ("input_ids", "token_type_ids", "hidden_layers")  # hidden_layers: cached features (--frozen)
     options_class = NerOptions
     settings_class = NerSettings
-    serving = Serving("ner", NerRequest, NerResponse,
-                      examples=({"texts": ["John lives in Paris.", "The committee met in New York on a cold Tuesday."]},))
-    model_inputs = ("input_ids", "token_type_ids", "hidden_layers")  # hidden_layers: cached features (--frozen)
-    frozen_model_class_name = "BertForFrozenTokenClassification"
+    serving = NerServing
 
-    def settings_from(self, options: TaskOptions) -> NerSettings:
-        settings = self.common_settings(options)
-        if isinstance(options, NerOptions) and options.frozen:  # the tagger's settings go into the folder's config
-            settings.update(frozen=True, **FrozenTaggerSettings.to_settings(options))
-        return NerSettings(**settings)
-
-    @property
-    def head_classes(self) -> tuple[str, ...]:
-        return self.model_class_name, self.frozen_model_class_name
-
-    def default_settings(self, config: Any) -> NerSettings:
-        """A tagger bertkit did not fine-tune: its config's labels, up to the model's position limit."""
-        return NerSettings(max_length=config.max_position_embeddings,
-                           label_names=[f"LABEL_{i}" for i in range(config.num_labels)])
+    def settings(self, options: NerOptions | Mapping[str, Any] | None = None) -> NerSettings:
+        """With --frozen, the tagger's settings go into the folder's config."""
+        options = task_options(self, options)
+        settings = super().settings(options)
+        if options.frozen:
+            settings = dataclasses.replace(settings, frozen=True, **FrozenTaggerSettings.to_settings(options))
+        return settings
 
     def head(self, settings: NerSettings) -> Head:
         """A linear layer per token (BertForTokenClassification), or with --frozen the tagger on the frozen
-        encoder's features, sized by `frozen_tagger`; one output per tag."""
+        encoder's features, sized by `frozen_tagger`; one output per tag, per token."""
         sizes: dict[str, Any] = {"num_labels": len(settings.label_names or []), "label_names": settings.label_names}
         if settings.frozen:
-            return Head(self.frozen_model_class_name, {**sizes, "frozen_tagger": FrozenTaggerSettings.to_settings(
-                settings)})
-        return Head(self.model_class_name, sizes)
-
-    def prepare_inputs(self, model: torch.nn.Module, features: list[Feature], options: TaskOptions,
-                       output_dir: str | os.PathLike) -> list[Feature]:
-        """With --frozen: the features with the encoder's hidden states, computed once and cached."""
-        if not (isinstance(options, NerOptions) and options.frozen):
-            return features
-        from bertkit.tasks.feature_cache import with_cached_layers
-
-        return with_cached_layers(model, features, options.feature_cache or Path(output_dir) / "feature_cache")
+            return Head("BertForFrozenTokenClassification",
+                        {**sizes, "frozen_tagger": FrozenTaggerSettings.to_settings(settings)}, per_token=True)
+        return Head("BertForTokenClassification", sizes, per_token=True)
 
     def read(self, path: str | os.PathLike, settings: NerSettings, labelled: bool = True) -> list[TaggedSentence]:
+        """The sentences of a CoNLL file, IOB1 tags as IOB2; with fitted settings, a tag training never had is a
+        DataError naming its line."""
         sentences = read_conll(path, labelled)
         labelled_tags = [s.tags for s in sentences if s.tags is not None]
         if labelled_tags and is_iob1(labelled_tags):
             for s in sentences:
                 if s.tags is not None:
                     s.tags, s.iob1 = iob1_to_iob2(s.tags), True
+        names = settings.label_names
+        for s in sentences if labelled and names is not None else ():
+            for i, tag in enumerate(s.tags or []):
+                if tag not in names:
+                    raise data_error(path, s.line + i, f"tag {tag!r} never occurs in the training data "
+                                     f"(tags: {', '.join(names)})")
         return sentences
 
     def fit_labels(self, examples: Sequence[TaggedSentence], settings: NerSettings) -> NerSettings:
@@ -249,17 +263,7 @@ class NerTask(Task):
         iob1 = any(s.iob1 for s in examples)
         # O first, then each type's B- before its I-.
         return dataclasses.replace(settings, label_names=sorted(seen, key=lambda t: (t != OUTSIDE, t[2:], t[:2])),
-                                   main_metric=settings.main_metric or "f1",
                                    source_scheme="iob1" if iob1 else settings.source_scheme)
-
-    def check_examples(self, examples: Sequence[TaggedSentence], settings: NerSettings,
-                       path: str | os.PathLike) -> None:
-        names = settings.label_names or []
-        for s in examples:
-            for i, tag in enumerate(s.tags or []):
-                if tag not in names:
-                    raise data_error(path, s.line + i, f"tag {tag!r} never occurs in the training data "
-                                     f"(tags: {', '.join(names)})")
 
     def features(self, examples: Sequence[TaggedSentence], tokenizer: Any, settings: NerSettings,
                  training: bool) -> list[Feature]:
@@ -295,50 +299,28 @@ class NerTask(Task):
                            lost, settings.max_length, OUTSIDE)
         return out
 
-    def request_examples(self, request: NerRequest, settings: NerSettings, tokenizer: Any) -> list[TaggedSentence]:
-        """Each text as a sentence of the words the basic tokenizer splits it into, with their places in the text."""
-        sentences = []
-        for text in request.texts:
-            words = tokenizer.words(text)
-            sentences.append(TaggedSentence(0, [w for w, _, _ in words], None, spans=[word_span(w) for w in words]))
-        return sentences
-
-    def answer_bytes(self, example: TaggedSentence, settings: NerSettings) -> int:
-        """Per word: itself, the longest label, its probability, start and end (a text of punctuation is a word per
-        character: 10,000 of them answer about 1 MB)."""
-        label = max(json_bytes(n) for n in [*(settings.label_names or []), OUTSIDE])
-        per_word = OBJECT_BYTES + label + 3 * NUMBER_BYTES
-        return OBJECT_BYTES + len(example.words) * per_word + sum(json_bytes(w) for w in example.words)
-
-    def answer(self, example: TaggedSentence, features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]],
-               settings: NerSettings) -> list[dict[str, Any]]:
-        """Each word with its tag, as `decode` reads it (`word_tags`: the tag at its first piece), the tag's
-        probability and the word's place in the text."""
-        tags = word_tags(features[0], outputs[0]["logits"], settings.label_names or [])
-        spans = example.spans or [(0, 0)] * len(example.words)
-        return [{"token": w, "label": tag, "probability": p, "start": a, "end": b}
-                for w, (tag, p), (a, b) in zip(example.words, tags, spans)]
-
     def decode(self, examples: Sequence[TaggedSentence], features: Sequence[Feature],
-               outputs: list[dict[str, np.ndarray]], settings: Settings) -> list[list[str]]:
+               outputs: list[dict[str, np.ndarray]], settings: NerSettings) -> list[list[str]]:
         return [[tag for tag, _ in word_tags(feature, out["logits"], settings.label_names or [])]
                 for feature, out in zip(features, outputs)]
 
     def score(self, examples: Sequence[TaggedSentence], predictions: Sequence[list[str]],
-              settings: Settings) -> dict[str, float]:
+              settings: NerSettings) -> dict[str, float]:
+        self.settings_of(settings, "score settings")  # typed, or a mapping of its fields (checked)
         return metrics.entity_scores(predictions, [s.tags for s in examples])
 
-    def paired_test(self, examples: Sequence[TaggedSentence], predictions_a: Sequence[list[str]],
-                    predictions_b: Sequence[list[str]], settings: Settings, seed: int = 0) -> significance.PairedTest:
-        """Entity F1 of B against A: the paired bootstrap over sentences (F1 is not a mean over sentences)."""
-        refs = [s.tags for s in examples]
-        return significance.paired_bootstrap(np.array(metrics.entity_counts(predictions_a, refs)).reshape(-1, 3),
-                                             np.array(metrics.entity_counts(predictions_b, refs)).reshape(-1, 3),
-                                             significance.f1_from_counts, "f1", seed=seed)
-
     def write_predictions(self, path: str | os.PathLike, examples: Sequence[TaggedSentence],
-                          predictions: Sequence[list[str]], settings: Settings) -> None:
+                          predictions: Sequence[list[str]], settings: NerSettings) -> None:
         with atomic_open(path) as f:
             for s, tags in zip(examples, predictions):
                 f.writelines(f"{w}\t{t}\n" for w, t in zip(s.words, tags))
                 f.write("\n")
+
+
+def paired_test(examples: Sequence[TaggedSentence], predictions_a: Sequence[list[str]],
+                predictions_b: Sequence[list[str]], settings: NerSettings, seed: int = 0) -> significance.PairedTest:
+    """Entity F1 of B against A: the paired bootstrap over sentences (F1 is not a mean over sentences)."""
+    refs = [s.tags for s in examples]
+    return significance.paired_bootstrap(np.array(metrics.entity_counts(predictions_a, refs)).reshape(-1, 3),
+                                         np.array(metrics.entity_counts(predictions_b, refs)).reshape(-1, 3),
+                                         significance.f1_from_counts, "f1", seed=seed)

@@ -23,7 +23,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -34,7 +34,8 @@ from bertkit.io import atomic_write_json
 import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
 from bertkit.dataclass_io import spec
-from bertkit.tasks.base import MAX_LENGTH, MIN_LENGTH, Feature, Serving, Task, TaskOptions, TaskSettings
+from bertkit.tasks.base import (MAX_LENGTH, MIN_LENGTH, Feature, Head, Serving, Task, TaskOptions, TaskSettings,
+                                task_options)
 
 # Reference settings of run_squad.py (google-research/bert) and transformers' run_qa.py.
 DOC_STRIDE = 128
@@ -211,7 +212,8 @@ class QAOptions(TaskOptions):
     """How contexts are windowed and answers chosen."""
 
     doc_stride: int | None = spec(None, ge=1, le=MAX_LENGTH)
-    """Overlap in tokens between context windows (default 128)."""
+    """Overlap in tokens between context windows (default 128, or a quarter of max_length when 128 is not well below
+    its half)."""
     version_2: bool = False
     """SQuAD v2.0: a question may have no answer."""
     null_threshold: float = spec(0.0, ge=-1e4, le=1e4)
@@ -228,6 +230,8 @@ class QASettings(TaskSettings):
 
     max_length: int = spec(QA_MAX_LENGTH, ge=MIN_LENGTH, le=MAX_LENGTH)
     """Word pieces per window: [CLS] question [SEP] context-window [SEP]."""
+    main_metric: str | None = spec("f1")
+    """The metric that picks the best checkpoint: SQuAD F1."""
     doc_stride: int = spec(DOC_STRIDE, ge=1, le=MAX_LENGTH)
     """Overlap in tokens between context windows."""
     n_best: int = spec(N_BEST, ge=1, le=1000)
@@ -239,8 +243,6 @@ class QASettings(TaskSettings):
     null_threshold: float = spec(0.0, ge=-1e4, le=1e4)
     """v2.0: answer '' when the null score exceeds the best span's by more than this."""
 
-
-Settings = QASettings
 
 
 @dataclass
@@ -261,52 +263,94 @@ class QAResponse:
     end_char: int
 
 
+class QAServing(Serving):
+    """/qa: one question and its context, answered with a span of the context."""
+
+    # One question per request: a question is one item of the server's batches.
+    endpoint, request, response, item_field = "qa", QARequest, QAResponse, None
+    examples = ({"question": "Where does John live?", "context": "John lives in Paris."},
+                {"question": "Who wrote the book, and when?",
+                 "context": "The book was written by Jane Austen in 1815, in a village south of London."})
+    settings: QASettings
+
+    def request_examples(self, request: QARequest) -> list[QAExample]:
+        return [QAExample("request", request.question, request.context)]
+
+    def request_texts(self, request: QARequest, examples: Sequence[QAExample]) -> list[str]:
+        return [request.question, request.context]
+
+    def serve_features(self, example: QAExample) -> list[Feature]:
+        """The question's windows, as `predict` makes them; ValueError saying which part is at fault when no piece
+        of the context fits beside the question, or the context has no text at all."""
+        try:
+            features = super().serve_features(example)
+        except TokenizerError:
+            n = len(self.tokenizer.tokenize(example.question))
+            raise ValueError(f"the question has {n} word pieces; with the context's it must fit in "
+                             f"{self.settings.max_length} (3 go to [CLS] and [SEP], and a window keeps more than "
+                             f"{self.settings.doc_stride} of the context's): send a shorter question") from None
+        if not any(o is not None for f in features for o in f["offsets"]):
+            raise ValueError("the context has no text left once tokenized (only spaces, control or zero-width "
+                             "characters?): send a context with words in it")
+        return features
+
+    def answer(self, example: QAExample, features: Sequence[Feature],
+               outputs: Sequence[dict[str, np.ndarray]]) -> dict[str, Any]:
+        """The answer `decode` gives, with its score and where it lies in the context ("" at 0 when none)."""
+        s = self.settings
+        windows = [{**out, "offsets": f["offsets"], "max_context": f["max_context"]}
+                   for f, out in zip(features, outputs)]
+        candidates, null_score = ranked_spans(windows, s.n_best, s.max_answer_length)
+        if not candidates or null_wins(candidates, null_score, s.version_2, s.null_threshold):
+            return {"answer": "", "score": null_score, "start_char": 0, "end_char": 0}
+        score, a, b = candidates[0]
+        return {"answer": example.context[a:b], "score": score, "start_char": a, "end_char": b}
+
+    def respond(self, request: QARequest, results: list) -> dict[str, Any]:
+        return results[0]
+
+    def answer_bytes(self, example: QAExample) -> int:
+        """A span of the context (at most all of it), its score and where it lies."""
+        return OBJECT_BYTES + json_bytes(example.context) + 3 * NUMBER_BYTES
+
+
 class QATask(Task):
     """SQuAD-style extractive QA."""
 
-    options_class = QAOptions
-    settings_class = QASettings
-    serving = Serving("qa", QARequest, QAResponse, item_field=None, examples=(
-        {"question": "Where does John live?", "context": "John lives in Paris."},
-        {"question": "Who wrote the book, and when?",
-         "context": "The book was written by Jane Austen in 1815, in a village south of London."}))
-
     name = "qa"
     aliases = ('squad',)
-    order = 2
-    model_class_name = "BertForQuestionAnswering"
-    main_metric = "f1"
-    default_lr = 5e-5
-    default_max_length = QA_MAX_LENGTH
     label_keys = ("start_positions", "end_positions")
-    output_keys = ("start_logits", "end_logits")
-    per_token_outputs = True
+    options_class = QAOptions
+    settings_class = QASettings
+    serving = QAServing
 
-    def settings_from(self, options: QAOptions) -> QASettings:
-        s = QASettings(**self.common_settings(options), doc_stride=options.doc_stride or DOC_STRIDE,
-                       n_best=options.n_best or N_BEST,
-                       max_answer_length=options.max_answer_length or MAX_ANSWER_LENGTH,
-                       version_2=bool(options.version_2), null_threshold=float(options.null_threshold or 0.0))
+    def settings(self, options: QAOptions | Mapping[str, Any] | None = None) -> QASettings:
+        """The windows and the answer choice; the stride, unless given, is the reference's when it is well below
+        half the window, else a quarter of the window (a head bertkit did not fine-tune reads up to its position
+        limit with it)."""
+        options = task_options(self, options)
+        s = super().settings(options)
+        stride = options.doc_stride or (DOC_STRIDE if DOC_STRIDE < s.max_length // 2 else s.max_length // 4)
+        s = dataclasses.replace(s, doc_stride=stride, n_best=options.n_best or N_BEST,
+                                max_answer_length=options.max_answer_length or MAX_ANSWER_LENGTH,
+                                version_2=bool(options.version_2), null_threshold=float(options.null_threshold or 0.0))
         if s.doc_stride >= s.max_length // 2:
             raise ConfigError(f"--doc-stride {s.doc_stride} must be well below --max-length {s.max_length} "
                               "(it is the overlap between windows)")
         return s
 
-    def default_settings(self, config: Any) -> QASettings:
-        """A QA head bertkit did not fine-tune: windows up to the model's position limit, overlapping by the
-        reference's stride (a quarter of the window when that is shorter)."""
-        n = config.max_position_embeddings
-        return QASettings(max_length=n, doc_stride=min(DOC_STRIDE, n // 4))
+    def head(self, settings: QASettings) -> Head:
+        """A start and an end logit per token (BertForQuestionAnswering)."""
+        return Head("BertForQuestionAnswering", outputs=("start_logits", "end_logits"), per_token=True)
 
     def read(self, path: str | os.PathLike, settings: QASettings, labelled: bool = True) -> list[QAExample]:
         return read_squad(path, labelled)
 
     def fit_labels(self, examples: Sequence[QAExample], settings: QASettings) -> QASettings:
-        """SQuAD v2.0 when a training question has no answer; F1 picks the best checkpoint."""
-        return dataclasses.replace(settings, main_metric="f1",
-                                   version_2=settings.version_2 or any(ex.is_impossible for ex in examples))
+        """SQuAD v2.0 when a training question has no answer."""
+        return dataclasses.replace(settings, version_2=settings.version_2 or any(ex.is_impossible for ex in examples))
 
-    def features(self, examples: Sequence[QAExample], tokenizer: Any, settings: Settings,
+    def features(self, examples: Sequence[QAExample], tokenizer: Any, settings: QASettings,
                  training: bool) -> list[Feature]:
         out = []
         for n, ex in enumerate(examples):
@@ -329,7 +373,7 @@ class QATask(Task):
         return out
 
     def decode(self, examples: Sequence[QAExample], features: Sequence[Feature],
-               outputs: list[dict[str, np.ndarray]], settings: Settings) -> list[str]:
+               outputs: list[dict[str, np.ndarray]], settings: QASettings) -> list[str]:
         per_example: list[list[dict[str, Any]]] = [[] for _ in examples]
         for feature, out in zip(features, outputs):
             per_example[feature["example"]].append({**out, "offsets": feature["offsets"],
@@ -338,66 +382,15 @@ class QATask(Task):
                               settings.version_2, settings.null_threshold)[0]
                 for ex, windows in zip(examples, per_example)]
 
-    def request_examples(self, request: QARequest, settings: QASettings, tokenizer: Any) -> list[QAExample]:
-        return [QAExample("request", request.question, request.context)]
-
-    def request_texts(self, request: QARequest, examples: Sequence[QAExample]) -> list[str]:
-        return [request.question, request.context]
-
-    def serve_features(self, example: QAExample, tokenizer: Any, settings: QASettings) -> list[Feature]:
-        """The question's windows, as `predict` makes them; ValueError saying which part is at fault when no piece
-        of the context fits beside the question, or the context has no text at all."""
-        try:
-            features = self.features([example], tokenizer, settings, training=False)
-        except TokenizerError:
-            n = len(tokenizer.tokenize(example.question))
-            raise ValueError(f"the question has {n} word pieces; with the context's it must fit in "
-                             f"{settings.max_length} (3 go to [CLS] and [SEP], and a window keeps more than "
-                             f"{settings.doc_stride} of the context's): send a shorter question") from None
-        if not any(o is not None for f in features for o in f["offsets"]):
-            raise ValueError("the context has no text left once tokenized (only spaces, control or zero-width "
-                             "characters?): send a context with words in it")
-        return features
-
-    def answer(self, example: QAExample, features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]],
-               settings: QASettings) -> dict[str, Any]:
-        """The answer `decode` gives, with its score and where it lies in the context ("" at 0 when none)."""
-        windows = [{**out, "offsets": f["offsets"], "max_context": f["max_context"]}
-                   for f, out in zip(features, outputs)]
-        candidates, null_score = ranked_spans(windows, settings.n_best, settings.max_answer_length)
-        if not candidates or null_wins(candidates, null_score, settings.version_2, settings.null_threshold):
-            return {"answer": "", "score": null_score, "start_char": 0, "end_char": 0}
-        score, a, b = candidates[0]
-        return {"answer": example.context[a:b], "score": score, "start_char": a, "end_char": b}
-
-    def respond(self, request: QARequest, results: list) -> dict[str, Any]:
-        return results[0]
-
-    def answer_bytes(self, example: QAExample, settings: QASettings) -> int:
-        """A span of the context (at most all of it), its score and where it lies."""
-        return OBJECT_BYTES + json_bytes(example.context) + 3 * NUMBER_BYTES
-
-    def score(self, examples: Sequence[QAExample], predictions: Sequence[str], settings: Settings) -> dict[str, float]:
+    def score(self, examples: Sequence[QAExample], predictions: Sequence[str],
+              settings: QASettings) -> dict[str, float]:
+        settings = self.settings_of(settings, "score settings")  # typed, or a mapping of its fields
         refs = {ex.id: [] if ex.is_impossible else [text for text, _ in ex.answers] for ex in examples}
         preds = {ex.id: p for ex, p in zip(examples, predictions)}
         return metrics.squad_scores(preds, refs, version_2=_scored_as_v2(examples, settings))
 
-    def paired_test(self, examples: Sequence[QAExample], predictions_a: Sequence[str], predictions_b: Sequence[str],
-                    settings: Settings, seed: int = 0) -> significance.PairedTest:
-        """F1 of B against A: the paired bootstrap over questions, each question's F1 the max over its answers."""
-        refs = {ex.id: [] if ex.is_impossible else [text for text, _ in ex.answers] for ex in examples}
-
-        def per_question(predictions: Sequence[str]) -> np.ndarray:
-            scores = metrics.squad_question_scores({ex.id: p for ex, p in zip(examples, predictions)}, refs,
-                                                   _scored_as_v2(examples, settings))
-            return np.array([[scores[ex.id][1]] for ex in examples], dtype=np.float64).reshape(-1, 1)
-
-        n = len(examples)
-        return significance.paired_bootstrap(per_question(predictions_a), per_question(predictions_b),
-                                             lambda sums: sums[..., 0] / n, "f1", seed=seed)
-
     def write_predictions(self, path: str | os.PathLike, examples: Sequence[QAExample], predictions: Sequence[str],
-                          settings: Settings) -> None:
+                          settings: QASettings) -> None:
         atomic_write_json(path, {ex.id: p for ex, p in zip(examples, predictions)})
 
 
@@ -405,3 +398,18 @@ def _scored_as_v2(examples: Sequence[QAExample], settings: QASettings) -> bool:
     """Whether questions are scored as SQuAD v2.0 (a "" answer to an unanswerable one is right): the model's setting,
     or a file holding unanswerable questions."""
     return settings.version_2 or any(ex.is_impossible for ex in examples)
+
+
+def paired_test(examples: Sequence[QAExample], predictions_a: Sequence[str], predictions_b: Sequence[str],
+                settings: QASettings, seed: int = 0) -> significance.PairedTest:
+    """F1 of B against A: the paired bootstrap over questions, each question's F1 the max over its answers."""
+    refs = {ex.id: [] if ex.is_impossible else [text for text, _ in ex.answers] for ex in examples}
+
+    def per_question(predictions: Sequence[str]) -> np.ndarray:
+        scores = metrics.squad_question_scores({ex.id: p for ex, p in zip(examples, predictions)}, refs,
+                                               _scored_as_v2(examples, settings))
+        return np.array([[scores[ex.id][1]] for ex in examples], dtype=np.float64).reshape(-1, 1)
+
+    n = len(examples)
+    return significance.paired_bootstrap(per_question(predictions_a), per_question(predictions_b),
+                                         lambda sums: sums[..., 0] / n, "f1", seed=seed)
