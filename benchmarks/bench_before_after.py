@@ -6,6 +6,9 @@ Workloads (each reports real tokens per second):
   tokenization included), the path of `bertkit embed` and the Python API;
 - `step`: one pre-training step (forward, backward, AdamW) of bertkit-mini's shape on batches of lengths 64..128,
   the path of `bertkit pretrain` (bench_pretrain_step.make_batches, common.make_step);
+- `trainer`: the same steps through `Trainer.train` (fp32, a plain bertkit-mini, 16 random sequences a step, a
+  record every step): the loop and `train_step` around the model's step; its rate is the steps' from the third on
+  (the records' own tokens/s), so a tree's loop, precision and logging show, not its model;
 - `loader`, `loader-ww`: an epoch of dynamically masked pre-training batches (256 instances; token or whole-word
   masking) read and collated in one process from bench_loader.py's 84 shards (made once into --work), the
   path of `bertkit pretrain`'s DataLoader; the best of three passes.
@@ -91,6 +94,27 @@ print(json.dumps({{"tokens_per_s": best, "bertkit": bertkit.__file__}}))
 """
 
 
+TRAINER = """
+import json, tempfile, torch
+import bertkit
+from bench_pretrain_step import SIZES, make_batches
+from bertkit.model import BertConfig, BertForPreTraining
+from bertkit.training import Trainer, TrainingConfig
+torch.set_num_threads({threads})
+batches = make_batches({steps} + 2, 16, 128, SIZES["bertkit-mini"]["vocab_size"])
+torch.manual_seed(0)
+model = BertForPreTraining(BertConfig(**SIZES["bertkit-mini"]))
+quiet = {{"tensorboard": False}} if "tensorboard" in TrainingConfig.__dataclass_fields__ else {{}}  # before report_to
+config = TrainingConfig(output_dir=tempfile.mkdtemp(), max_steps=len(batches), batch_size=1, shuffle=False, warmup=1,
+                        log_every=1, precision="fp32", device="cpu", metric_for_best=None, progress_bar=False, **quiet)
+result = Trainer(model, config, batches, collate_fn=lambda items: items[0]).train()
+records = [r for r in result.history if r["split"] == "train"][2:]  # steps 3.. (step k ran batch k - 1)
+tokens = [int(b["attention_mask"].sum()) for b in batches[2:]]
+seconds = sum(t / r["tokens_per_s"] for t, r in zip(tokens, records))
+print(json.dumps({{"tokens_per_s": sum(tokens) / seconds, "bertkit": bertkit.__file__}}))
+"""
+
+
 def run_once(tree: Path, code: str) -> dict:
     """Run `code` in a fresh interpreter that imports bertkit from `tree`; its last stdout line is JSON."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree / "src"), str(HERE)]))
@@ -124,6 +148,7 @@ def main() -> None:
     codes = {"embed": EMBED.format(threads=a.threads, data=str(a.data), paragraphs=a.paragraphs, model=a.model,
                                   precision=a.precision),
              "step": STEP.format(threads=a.threads, steps=a.steps),
+             "trainer": TRAINER.format(threads=a.threads, steps=a.steps),
              "loader": LOADER.format(threads=a.threads, data=str(a.data), work=str(a.work), whole_word=False),
              "loader-ww": LOADER.format(threads=a.threads, data=str(a.data), work=str(a.work), whole_word=True)}
     workloads = a.workloads.split(",")
@@ -146,7 +171,8 @@ def main() -> None:
         print(f"{name}: before {best['before']:,.0f} tok/s, after {best['after']:,.0f} tok/s, after/before "
               f"{ratio:.3f}")
         setting = {"embed": {"model": a.model, "paragraphs": a.paragraphs, "precision": a.precision},
-                   "step": {"steps": a.steps, "shape": "bertkit-mini", "batch": 16}}.get(
+                   "step": {"steps": a.steps, "shape": "bertkit-mini", "batch": 16},
+                   "trainer": {"steps": a.steps, "shape": "bertkit-mini", "batch": 16, "precision": "fp32"}}.get(
                        name, {"batch": 256, "whole_word_mask": name == "loader-ww", "shards": str(a.work)})
         report["workloads"][name] = {"rates": rates, "best": best, "after_over_before": ratio, **setting}
     if a.json:

@@ -12,7 +12,7 @@ layer, its last layer only at the masked positions and [CLS] as well; +unpadded;
 jagged attention; the fixed-slot rows), each its own model from the same initial weights; with --bf16 each row
 (transformers too) again under bf16 autocast, as `bertkit pretrain --training.precision bf16` runs it, and with
 --bf16-weights each row (transformers too) on a bf16 working copy of its weights with a float32 master copy, as
-`--training.bf16_weights true` runs it (bertkit.training.bf16_weights; as 'ROW, bf16 weights'). The step
+`--training.bf16_weights true` runs it (bertkit.training.precision.Bf16Weights; as 'ROW, bf16 weights'). The step
 functions take turns batch by batch in one process, under the same malloc setting (the one `bertkit pretrain` makes;
 --default-malloc: none); a round is one pass over the timed batches (--fresh: each round its own), and each row's
 best round counts (the machine is shared). Prints real tokens/s, the ratios to bertkit's plain path and to

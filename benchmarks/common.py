@@ -86,9 +86,9 @@ def make_step(model: torch.nn.Module, autocast_device: str | None = None, bf16_w
     """One training step of `model`: forward, backward, clipping, AdamW, as both trainers run it; under bf16
     autocast on `autocast_device` when given (the GPU suite; bench_pretrain_step.py --bf16 on the CPU); with
     `bf16_weights` as well, on a bf16 working copy of the weights, the float32 ones the optimizer's master copy
-    (bertkit.training.bf16_weights, as `--training.bf16_weights` runs it; it takes any module, transformers' too).
+    (bertkit.training.precision.Bf16Weights, as `--training.bf16_weights` runs it; it takes any module, transformers' too).
     `compiler` (torch.compile) wraps the module the steps run: the bf16 working copy with `bf16_weights`."""
-    from bertkit.training.bf16_weights import Bf16Weights
+    from bertkit.training.precision import Bf16Weights
     from bertkit.training.optim import parameter_groups
 
     model.train()

@@ -41,7 +41,7 @@ def finetune_run(args: argparse.Namespace, out: Path, training: dict[str, Any], 
                             max_eval_examples=args.max_eval_examples,
                             options={"max_length": 128, **options})
     config.training = finetune_training(get_task("ner"), {"output_dir": str(out), "progress_bar": False,
-                                                          "tensorboard": False, **training})
+                                                          **training})
     return finetune(config)
 
 

@@ -359,7 +359,7 @@ BUDGET_FIELDS = ("lrs", "seeds", "epochs", "batch_size", "max_train_examples", "
 def start_sha256(folder: str) -> str:
     """A start's identity wherever it lies: the sha256 of the files that define its model (folder_identity)."""
     from bertkit.pretrained import resolve_model_dir
-    from bertkit.training.provenance import folder_identity
+    from bertkit.io import folder_identity
 
     return folder_identity(resolve_model_dir(folder))["sha256"]
 

@@ -612,7 +612,7 @@ def ddp_worker(out: Path, batch_size: int, steps: int) -> None:
     model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=500, hidden_dropout_prob=0.0,
                                                  attention_probs_dropout_prob=0.0))
     cfg = TrainingConfig(output_dir=str(out), lr=1e-3, warmup=0, max_steps=steps, batch_size=batch_size,
-                         precision="fp32", metric_for_best=None, progress_bar=False, tensorboard=False, shuffle=False)
+                         precision="fp32", metric_for_best=None, progress_bar=False, shuffle=False)
     Trainer(model, cfg, data).train()
 
 
@@ -691,7 +691,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="extra bertkit rows of the pretrain section, of benchmarks/common.py LEVERS ('' for none)")
     p.add_argument("--bf16-weights", action="store_true",
                    help="pretrain section: also bertkit's default step, each lever and transformers on bf16 weights "
-                        "with a float32 master copy (bertkit.training.bf16_weights), as 'ROW, bf16 weights'")
+                        "with a float32 master copy (bertkit.training.precision.Bf16Weights), as 'ROW, bf16 weights'")
     p.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, when the table lacks it")
     p.add_argument("--max-batch", type=int, help="cap of the memory search (default 1024; dry run 8)")
     p.add_argument("--ddp-worker", help=argparse.SUPPRESS)

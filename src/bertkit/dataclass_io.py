@@ -237,6 +237,12 @@ class Config:
     def validate(self) -> None:
         """A subclass's rules between fields (each field alone is checked by its spec); ConfigError naming them."""
 
+    @classmethod
+    def from_older(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """A dict of an older version's fields as this version's (a replaced field), so that old config files
+        still read; the default returns `d` as it is."""
+        return d
+
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every field (JSON/YAML-ready)."""
         return dataclasses.asdict(self)  # type: ignore[call-overload]
@@ -261,6 +267,8 @@ def config_from_dict(cls: type[T], d: dict[str, Any], where: str | None = None) 
     where = where or cls.__name__
     if not isinstance(d, dict):
         raise ConfigError(f"{where}: expected a mapping, found {type(d).__name__}")
+    if issubclass(cls, Config):
+        d = cls.from_older(d)
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(d) - set(names))
     if unknown:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-from bertkit.errors import BertkitError, CheckpointError, OutputError
+from bertkit.errors import BertkitError, CheckpointError, ConfigError, OutputError
 
 
 def _default_mode() -> int:
@@ -370,6 +370,37 @@ def file_sha256(source: str | os.PathLike | IO[bytes]) -> str:
     for block in iter(lambda: source.read(1 << 20), b""):
         h.update(block)
     return h.hexdigest()
+
+
+MODEL_FILE_SUFFIXES = (".json", ".txt", ".safetensors", ".bin")
+"""Files of a model folder that define the model (config, weights, shard index, vocabulary and tokenizer settings);
+notes, plots and logs beside them (PRETRAINING.md, curves.png, metrics.jsonl) are not part of its identity."""
+
+
+def file_identity(spec: str | os.PathLike) -> dict[str, Any]:
+    """Identity of a data file: its sha256 (the path is kept but ignored by identity: a moved or copied file is the
+    same data); `FILE#START:END` (a QA article selection) adds the selection."""
+    text = str(spec)
+    path, selection = Path(text), None
+    if not path.is_file() and "#" in text:
+        name, _, selection = text.rpartition("#")
+        path = Path(name)
+    if not path.is_file():
+        raise ConfigError(f"{text}: no such file")
+    out = {"path": text, "sha256": file_sha256(path)}
+    if selection is not None:
+        out["selection"] = selection
+    return out
+
+
+def folder_identity(folder: str | os.PathLike) -> dict[str, Any]:
+    """Identity of a model folder: one sha256 over the names and bytes of the files that define the model."""
+    folder = Path(folder)
+    h = hashlib.sha256()
+    for p in sorted(folder.iterdir()):
+        if p.is_file() and not p.name.startswith(".") and p.suffix in MODEL_FILE_SUFFIXES:
+            h.update(f"{p.name}\0{file_sha256(p)}\n".encode())
+    return {"path": str(folder), "sha256": h.hexdigest()}
 
 
 def file_entry(folder: str | os.PathLike, name: str) -> dict[str, Any]:

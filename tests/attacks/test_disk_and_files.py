@@ -96,8 +96,7 @@ def test_two_jobs_cannot_write_into_one_folder(tmp_path: Path) -> None:
     from bertkit.io import folder_lock
     from bertkit.training import Trainer, TrainingConfig
 
-    cfg = TrainingConfig(output_dir=str(tmp_path / "run"), max_steps=2, batch_size=8, progress_bar=False,
-                         tensorboard=False)
+    cfg = TrainingConfig(output_dir=str(tmp_path / "run"), max_steps=2, batch_size=8, progress_bar=False)
     with folder_lock(tmp_path / "run"):  # a first job, still running
         with pytest.raises(OutputError, match=rf"another job is writing into this folder \(pid {os.getpid()}"):
             Trainer(ToyModel(), cfg, ToyData()).train()

@@ -121,8 +121,7 @@ def test_n2_a_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path: Pat
     data = ToyData(32)
     data.y[20] = float("nan")  # in order (no shuffling), item 20 is in the batch of step 6
     cfg = TrainingConfig(output_dir=str(tmp_path), lr=0.05, batch_size=4, max_steps=8, warmup=1, shuffle=False,
-                         save_every=2, eval_every=2, metric_for_best="mse", progress_bar=False, log_every=1,
-                         tensorboard=False)
+                         save_every=2, eval_every=2, metric_for_best="mse", progress_bar=False, log_every=1)
     model = make_model(0.0)
     with pytest.raises(BertkitError, match=r"step 6 \(phase 0 'train', epoch 0\.75\): the loss is nan") as e:
         Trainer(model, cfg, data, evaluate=evaluate_fn(ToyData(32))).train()
@@ -152,7 +151,7 @@ def test_n2_weights_made_infinite_are_never_saved(tmp_path: Path, monkeypatch: p
 
     monkeypatch.setattr(torch.optim.AdamW, "step", overflowing_step)
     cfg = TrainingConfig(output_dir=str(tmp_path), lr=0.01, batch_size=4, max_steps=4, warmup=1, eval_every=1,
-                         metric_for_best="mse", progress_bar=False, tensorboard=False)
+                         metric_for_best="mse", progress_bar=False)
     with pytest.raises(BertkitError, match=r"after step 1 the weights hold inf or NaN values \(inp\.weight\); "
                                             r"best/ was not written"):
         Trainer(make_model(0.0), cfg, ToyData(16), evaluate=evaluate_fn(ToyData(16))).train()
@@ -276,7 +275,7 @@ def test_n7_pretrain_resume_refuses_other_data(tmp_path: Path, mlm_dir: Path, pr
     """N7 for pre-training: continued pre-training resumed on another prepared folder is refused, naming it."""
     out = tmp_path / "pt"
     base = ["pretrain", "--model", str(mlm_dir), "--output_dir", str(out), "--batch_size", "8", "--warmup", "1",
-            "--progress_bar", "false", "--tensorboard", "false"]
+            "--progress_bar", "false"]
     assert main([*base, "--train_data", str(prepared["a"]), "--max_steps", "1"]) == 0
     capsys.readouterr()
     assert main([*base, "--train_data", str(prepared["b"]), "--max_steps", "2", "--resume"]) == 1

@@ -18,7 +18,7 @@ from bertkit.model import BertConfig, BertForMaskedLM, BertForPreTraining
 from bertkit.model.bert import BertSelfAttention
 from bertkit.model.heads import set_execution
 from bertkit.model.kernels import Packing
-from bertkit.training.bf16_weights import Bf16Weights
+from bertkit.training.precision import Bf16Weights
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)

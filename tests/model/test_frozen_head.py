@@ -116,7 +116,7 @@ def test_tagger_learns_a_task_that_needs_the_previous_token(tmp_path: Path, tagg
     train, test = synthetic_tagging(256, 10, 8, seed=1), synthetic_tagging(64, 10, 8, seed=2)
     cfg = TrainingConfig(output_dir=str(tmp_path / "run"), lr=2e-2, batch_size=32, epochs=25, warmup=0.0,
                          weight_decay=0.0, metric_for_best=None, precision="fp32", device="cpu", progress_bar=False,
-                         tensorboard=False, log_every=1000)
+                         log_every=1000)
     Trainer(model, cfg, train, Collator(model_keys=("hidden_layers", "labels"))).train()
     assert floor <= tag_accuracy(model, test) <= ceiling
 

@@ -13,7 +13,7 @@ from trainer_toy import ToyData, make_model
 from bertkit.errors import ConfigError
 from bertkit.model import BertConfig, BertForPreTraining
 from bertkit.training import Trainer, TrainingConfig
-from bertkit.training.bf16_weights import Bf16Weights
+from bertkit.training.precision import Bf16Weights, Precision
 from bertkit.training.provenance import training_fingerprint
 
 BF16 = dict(precision="bf16", bf16_weights=True)
@@ -21,7 +21,7 @@ BF16 = dict(precision="bf16", bf16_weights=True)
 
 def _config(out: Path, **kw) -> TrainingConfig:
     base = dict(output_dir=str(out), lr=0.05, batch_size=4, warmup=2, progress_bar=False, log_every=1,
-                metric_for_best=None, tensorboard=False)
+                metric_for_best=None)
     return TrainingConfig(**{**base, **kw})
 
 
@@ -42,6 +42,24 @@ def test_gradients_of_micro_batches_add_up_in_float32() -> None:
         assert torch.equal(p.grad, each[0][name].float() + each[1][name].float()), name
 
 
+def test_gradients_reach_the_float32_weights_when_ddp_has_reduced_them() -> None:
+    """Precision.backward with bf16 weights: under DDP (reduced=False before a step's last micro-batch) the working
+    copy keeps its gradients for DDP's one reduction; at the last one they all move to the float32 weights."""
+    model = make_model(dropout=0.0)
+    precision = Precision("bf16", torch.device("cpu"), bf16_weights=True)
+    working = precision.steps_module(model)
+    assert working is precision.bf16.working and next(working.parameters()).dtype == torch.bfloat16
+    data = ToyData(8)
+    for half, reduced in ((slice(0, 4), False), (slice(4, 8), True)):
+        with precision.autocast():
+            loss = working(data.x[half].bfloat16(), data.y[half].bfloat16())["loss"]
+        precision.backward(loss, reduced)
+        held = [p.grad is not None for p in working.parameters()]
+        assert (all(p.grad is None for p in model.parameters()) and all(held)) if not reduced else not any(held)
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in model.parameters())
+    assert precision.state_dict() is None and not precision.scales_loss  # no loss scale to keep outside fp16
+
+
 def test_a_run_updates_float32_weights_and_steps_on_their_bf16_rounding(tmp_path: Path) -> None:
     """After training: the model (the master copy) is float32, the working copy equals it rounded to bf16 bit for
     bit, final/ holds float32 weights, and the run differs from the autocast one by bf16's rounding only."""
@@ -52,8 +70,8 @@ def test_a_run_updates_float32_weights_and_steps_on_their_bf16_rounding(tmp_path
     trainer = Trainer(model, _config(tmp_path / "bf16w", max_steps=6, grad_accum_steps=2, **BF16), data)
     result = trainer.train()
     assert result.global_step == 6
-    assert trainer.bf16 is not None
-    for (name, master), working in zip(model.named_parameters(), trainer.bf16.working.parameters()):
+    assert trainer.precision.bf16 is not None
+    for (name, master), working in zip(model.named_parameters(), trainer.precision.bf16.working.parameters()):
         assert master.dtype == torch.float32 and working.dtype == torch.bfloat16
         assert torch.equal(working, master.detach().bfloat16()), name
     saved = torch.load(tmp_path / "bf16w" / "final" / "model.pt", weights_only=True)
@@ -72,7 +90,7 @@ def test_bf16_weights_need_bf16_precision(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"bf16_weights = True with precision = 'fp32': bf16 weights need "
                                           r"precision 'bf16'"):
         TrainingConfig(precision="fp32", bf16_weights=True)
-    with pytest.raises(ConfigError, match=r"precision 'auto' is fp32 on cpu: bf16 weights need precision 'bf16'"):
+    with pytest.raises(ConfigError, match=r"precision = 'auto' \(fp32 on cpu\): bf16 weights need precision 'bf16'"):
         Trainer(make_model(), _config(tmp_path, bf16_weights=True, device="cpu"), ToyData(8))
 
 

@@ -21,7 +21,7 @@ def _run(out: Path, precision: str, data: ToyData) -> tuple[list[torch.dtype], f
     model.inp.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
     config = TrainingConfig(output_dir=str(out), precision=precision, lr=0.05, batch_size=4, grad_accum_steps=2,
                             max_steps=4, warmup=0, shuffle=False, log_every=1, progress_bar=False,
-                            tensorboard=False, device="cpu")
+                            device="cpu")
     result = Trainer(model, config, data).train()
     return seen, next(r["loss"] for r in result.history if r["split"] == "train" and r["step"] == 1)
 

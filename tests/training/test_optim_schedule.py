@@ -12,7 +12,7 @@ from bertkit.errors import ConfigError
 from bertkit.training import (Lamb, TrainingConfig, build_optimizer, linear_warmup_decay, parameter_groups,
                               resolve_warmup)
 from bertkit.training.optim import split_decay_names
-from bertkit.training.schedule import build_scheduler
+from bertkit.training.schedule import build_scheduler, lr_factor
 
 
 def test_warmup_then_linear_decay_at_hand_computed_steps() -> None:
@@ -40,6 +40,57 @@ def test_scheduler_drives_the_optimizer_lr() -> None:
         sched.step()
     assert seen == pytest.approx([0.5, 1.0, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6])
     assert opt.param_groups[0]["lr"] == 0.0
+
+
+# Hand-computed LR multipliers of a 10-step run with 2 warm-up steps ((s + 1) / 2), the decay from step 2 to 10.
+SCHEDULES = [
+    ("linear", {0: 0.5, 1: 1.0, 2: 1.0, 6: 0.5, 9: 1 / 8}),  # (10 - s) / 8
+    ("cosine", {0: 0.5, 1: 1.0, 2: 1.0, 4: (1 + math.sqrt(0.5)) / 2, 6: 0.5, 8: (1 - math.sqrt(0.5)) / 2,
+                9: (1 + math.cos(7 * math.pi / 8)) / 2}),  # (1 + cos(pi (s - 2) / 8)) / 2
+    ("constant", {0: 0.5, 1: 1.0, 2: 1.0, 5: 1.0, 9: 1.0}),
+    ("warmup-stable-decay", {0: 0.5, 1: 1.0, 2: 1.0, 6: 1.0, 7: 1.0, 8: 2 / 3, 9: 1 / 3}),  # decay 0.3: (10 - s) / 3
+]
+
+
+@pytest.mark.parametrize("schedule, expected", SCHEDULES, ids=[s for s, _ in SCHEDULES])
+def test_each_schedule_at_hand_computed_steps(schedule: str, expected: dict[int, float]) -> None:
+    p = nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=2.0)
+    sched = build_scheduler(opt, 2, 10, schedule=schedule, decay=0.3)
+    seen = []
+    for _ in range(10):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    for step, value in expected.items():
+        assert seen[step] == pytest.approx(2.0 * value), step
+
+
+def test_a_decay_longer_than_the_run_after_warmup_starts_at_the_warmups_end() -> None:
+    assert lr_factor("warmup-stable-decay", 6, 2, 10, decay_steps=9) == lr_factor("linear", 6, 2, 10) == 0.5
+    assert lr_factor("warmup-stable-decay", 10, 2, 10, decay_steps=3) == lr_factor("cosine", 10, 2, 10) == 0.0
+
+
+def test_the_trainer_runs_the_configured_schedule(tmp_path) -> None:
+    """The LR each logged step used is lr x the cosine multiplier (warm-up 1 of 5 steps)."""
+    from trainer_toy import ToyData, make_model
+
+    from bertkit.training import Trainer
+
+    config = TrainingConfig(output_dir=str(tmp_path), lr=0.1, batch_size=4, max_steps=5, warmup=1, log_every=1,
+                            schedule="cosine", progress_bar=False, metric_for_best=None)
+    result = Trainer(make_model(), config, ToyData(32)).train()
+    logged = [r["lr"] for r in result.history if r["split"] == "train"]
+    assert logged == pytest.approx([0.1 * lr_factor("cosine", s, 1, 5) for s in range(5)])
+    assert logged[2] == pytest.approx(0.1 * (1 + math.cos(math.pi / 4)) / 2)
+
+
+def test_schedule_and_decay_are_checked() -> None:
+    with pytest.raises(ConfigError, match=r"TrainingConfig.schedule: expected one of linear, cosine, constant, "
+                                          r"warmup-stable-decay, found 'step'"):
+        TrainingConfig(schedule="step")
+    with pytest.raises(ConfigError, match=r"TrainingConfig.decay: expected a step count >= 1 or a fraction"):
+        TrainingConfig(decay=2.5)
 
 
 class _Block(nn.Module):

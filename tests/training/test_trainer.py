@@ -141,8 +141,7 @@ def test_warmup_longer_than_the_run_is_reported(tmp_path, capsys) -> None:
 
     from bertkit.training import Trainer, TrainingConfig
 
-    cfg = TrainingConfig(output_dir=str(tmp_path / "run"), max_steps=4, warmup=10, batch_size=8, progress_bar=False,
-                         tensorboard=False)
+    cfg = TrainingConfig(output_dir=str(tmp_path / "run"), max_steps=4, warmup=10, batch_size=8, progress_bar=False)
     Trainer(ToyModel(), cfg, ToyData()).train()
     assert "warmup is 10 steps but the run has 4" in capsys.readouterr().err
 
@@ -150,11 +149,11 @@ def test_warmup_longer_than_the_run_is_reported(tmp_path, capsys) -> None:
 @pytest.mark.parametrize("native", [False, True])
 def test_bf16_on_a_cpu_without_bf16_units_is_reported(tmp_path, capsys, monkeypatch, native: bool) -> None:
     """bf16 autocast on a CPU that emulates bf16 is many times slower than fp32: the run says so at its start."""
-    import bertkit.training.trainer as trainer_module
+    import bertkit.training.precision as precision_module
 
-    monkeypatch.setattr(trainer_module, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(precision_module, "cpu_has_native_bf16", lambda: native)
     cfg = TrainingConfig(output_dir=str(tmp_path / "run"), max_steps=2, warmup=0, batch_size=8, progress_bar=False,
-                         tensorboard=False, precision="bf16")
+                         precision="bf16")
     Trainer(ToyModel(), cfg, ToyData()).train()
     err = capsys.readouterr().err
     assert ("no bf16 matrix units" in err) is not native, err
@@ -173,9 +172,9 @@ def test_activation_checkpointing_needs_a_bert_encoder(tmp_path: Path) -> None:
 def test_fp16_overflow_steps_are_skipped_not_fatal(tmp_path: Path, monkeypatch) -> None:
     """With fp16 loss scaling an inf/NaN gradient is the scaler's overflow signal: the step is skipped and the scale
     lowered, and the run goes on; only a non-finite unscaled loss stops it (fp16 autocast runs on CPU too)."""
-    import bertkit.training.trainer as trainer_module
+    import bertkit.training.precision as precision_module
 
-    monkeypatch.setattr(trainer_module, "resolve_precision", lambda precision, device: "fp16")
+    monkeypatch.setattr(precision_module, "resolve_precision", lambda precision, device: "fp16")
     real, scalers = torch.amp.GradScaler, []
 
     def huge_scale(*args, **kw):  # gradients x 2^24 overflow fp16 until the scaler has halved it a few times

@@ -301,7 +301,7 @@ def embedding_settings(model: str | os.PathLike, encoder: Any, pooling: str | No
     the folder's identity (the sha256 of the files that define the model): what an embeddings folder and an index
     record, and what a resume or a query encoder is checked against."""
     from bertkit.pretrained import resolve_model_dir
-    from bertkit.training.provenance import folder_identity
+    from bertkit.io import folder_identity
 
     identity = folder_identity(resolve_model_dir(model))
     return {"model": str(model), "model_sha256": identity["sha256"],

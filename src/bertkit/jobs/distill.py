@@ -204,7 +204,7 @@ def run(config: DistillConfig, resume: bool = False) -> dict[str, Any]:
     records as they were)."""
     from bertkit.training.distributed import setup_distributed
     from bertkit.training.provenance import check_output_apart
-    from bertkit.training.trainer import output_lock
+    from bertkit.training.checkpoint import output_lock
 
     assert config.training is not None  # set by __post_init__ / from_dict
     output = Path(config.training.output_dir)

@@ -143,7 +143,7 @@ def finetune_training(task: Task, overrides: dict[str, Any], where: str = "Finet
     values: dict[str, Any] = dict(output_dir="", lr=TASK_LR.get(task.name, DEFAULT_LR), batch_size=32, epochs=3.0,
                                   warmup=0.1, weight_decay=0.01, max_grad_norm=1.0, eval_every=None, seed=42,
                                   precision="auto", metric_for_best=task.settings().main_metric or DEFAULT_METRIC,
-                                  greater_is_better=True, tensorboard=False)
+                                  greater_is_better=True)
     values.update(overrides)
     return config_from_dict(TrainingConfig, values, f"{where}.training")
 
@@ -153,7 +153,8 @@ def finetune_fingerprint(config: FinetuneConfig, task: Task, model: str) -> dict
     start folder, the train and dev files, the task's options and the example limits. A resume may change
     eval_batch_size (the same metrics, computed in other chunks) and options.feature_cache (where the frozen
     encoder's features are kept, not what they are)."""
-    from bertkit.training.provenance import file_identity, flatten, folder_identity
+    from bertkit.io import file_identity, folder_identity
+    from bertkit.training.provenance import flatten
 
     options = dataclasses.asdict(task_options(task, config.options))
     options.pop("feature_cache", None)
@@ -178,7 +179,7 @@ def run(config: FinetuneConfig, resume: bool = False,
     from bertkit.training import Trainer
     from bertkit.training.distributed import setup_distributed
     from bertkit.training.provenance import check_output_apart
-    from bertkit.training.trainer import output_lock
+    from bertkit.training.checkpoint import output_lock
 
     c, cfg = config, config.training
     assert cfg is not None  # set by __post_init__ / from_dict

@@ -24,7 +24,8 @@ from bertkit.model.kernels import Packing
 from bertkit.pretrained import resolve_model_dir
 from bertkit.runtime import cpu_has_native_bf16
 from bertkit.training.config import TrainingConfig, config_from_dict
-from bertkit.training.trainer import Trainer, TrainPhase, TrainResult, resolve_precision
+from bertkit.training.precision import resolve_precision
+from bertkit.training.trainer import Trainer, TrainPhase, TrainResult
 
 if TYPE_CHECKING:
     from bertkit.model.folder import FolderConfig
@@ -325,7 +326,8 @@ def check_same_vocabulary(model_dir: Path, data_vocab: Path) -> None:
 def pretrain_fingerprint(config: PretrainConfig, model_dir: Path | None, eval_batch_size: int) -> dict[str, Any]:
     """The data and settings of a pre-training run a resume must match (bertkit.training.provenance). A resume may
     change the phases' max_steps (how far to train) and verify_checksums (a check of the input, not a setting)."""
-    from bertkit.training.provenance import flatten, folder_identity, prepared_identity
+    from bertkit.io import folder_identity
+    from bertkit.training.provenance import flatten, prepared_identity
 
     fp: dict[str, Any] = {"model": folder_identity(model_dir) if model_dir is not None else config.model,
                           **flatten("model_overrides", config.model_overrides)}
@@ -356,7 +358,7 @@ def run(config: PretrainConfig, resume: bool = False,
     from bertkit.tokenizer import BertTokenizer
     from bertkit.training.distributed import setup_distributed
     from bertkit.training.provenance import check_output_apart
-    from bertkit.training.trainer import output_lock
+    from bertkit.training.checkpoint import output_lock
 
     t = config.training
     dist_info = setup_distributed(t.device)

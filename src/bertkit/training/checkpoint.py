@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from bertkit.errors import CheckpointError
-from bertkit.io import atomic_path, atomic_write_json, check_file, file_sha256, make_dir, read_json_object
+from bertkit.io import atomic_path, atomic_write_json, check_file, file_sha256, folder_lock, make_dir, read_json_object
+from bertkit.training.distributed import DistInfo
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +32,33 @@ VERSION = 1
 STATE_FILE = "state.pt"
 META_FILE = "meta.json"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+_LOCKED: set[Path] = set()  # output folders this process holds the lock of
+
+
+@contextlib.contextmanager
+def output_lock(folder: str | os.PathLike, dist: DistInfo) -> Iterator[None]:
+    """Lock a run's output folder (rank 0; see bertkit.io.folder_lock) for everything the job writes there: its
+    records as well as the Trainer's checkpoints and models. Re-entrant in one process, so a job can take the lock
+    before it validates anything and the Trainer it runs trains under the same lock. A folder the lock had to create
+    is removed again when the job leaves nothing in it (a refused or failed start leaves no litter)."""
+    key = Path(folder).resolve()
+    if not dist.is_main or key in _LOCKED:
+        yield
+        return
+    created = not key.exists()
+    try:
+        with folder_lock(folder):
+            _LOCKED.add(key)
+            try:
+                yield
+            finally:
+                _LOCKED.discard(key)
+    finally:
+        if created:
+            with contextlib.suppress(OSError):
+                key.rmdir()  # only when empty
 
 
 def step_dir(root: str | os.PathLike, step: int) -> Path:

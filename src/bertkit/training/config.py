@@ -30,6 +30,8 @@ from bertkit.dataclass_io import (  # noqa: F401 (re-exported: the trainer's con
 from bertkit.errors import ConfigError
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+SCHEDULES = ("linear", "cosine", "constant", "warmup-stable-decay")
+TRACKERS = ("tensorboard", "mlflow", "wandb")
 OPTIMIZERS = ("adamw", "lamb")
 RESUME_MISMATCH = ("error", "warn")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
@@ -41,7 +43,8 @@ class TrainingConfig(Config):
     """How the trainer optimises a model: optimiser, schedule, batching, precision, evaluation, checkpoints."""
 
     output_dir: str = spec("runs/bertkit", empty=True)
-    """Folder of checkpoints/, best/, final/, metrics.jsonl, curves.png (and tensorboard/)."""
+    """Folder of checkpoints/, best/, final/, metrics.jsonl, curves.png (and the trackers' tensorboard/, mlruns/,
+    wandb/)."""
 
     # --- optimiser (paper appendix A.2; google-research/bert optimization.py) ---
     optimizer: str = spec("adamw", choices=OPTIMIZERS)
@@ -64,8 +67,15 @@ class TrainingConfig(Config):
     by a few standardised numbers moves too slowly at a fine-tuning rate to use them (docs/guide/columns.md)."""
 
     # --- schedule ---
+    schedule: str = spec("linear", choices=SCHEDULES)
+    """The learning rate after warm-up (bertkit.training.schedule): 'linear' decay to 0 (the paper's), 'cosine'
+    decay to 0, 'constant' at the peak, or 'warmup-stable-decay' (the peak until the last `decay` steps, then linear
+    to 0: a run that can be extended or cut without restarting its schedule)."""
     warmup: float = spec(10_000, ge=0, le=MAX_STEPS)
     """Linear warm-up: a number of steps when >= 1 (paper: 10,000), a fraction of all steps when < 1 (e.g. 0.1)."""
+    decay: float = spec(0.1, ge=0, le=MAX_STEPS)
+    """The final decay of schedule 'warmup-stable-decay': a number of steps when >= 1, a fraction of all steps when
+    < 1 (0.1: the last 10%, as MiniCPM, Hu et al. 2024). The other schedules ignore it."""
     max_steps: int | None = spec(None, ge=1, le=MAX_STEPS)
     """Optimizer updates to run (paper: 1,000,000); when set it overrides `epochs`."""
     epochs: float = spec(3.0, gt=0, le=1e6)
@@ -91,7 +101,7 @@ class TrainingConfig(Config):
     it, many times slower than fp32, and the trainer warns) or 'fp16' (CUDA only)."""
     bf16_weights: bool = False
     """With bf16 precision: run the training steps on a bf16 copy of the model, the float32 weights kept as the
-    optimizer's master copy (bertkit.training.bf16_weights), instead of autocast re-casting float32 weights and
+    optimizer's master copy (bertkit.training.precision), instead of autocast re-casting float32 weights and
     activations in every step. Activations, LayerNorms and the residual stream are then bf16 too (looser than
     autocast); the update, checkpoints and saved models stay float32. Gradients of a step's micro-batches add up in
     float32 (in bf16 under torch.distributed, where DDP reduces them)."""
@@ -118,14 +128,22 @@ class TrainingConfig(Config):
     """Evaluation metric that picks the `best/` model; None keeps no best model."""
     greater_is_better: bool = False
     """Whether a larger `metric_for_best` is better (False for a loss, True for an accuracy)."""
+    early_stopping_patience: int | None = spec(None, ge=1, le=MAX_STEPS)
+    """Stop the run when `metric_for_best` has not improved for this many evaluations in a row (then it ends as at
+    its last step: checkpoint, final/; best/ holds the best model); None never stops early."""
+    early_stopping_min_delta: float = spec(0.0, ge=0, le=1e12)
+    """What counts as an improvement for early stopping: better than the best so far by more than this."""
     save_every: int | None = spec(None, ge=1, le=MAX_STEPS)
     """Write a training-state checkpoint every N steps; None = only at the end (and on SIGINT/SIGTERM)."""
     keep_last: int = spec(2, ge=1, le=10_000)
     """Training-state checkpoints kept in checkpoints/ (older ones are deleted)."""
     log_every: int = spec(10, ge=1, le=MAX_STEPS)
-    """Append a training record (loss, lr, tokens/s) to metrics.jsonl every N steps."""
-    tensorboard: bool = True
-    """Also write TensorBoard events under output_dir/tensorboard when tensorboard is installed."""
+    """Append a training record (loss, lr, tokens/s) to metrics.jsonl every N steps, and after the first step."""
+    report_to: list[str] = spec(default_factory=list, empty=True, choices=TRACKERS)
+    """Trackers that also receive every record (bertkit.training.tracking): 'tensorboard' (events in
+    output_dir/tensorboard), 'mlflow' (a run in MLFLOW_TRACKING_URI, else the local store output_dir/mlruns),
+    'wandb' (offline unless WANDB_MODE says otherwise, in output_dir/wandb). Each needs its extra
+    (pip install 'bertkit[mlflow]'); a missing one is a warning. metrics.jsonl and curves.png are always written."""
     progress_bar: bool = True
     """Show a tqdm progress bar (rank 0 only)."""
     profile_steps: int = spec(0, ge=0, le=10_000)
@@ -143,9 +161,34 @@ class TrainingConfig(Config):
 
     def validate(self) -> None:
         """The rules between fields (each field's own range is declared beside it)."""
-        if self.bf16_weights and self.precision in ("fp32", "fp16"):
-            raise ConfigError(f"TrainingConfig.bf16_weights = True with precision = {self.precision!r}: bf16 weights "
-                              "need precision 'bf16' (or 'auto' on a GPU that supports bf16)")
+        if self.bf16_weights:
+            check_bf16_weights(self.precision)
+        if self.early_stopping_patience is not None and self.metric_for_best is None:
+            raise ConfigError("TrainingConfig.early_stopping_patience is set but metric_for_best is None: early "
+                              "stopping watches metric_for_best")
         if 1 < self.warmup and not float(self.warmup).is_integer():
             raise ConfigError(f"TrainingConfig.warmup: expected a step count >= 1 or a fraction in [0, 1), found "
                               f"{self.warmup!r}")
+        if 1 < self.decay and not float(self.decay).is_integer():
+            raise ConfigError(f"TrainingConfig.decay: expected a step count >= 1 or a fraction in [0, 1), found "
+                              f"{self.decay!r}")
+
+    @classmethod
+    def from_older(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """An older TrainingConfig's fields as today's: `tensorboard: true/false` is `report_to: [tensorboard]/[]`."""
+        if "tensorboard" not in d:
+            return d
+        d = dict(d)
+        on = d.pop("tensorboard")
+        d.setdefault("report_to", ["tensorboard"] if on else [])
+        return d
+
+
+def check_bf16_weights(precision: str, resolved: str | None = None, device: str = "") -> None:
+    """The one rule of TrainingConfig.bf16_weights: the steps must run in bf16. Checked when the config is built
+    (an explicit 'fp32' or 'fp16') and by the trainer once 'auto' is resolved on its device."""
+    actual = resolved or precision
+    if actual in ("fp32", "fp16"):
+        on = f" ({actual} on {device})" if actual != precision else ""
+        raise ConfigError(f"TrainingConfig.bf16_weights = True with precision = {precision!r}{on}: bf16 weights need "
+                          "precision 'bf16' (or 'auto' on a GPU that supports bf16)")

@@ -1,4 +1,4 @@
-"""Metrics log: one JSON record per line in metrics.jsonl (append + flush), plus TensorBoard when installed."""
+"""Metrics log: one JSON record per line in metrics.jsonl (append + flush)."""
 
 from __future__ import annotations
 
@@ -50,19 +50,12 @@ def _clean(value: Any) -> Any:
 
 
 class MetricsLogger:
-    """Appends records to metrics.jsonl and mirrors numbers to TensorBoard; inactive on ranks other than 0."""
+    """Appends records to metrics.jsonl; inactive on ranks other than 0. (Trackers get the records through the
+    trainer's callbacks: bertkit.training.tracking.)"""
 
-    def __init__(self, output_dir: str | os.PathLike, enabled: bool = True, tensorboard: bool = True) -> None:
+    def __init__(self, output_dir: str | os.PathLike, enabled: bool = True) -> None:
         self.path = Path(output_dir) / "metrics.jsonl"
         self.enabled = enabled
-        self._tb = None
-        if enabled and tensorboard:
-            try:  # optional dependency: imported only when wanted
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(str(Path(output_dir) / "tensorboard"))
-            except ImportError:
-                self._tb = None
 
     def log(self, record: dict[str, Any]) -> None:
         """Append one record (it must hold 'step' and 'split': 'train', 'eval', or 'resume': where a run was
@@ -73,15 +66,3 @@ class MetricsLogger:
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
             f.flush()
-        if self._tb is not None:
-            split = record.get("split", "train")
-            for k, v in record.items():
-                if k not in RECORD_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool):
-                    self._tb.add_scalar(f"{split}/{k}", v, int(record["step"]))
-            self._tb.flush()
-
-    def close(self) -> None:
-        """Close the TensorBoard writer."""
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None

@@ -1,10 +1,12 @@
 """Where a training step's time goes: torch.profiler over a window of a real run's steps
 (TrainingConfig.profile_steps, profile_from).
 
-The trainer marks the parts of each step (`PARTS`: taking the next batch from the loader, copying it to the device,
-forward, backward, the finiteness check, clipping and the optimizer) with record_function, so that host-side waits
-show beside the kernels: a GPU step whose parts take longer on the host than its kernels take on the device is
-bound by the host, not by its arithmetic. Rank 0 writes two files into the output folder when the window ends:
+The trainer wraps each step in one context (`StepProfiler.step`, torchtitan's shape): the profiler marks the whole
+step, and the step's parts are the spans PyTorch records itself (`PARTS`): the loader's next batch (DataLoader's
+`enumerate(DataLoader)#...__next__`), the optimizer (`Optimizer.step#...`, `Optimizer.zero_grad#...`) and the rest
+(the copy to the device, forward, backward, clipping, the finiteness check). Host-side waits show beside the
+kernels: a GPU step whose parts take longer on the host than its kernels take on the device is bound by the host,
+not by its arithmetic. Rank 0 writes two files into the output folder when the window ends:
 
 - `profile.txt`: the steps' wall time and tokens/s, each part's share of it, and the ops by self time on the CPU
   (and on the GPU, when there is one), per step. Only the steps count: an evaluation or a checkpoint that falls
@@ -19,7 +21,8 @@ import contextlib
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, ContextManager
+from dataclasses import dataclass
+from typing import Any, Iterator
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
@@ -28,57 +31,60 @@ from bertkit.io import atomic_path, atomic_write_text
 
 PROFILE_TEXT = "profile.txt"
 PROFILE_TRACE = "profile-trace.json"
-PARTS = ("load", "to_device", "forward", "backward", "finite_check", "optimizer")
-"""The parts of a step the trainer marks, in order; their record_function names are `step.<part>`."""
+PARTS = ("load", "optimizer", "rest")
+"""The parts of a step profile.txt shows, in order: the spans PyTorch records whose names start with PART_SPANS'
+prefixes, and the rest of the step."""
+PART_SPANS = {"load": ("enumerate(DataLoader)#",), "optimizer": ("Optimizer.step#", "Optimizer.zero_grad#")}
 STEP_SPAN = "step.step"
 """The record_function span around each whole step: the ops inside these spans are the ones profile.txt counts."""
 TOP_OPS = 25
 
 
+@dataclass
+class StepSpan:
+    """What the trainer tells the profiler about the step it wraps: its real tokens (this process's)."""
+
+    tokens: int = 0
+
+
 class StepProfiler:
     """Profiles the optimizer steps `start + 1 .. start + steps` (1-based, as the progress bar counts) of a run.
 
-    The trainer calls `begin(step)` before each step (the number of steps done so far), wraps the step's parts in
-    `part(name)` and calls `end(tokens)` after it. Outside the window every call is a no-op."""
+    The trainer runs each step inside `step(done)` (`done`: the number of steps done before it) and sets the
+    step's real tokens on what it yields. Outside the window it costs nothing."""
 
     def __init__(self, output_dir: Path, start: int, steps: int, device: torch.device, enabled: bool = True) -> None:
         self.output_dir, self.start, self.steps, self.device = output_dir, start, steps, device
         self.enabled = enabled and steps > 0
         self._prof: Any = None
-        self._done, self._tokens, self._seconds, self._t0 = 0, 0, 0.0, 0.0
-        self._span: Any = None
+        self._done, self._tokens, self._seconds = 0, 0, 0.0
         self.written: Path | None = None
         self.write_seconds = 0.0
         """How long writing the files took (the trainer leaves it out of the logged tokens/s)."""
 
-    def begin(self, step: int) -> None:
-        """Open the step's span; first start the profiler when `step` steps are done and the window starts here."""
-        if self.enabled and self._prof is None and step == self.start:
+    @contextlib.contextmanager
+    def step(self, done: int) -> Iterator[StepSpan]:
+        """Around one step: profiled inside the window (the profiler starts at the window's first step, and writes
+        the files after its last), else nothing."""
+        span = StepSpan()
+        if self.enabled and self._prof is None and done == self.start:
             activities = [ProfilerActivity.CPU]
             if self.device.type == "cuda":
                 activities.append(ProfilerActivity.CUDA)
             self._sync()
             self._prof = profile(activities=activities)
             self._prof.__enter__()
-        if self._prof is not None:
-            self._span = record_function(STEP_SPAN)
-            self._span.__enter__()
-            self._t0 = time.perf_counter()
-
-    def part(self, name: str) -> ContextManager:
-        """A record_function span named `step.<name>` while profiling, else nothing."""
-        return record_function(f"step.{name}") if self._prof is not None else contextlib.nullcontext()
-
-    def end(self, tokens: int) -> None:
-        """Count a profiled step (its real tokens); write the files after the window's last step."""
         if self._prof is None:
+            yield span
             return
-        if self._done + 1 == self.steps:
-            self._sync()  # the last step's queued device work belongs to it
-        self._seconds += time.perf_counter() - self._t0
-        self._span.__exit__(None, None, None)
+        started = time.perf_counter()
+        with record_function(STEP_SPAN):
+            yield span
+            if self._done + 1 == self.steps:
+                self._sync()  # the last step's queued device work belongs to it
+        self._seconds += time.perf_counter() - started
         self._done += 1
-        self._tokens += tokens
+        self._tokens += span.tokens
         if self._done == self.steps:
             self.finish()
 
@@ -103,7 +109,7 @@ class StepProfiler:
     def close(self) -> None:
         """Stop a running profiler without writing anything (the run stopped inside the window)."""
         if self._prof is not None:
-            prof, self._prof, self._span = self._prof, None, None
+            prof, self._prof = self._prof, None
             prof.__exit__(None, None, None)
         self.enabled = False
 
@@ -131,12 +137,15 @@ def report(events: list[Any], steps: int, seconds: float, tokens: int, start: in
     lines = [f"# training steps {start + 1}-{start + steps}, profiled with torch.profiler{note}",
              f"wall time {ms_per_step:.2f} ms per step (the profiler's own cost included), "
              f"{tokens / max(seconds, 1e-12):,.0f} real tokens/s", "",
-             "## the step's parts (host wall time inside each record_function span)", "",
+             "## the step's parts (host wall time: the loader's and the optimizer's own spans, and the rest)", "",
              f"{'part':<16}{'ms per step':>14}{'share of the step':>20}"]
     part_us: dict[str, float] = defaultdict(float)
-    for e in events:
-        if e.name.startswith("step.") and e.name != STEP_SPAN:
-            part_us[e.name[len("step."):]] += e.time_range.elapsed_us()
+    for e in in_steps(events):
+        part = next((p for p, prefixes in PART_SPANS.items() if e.name.startswith(prefixes)), None)
+        if part is not None:
+            part_us[part] += e.time_range.elapsed_us()
+    steps_us = sum(e.time_range.elapsed_us() for e in events if e.name == STEP_SPAN)
+    part_us["rest"] = max(0.0, steps_us - sum(part_us.values()))
     for part in PARTS:
         if part in part_us:
             ms = part_us[part] / 1000 / max(1, steps)

@@ -14,17 +14,19 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from bertkit.data.shards import INDEX_FILE
-from bertkit.errors import ConfigError
+from bertkit.errors import CheckpointError, ConfigError
 from bertkit.io import file_sha256
+from bertkit.training.checkpoint import META_FILE
 
 RESUME_MAY_CHANGE = (
     "output_dir",  # the same folder by definition (the checkpoint is read from it)
     "max_steps", "epochs",  # how far to train: a resume may extend (or shorten) the run
     "eval_every", "save_every", "keep_last", "log_every",  # cadence of evaluation, checkpoints and records
-    "tensorboard", "progress_bar", "profile_steps", "profile_from",  # display and output-only
+    "report_to", "progress_bar", "profile_steps", "profile_from",  # display and output-only
+    "early_stopping_patience", "early_stopping_min_delta",  # when to stop: like max_steps, a resume may change it
     "num_workers",  # loader processes: the batches are a function of the seed, not of the workers
     "device",  # where the same computation runs (moving a run to another machine)
     "activation_checkpointing",  # recomputes the same activations (same RNG state) to save memory
@@ -39,38 +41,6 @@ CHECKED_BY_THE_TRAINER = ("batch_size", "grad_accum_steps", "seed")
 """TrainingConfig fields the Trainer's own checkpoint check refuses to see changed even with resume_mismatch 'warn'
 (Trainer._meta): with others the saved data position and RNG states mean nothing."""
 
-MODEL_FILE_SUFFIXES = (".json", ".txt", ".safetensors", ".bin")
-"""Files of a model folder that define the model (config, weights, shard index, vocabulary and tokenizer settings);
-notes, plots and logs beside them (PRETRAINING.md, curves.png, metrics.jsonl) are not part of its identity."""
-
-
-def file_identity(spec: str | os.PathLike) -> dict[str, Any]:
-    """Identity of a data file: its sha256; `FILE#START:END` (a QA article selection) adds the selection."""
-    text = str(spec)
-    path, selection = Path(text), None
-    if not path.is_file() and "#" in text:
-        name, _, selection = text.rpartition("#")
-        path = Path(name)
-    if not path.is_file():
-        raise ConfigError(f"{text}: no such file")
-    out = {"path": text, "sha256": file_sha256(path)}
-    if selection is not None:
-        out["selection"] = selection
-    return out
-
-
-def folder_identity(folder: str | os.PathLike) -> dict[str, Any]:
-    """Identity of a model folder: one sha256 over the names and bytes of the files that define the model."""
-    import hashlib
-
-    folder = Path(folder)
-    h = hashlib.sha256()
-    for p in sorted(folder.iterdir()):
-        if p.is_file() and not p.name.startswith(".") and p.suffix in MODEL_FILE_SUFFIXES:
-            h.update(f"{p.name}\0{file_sha256(p)}\n".encode())
-    return {"path": str(folder), "sha256": h.hexdigest()}
-
-
 def prepared_identity(folder: str | os.PathLike) -> dict[str, Any]:
     """Identity of a `prepare-pretraining` folder: the sha256 of its index.json, which lists every shard's sha256,
     the data settings and the vocabulary's fingerprint (cheap: the shards are not read again)."""
@@ -82,7 +52,7 @@ def flatten(prefix: str, values: dict[str, Any]) -> dict[str, Any]:
     return {f"{prefix}.{k}": v for k, v in values.items()}
 
 
-ADDED_LATER = {"bf16_weights": False}
+ADDED_LATER = {"bf16_weights": False, "schedule": "linear", "decay": 0.1}
 """TrainingConfig fields added after checkpoints were written without them, and their defaults: at its default
 such a field stays out of the fingerprint, so that those checkpoints still resume."""
 
@@ -135,6 +105,36 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any
 def plain(value: Any) -> Any:
     """A fingerprint value for a JSON record (a missing entry as null)."""
     return None if value is _MISSING else value
+
+
+def check_resume(folder: Path, meta: dict[str, Any], fingerprint: dict[str, Any], mismatch: str,
+                 say: Callable[[str], None]) -> dict[str, Any]:
+    """Compare a run's data and settings with its checkpoint's (in `folder`, its `meta`): refuse a difference
+    (CheckpointError naming each, the checkpoint's value vs this run's) or, with TrainingConfig.resume_mismatch
+    'warn', `say` them. Returns the resume record for metrics.jsonl, whose `changed` keeps the differences."""
+    path = folder / META_FILE
+    record: dict[str, Any] = {"step": int(meta.get("step", 0)), "split": "resume", "checkpoint": folder.name,
+                              "changed": {}}
+    old = meta.get("fingerprint")
+    if old is None:
+        say(f"warning: {path} holds no fingerprint of the run's data and settings (written by an older bertkit): "
+            "this resume cannot check that they are the same")
+        record["changed"] = None
+        return record
+    diffs = differences(old, fingerprint)
+    if not diffs:
+        return record
+    lines = "".join(f"\n  {name}: {describe(a)} in the checkpoint, {describe(b)} now" for name, a, b in diffs)
+    if mismatch != "warn":
+        raise CheckpointError(
+            f"{path}: this run's data or settings differ from the checkpoint's:{lines}\nresume with the same ones, "
+            "start a new output folder, or continue anyway with --resume-mismatch warn (training.resume_mismatch: "
+            "warn), which notes the differences in the run's records")
+    say(f"WARNING: resuming {folder} with data or settings that differ from the checkpoint's "
+        f"(training.resume_mismatch = warn):{lines}\nthe run's records (metrics.jsonl, results.json) note this at "
+        f"step {record['step']}")
+    record["changed"] = {name: [plain(a), plain(b)] for name, a, b in diffs}
+    return record
 
 
 def check_output_apart(output: str | os.PathLike, folder: str | os.PathLike, role: str) -> None:

@@ -1,6 +1,15 @@
-"""Learning-rate schedule: linear warm-up, then linear decay to 0 (Devlin et al. 2019, appendix A.2)."""
+"""Learning-rate schedules (TrainingConfig.schedule): linear warm-up, then
+
+- 'linear': linear decay to 0 (Devlin et al. 2019, appendix A.2; the default);
+- 'cosine': half a cosine down to 0 (Loshchilov and Hutter 2017, without restarts);
+- 'constant': the peak to the end;
+- 'warmup-stable-decay': the peak until the last `decay` steps, then linear to 0 (Hu et al. 2024, MiniCPM; Hägele
+  et al. 2024): the stable stretch can be extended or cut without restarting the schedule.
+"""
 
 from __future__ import annotations
+
+import math
 
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
@@ -9,7 +18,7 @@ from bertkit.errors import ConfigError
 
 
 def resolve_warmup(warmup: float, total_steps: int) -> int:
-    """Warm-up steps from a step count (>= 1) or a fraction of `total_steps` (< 1)."""
+    """Steps from a step count (>= 1) or a fraction of `total_steps` (< 1): the warm-up's, and the final decay's."""
     if warmup < 0:
         raise ConfigError(f"warmup = {warmup!r}: expected a step count or a fraction >= 0")
     if warmup < 1:
@@ -17,30 +26,48 @@ def resolve_warmup(warmup: float, total_steps: int) -> int:
     return int(warmup)
 
 
-def linear_warmup_decay(step: int, warmup_steps: int, total_steps: int) -> float:
-    """LR multiplier of optimizer update `step` (0-based).
+def lr_factor(schedule: str, step: int, warmup_steps: int, total_steps: int, decay_steps: int = 0) -> float:
+    """LR multiplier of optimizer update `step` (0-based) under `schedule`.
 
-    Warm-up: (step + 1) / warmup_steps, so the first update already moves and update warmup_steps - 1 reaches
-    the peak. Then (total_steps - step) / (total_steps - warmup_steps): 1 at step = warmup_steps, 0 at total_steps.
+    Warm-up: (step + 1) / warmup_steps, so the first update already moves and update warmup_steps - 1 reaches the
+    peak. The decay runs from `start` (the warm-up's end; for warmup-stable-decay `decay_steps` before the end, not
+    before the warm-up's end) to total_steps: linear (total_steps - step) / (total_steps - start), cosine
+    (1 + cos(pi (step - start) / (total_steps - start))) / 2; 1 before it, 0 from total_steps on.
     """
     if step < warmup_steps:
         return (step + 1) / warmup_steps
-    if total_steps <= warmup_steps:
-        return 1.0 if step < total_steps else 0.0
-    return max(0.0, (total_steps - step) / (total_steps - warmup_steps))
+    if schedule == "constant":
+        return 1.0
+    start = max(warmup_steps, total_steps - decay_steps) if schedule == "warmup-stable-decay" else warmup_steps
+    if step < start:
+        return 1.0
+    if step >= total_steps:
+        return 0.0
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * (step - start) / (total_steps - start)))
+    return (total_steps - step) / (total_steps - start)
 
 
-class _WarmupDecay:
+def linear_warmup_decay(step: int, warmup_steps: int, total_steps: int) -> float:
+    """LR multiplier of update `step` under the paper's schedule: `lr_factor('linear', ...)`."""
+    return lr_factor("linear", step, warmup_steps, total_steps)
+
+
+class _Schedule:
     """Picklable LR lambda (LambdaLR stores it in its state only when it is a callable object)."""
 
-    def __init__(self, warmup_steps: int, total_steps: int) -> None:
+    def __init__(self, schedule: str, warmup_steps: int, total_steps: int, decay_steps: int) -> None:
+        self.schedule = schedule
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
+        self.decay_steps = decay_steps
 
     def __call__(self, step: int) -> float:
-        return linear_warmup_decay(step, self.warmup_steps, self.total_steps)
+        return lr_factor(self.schedule, step, self.warmup_steps, self.total_steps, self.decay_steps)
 
 
-def build_scheduler(optimizer: Optimizer, warmup: float, total_steps: int) -> LambdaLR:
-    """A LambdaLR giving update s the rate lr * linear_warmup_decay(s, ...); call .step() after each update."""
-    return LambdaLR(optimizer, _WarmupDecay(resolve_warmup(warmup, total_steps), total_steps))
+def build_scheduler(optimizer: Optimizer, warmup: float, total_steps: int, schedule: str = "linear",
+                    decay: float = 0.1) -> LambdaLR:
+    """A LambdaLR giving update s the rate lr * lr_factor(schedule, s, ...); call .step() after each update."""
+    return LambdaLR(optimizer, _Schedule(schedule, resolve_warmup(warmup, total_steps), total_steps,
+                                         resolve_warmup(decay, total_steps)))
