@@ -145,6 +145,24 @@ def test_multiple_choice_minilm_above_chance(tmp_path, minilm_dir) -> None:
     assert s["best_metrics"]["accuracy"] > 0.5  # chance is 0.25
 
 
+def test_without_a_dev_file_the_last_steps_model_is_the_result(tmp_path, data_dir, tiny_dir, capsys) -> None:
+    """No --dev: no evaluation, no best/; final/ holds the last step's model, which evaluate and predict read."""
+    out = tmp_path / "run"
+    summary = finetune(tiny_dir, out, "--task", "classification", "--train", str(data_dir / "mrpc/train.tsv"),
+                       "--max-train-examples", "24", "--max-length", "32")
+    assert f"model: {out / 'final'}" in capsys.readouterr().out
+    assert summary["dev"] is None and summary["best_dir"] is None and summary["best_metrics"] is None
+    assert summary["final_dir"] == str(out / "final") and not (out / "best").exists()
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert records and all(r["split"] == "train" for r in records)
+    assert main(["evaluate", "--model", str(out / "final"), "--input", str(data_dir / "mrpc/dev.tsv"),
+                 "--max-examples", "8", "--output", str(tmp_path / "m.json")]) == 0
+    assert json.loads((tmp_path / "m.json").read_text())["examples"] == 8
+    code = main(["finetune", "--model", str(tiny_dir), "--output", str(tmp_path / "stop"), "--task", "classification",
+                 "--train", str(data_dir / "mrpc/train.tsv"), "--early-stopping-patience", "2"])
+    assert code != 0 and "early_stopping_patience watches the dev score: give a dev file" in capsys.readouterr().err
+
+
 def test_same_seed_same_run(tmp_path, data_dir, tiny_dir) -> None:
     """The new head's initial weights come from --seed: two runs with one seed end with identical weights."""
     import torch
@@ -226,7 +244,8 @@ def test_finetune_config_defaults_round_trip_and_task_options(tmp_path: Path) ->
         _resolve("--task", "classification", *base, "--doc-stride", "16")
     with pytest.raises(ConfigError, match="unknown task 'nerr'"):
         _resolve("--task", "nerr", *base)
-    with pytest.raises(ConfigError, match=r"FinetuneConfig.dev is required"):
-        _resolve("--task", "ner", "--model", "m", "--train", "t", "--output", "o")
+    assert _resolve("--task", "ner", "--model", "m", "--train", "t", "--output", "o").dev is None  # final/ is the model
+    with pytest.raises(ConfigError, match=r"FinetuneConfig.dev is required \(a non-empty string\), found ''"):
+        _resolve("--task", "ner", "--model", "m", "--train", "t", "--dev", "", "--output", "o")
     with pytest.raises(ConfigError, match=r"unknown field\(s\) doc_strid"):
         FinetuneConfig.from_dict({"task": "qa", "model": "m", "train": "t", "dev": "d", "options": {"doc_strid": 1}})

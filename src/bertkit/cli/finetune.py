@@ -55,8 +55,9 @@ def _finetune(args: argparse.Namespace) -> int:
     if printed_config(args, config):
         return 0
     summary = finetune.run(config, resume=args.resume)
-    print(f"best ({summary['main_metric']}): {format_metrics(summary['best_metrics'] or {})}")
-    print(f"model: {summary['best_dir']}  ({summary['train_examples']} training examples, "
+    if summary["best_metrics"] is not None:
+        print(f"best ({summary['main_metric']}): {format_metrics(summary['best_metrics'])}")
+    print(f"model: {summary['best_dir'] or summary['final_dir']}  ({summary['train_examples']} training examples, "
           f"{summary['seconds']:.0f} s)")
     return 0
 

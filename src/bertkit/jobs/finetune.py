@@ -94,8 +94,9 @@ class FinetuneConfig(Config):
     """Pre-trained (or fine-tuned) model folder, or a shipped model's name."""
     train: str = spec("")
     """Training file (QA: FILE#START:END selects articles)."""
-    dev: str = spec("")
-    """Dev file, evaluated during training; the best model by the task's main metric is kept."""
+    dev: str | None = spec(None)
+    """Dev file, evaluated during training; the best model by the task's main metric is kept in OUTPUT/best. None:
+    no evaluation, and the last step's model, OUTPUT/final, is the result (results.json's `final_dir`)."""
     options: dict[str, Any] = field(default_factory=dict)
     """The task's own options (its `options_class`: max_length, text_column, doc_stride, ...)."""
     eval_batch_size: int = spec(64, ge=1, le=2**20)
@@ -159,7 +160,7 @@ def finetune_fingerprint(config: FinetuneConfig, task: Task, model: str) -> dict
     options = dataclasses.asdict(task_options(task, config.options))
     options.pop("feature_cache", None)
     return {"task": task.name, "model": folder_identity(model), "train": file_identity(config.train),
-            "dev": file_identity(config.dev), **flatten("options", options),
+            "dev": file_identity(config.dev) if config.dev is not None else None, **flatten("options", options),
             "max_train_examples": config.max_train_examples, "max_eval_examples": config.max_eval_examples}
 
 
@@ -167,7 +168,8 @@ def run(config: FinetuneConfig, resume: bool = False,
         wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
         fingerprint: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         on_start: Callable[[], None] | None = None, model_folder: FolderConfig | None = None) -> dict[str, Any]:
-    """Fine-tune config.model on config.train, evaluating on config.dev; the best model -> OUTPUT/best.
+    """Fine-tune config.model on config.train, evaluating on config.dev; the best model -> OUTPUT/best (without a
+    dev file: no evaluation, and the last step's model, OUTPUT/final, is the result).
 
     Returns the run's summary (also written to OUTPUT/results.json). `resume` continues OUTPUT's latest checkpoint.
     `wrap_model` turns the task's head on config.model into the module trained (distillation: the fine-tuned
@@ -185,6 +187,9 @@ def run(config: FinetuneConfig, resume: bool = False,
     assert cfg is not None  # set by __post_init__ / from_dict
     if not cfg.output_dir:
         raise ConfigError("FinetuneConfig.training.output_dir is required (--output)")
+    if c.dev is None and cfg.early_stopping_patience is not None:
+        raise ConfigError("FinetuneConfig.training.early_stopping_patience watches the dev score: give a dev file "
+                          "(FinetuneConfig.dev, --dev)")
     started = time.perf_counter()
     model = str(resolve_model_dir(c.model))  # a shipped model's name works too
     if model_folder is not None and model_folder.path != Path(model):
@@ -204,28 +209,32 @@ def run(config: FinetuneConfig, resume: bool = False,
         train_examples = subset(train_examples, c.max_train_examples, seed)
         settings = t.fit_labels(train_examples, settings)
         _check_head(t, start.config, settings, model)
-        dev_examples = t.read(dev, settings)  # with the fitted labels: one training never had is an error
-        require_examples(dev_examples, dev, "dev examples")
-        dev_examples = subset(dev_examples, c.max_eval_examples, seed)
+        dev_examples: list = []
+        if dev is not None:  # else no evaluation: the last step's model is the result
+            dev_examples = t.read(dev, settings)  # with the fitted labels: one training never had is an error
+            require_examples(dev_examples, dev, "dev examples")
+            dev_examples = subset(dev_examples, c.max_eval_examples, seed)
 
         train_features = t.features(train_examples, tokenizer, settings, training=True)
-        dev_features = t.features(dev_examples, tokenizer, settings, training=False)
+        dev_features = t.features(dev_examples, tokenizer, settings, training=False) if dev_examples else []
         with torch.random.fork_rng(devices=[]):  # the new head's initial weights are a function of the seed
             torch.manual_seed(seed)
             net = build_model(t, start, settings)
         options = task_options(t, c.options)  # a frozen tagger's encoder runs once: its features are cached
         train_features = frozen_inputs(net, train_features, options, cfg.output_dir)
-        dev_features = frozen_inputs(net, dev_features, options, cfg.output_dir)
+        dev_features = frozen_inputs(net, dev_features, options, cfg.output_dir) if dev_examples else []
         if wrap_model is not None:
             net = wrap_model(net)
         main = settings.main_metric or DEFAULT_METRIC
-        if main != cfg.metric_for_best:  # the data picked the metric (MRPC/QQP: F1; CoLA: Matthews)
+        if dev is None:
+            cfg = dataclasses.replace(cfg, metric_for_best=None)
+        elif main != cfg.metric_for_best:  # the data picked the metric (MRPC/QQP: F1; CoLA: Matthews)
             cfg = dataclasses.replace(cfg, metric_for_best=main)
         output = cfg.output_dir
         fp = finetune_fingerprint(c, t, model)
         trainer = Trainer(net, cfg, train_features, collator(t, tokenizer),
-                          evaluate=lambda m: evaluate(t, m, dev_examples, dev_features, settings, c.eval_batch_size,
-                                                      tokenizer),
+                          evaluate=None if dev is None else lambda m: evaluate(
+                              t, m, dev_examples, dev_features, settings, c.eval_batch_size, tokenizer),
                           save_extra=lambda folder: tokenizer.save_pretrained(folder), dist_info=dist_info,
                           fingerprint=fingerprint(fp) if fingerprint is not None else fp, on_start=on_start)
         result = trainer.train(resume=resume)
@@ -234,11 +243,12 @@ def run(config: FinetuneConfig, resume: bool = False,
             raise Interrupted(f"{output}: stopped by {name} at step {result.global_step} after writing a checkpoint; "
                               "run again with resume (--resume) to continue", result.signal or signal.SIGTERM)
         summary = {
-            "task": t.name, "model": str(model), "train": str(train), "dev": str(dev),
+            "task": t.name, "model": str(model), "train": str(train), "dev": dev,
             "train_examples": len(train_examples), "train_features": len(train_features),
             "dev_examples": len(dev_examples), "main_metric": main,
             "best_metrics": result.best_metrics, "final_metrics": result.final_metrics,
             "best_dir": str(result.best_dir) if result.best_dir else None,
+            "final_dir": str(result.final_dir) if result.final_dir else None, "stop_reason": result.stop_reason,
             "seconds": round(time.perf_counter() - started, 1),
             "training": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "output_dir"},
             "resumes": result.resumes,
