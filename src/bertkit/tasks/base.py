@@ -171,6 +171,7 @@ class TextsRequest:
     """A request of texts, each one example (the request `Serving` takes unless a task declares its own)."""
 
     texts: list[str]
+    """The texts."""
 
 
 class Serving:
