@@ -164,12 +164,12 @@ class _Verbs:
 def build_parser(verb: str | None = "*") -> argparse.ArgumentParser:
     """The argument parser with `verb` built ("*": every verb, as the reference pages need; None: none), the others
     listed by name and help."""
-    from bertkit import __version__
+    from importlib.metadata import version
 
     parser = Parser(prog="bertkit", description="BERT end to end: tokenize, pre-train, fine-tune, evaluate and "
                     "serve. `bertkit VERB --help` shows a verb's options.", formatter_class=HelpFormatter)
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
-    parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
+    parser.add_argument("--version", action="version", version=f"bertkit {version('bertkit')}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     wanted = set(VERBS) if verb == "*" else {verb} & set(VERBS)
     verbs = _Verbs(sub, set(wanted))
