@@ -95,8 +95,8 @@ class FinetuneConfig(Config):
     train: str = spec("")
     """Training file (QA: FILE#START:END selects articles)."""
     dev: str | None = spec(None)
-    """Dev file, evaluated during training; the best model by the task's main metric is kept in OUTPUT/best. None:
-    no evaluation, and the last step's model, OUTPUT/final, is the result (results.json's `final_dir`)."""
+    """Dev file, evaluated during training; the best model by the task's main metric is kept in OUTPUT/best. Without
+    one: no evaluation, and the last step's model, OUTPUT/final, is the result (results.json's `final_dir`)."""
     options: dict[str, Any] = field(default_factory=dict)
     """The task's own options (its `options_class`: max_length, text_column, doc_stride, ...)."""
     eval_batch_size: int = spec(64, ge=1, le=2**20)

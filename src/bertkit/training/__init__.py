@@ -1,5 +1,7 @@
-"""The one trainer and its components: config, optimizers, LR schedule, checkpoints, DDP, metrics log, plots."""
+"""The one trainer and its components: config, precision, optimizers, LR schedules, checkpoints, DDP, metrics log,
+callbacks (trackers, early stopping), plots."""
 
+from bertkit.training.callbacks import Callback, EarlyStopping
 from bertkit.training.config import TrainingConfig
 from bertkit.training.optim import Lamb, build_optimizer, parameter_groups, split_decay_names
 from bertkit.training.plots import plot_metrics
@@ -7,6 +9,8 @@ from bertkit.training.schedule import build_scheduler, linear_warmup_decay, reso
 from bertkit.training.trainer import Trainer, TrainPhase, TrainResult
 
 __all__ = [
+    "Callback",
+    "EarlyStopping",
     "Lamb",
     "TrainPhase",
     "TrainResult",

@@ -147,10 +147,10 @@ class TrainingConfig(Config):
     progress_bar: bool = True
     """Show a tqdm progress bar (rank 0 only)."""
     profile_steps: int = spec(0, ge=0, le=10_000)
-    """Profile this many optimizer steps with torch.profiler (the CPU's ops, and the GPU's on a GPU), each step's
-    parts marked (loader, copy to the device, forward, backward, finiteness check, optimizer): rank 0 writes
-    profile.txt (time per step, the parts' shares, the top ops) and profile-trace.json (for ui.perfetto.dev) to
-    output_dir (bertkit.training.profiling). 0 = off."""
+    """Profile this many optimizer steps with torch.profiler (the CPU's ops, and the GPU's on a GPU), one span around
+    each step, its parts the loader's, the optimizer's and the rest: rank 0 writes profile.txt (time per step, the
+    parts' shares, the top ops) and profile-trace.json (for ui.perfetto.dev) to output_dir
+    (bertkit.training.profiling). 0 = off."""
     profile_from: int = spec(20, ge=0, le=MAX_STEPS)
     """The steps done before the profile starts (past the warm-up, compilation and the loader's start)."""
     resume_mismatch: str = spec("error", choices=RESUME_MISMATCH)
