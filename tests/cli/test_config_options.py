@@ -143,8 +143,9 @@ def test_help_lists_the_task_options_as_their_own_group(verb: str) -> None:
     assert {a.dest for a in group._group_actions} == {f"{PREFIX}options.{n}" for n in _task_options()}
     text = p.format_help()
     after = text[text.index(group.title):]
-    for name in _task_options():
-        assert f"--{name.replace('_', '-')}" in after, name
+    for name, tp in _task_options().items():
+        shown = f"--[no-]{name.replace('_', '-')}" if tp is bool else f"--{name.replace('_', '-')}"
+        assert shown in after, name
     assert "[ner]" in after and "[qa]" in after  # an option only some tasks have names them
 
 

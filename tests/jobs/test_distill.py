@@ -170,7 +170,7 @@ def test_distill_config_round_trips_and_names_bad_fields(tmp_path: Path, teacher
     assert pre.mode == "pretraining" and pre.training.max_steps == 5 and pre.training.metric_for_best == "loss"
     with pytest.raises(ConfigError, match=r"DistillConfig.teacher is required"):
         DistillConfig(train="t")
-    with pytest.raises(ConfigError, match=r"DistillConfig.alpha_cos = -1.0: expected >= 0"):
+    with pytest.raises(ConfigError, match=r"DistillConfig.alpha_cos: expected a number >= 0 and <= 10000, found -1.0"):
         DistillConfig(teacher=str(teacher), train="t", dev="d", alpha_cos=-1.0)
     with pytest.raises(ConfigError, match=r"teacher_layers names 2 layers but student_layers is 1"):
         DistillConfig(teacher=str(teacher), train="t", dev="d", student_layers=1, teacher_layers=[0, 1])

@@ -25,8 +25,8 @@ def test_random_init_twin_keeps_architecture_and_vocabulary(tmp_path: Path, tiny
 
 
 def test_best_lr_is_chosen_by_the_mean_over_seeds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # lr 1: seeds 0.9 and 0.5 (mean 0.7); lr 2: 0.8 and 0.8 (mean 0.8): lr 2 wins though lr 1 has the best run
-    table = {(1.0, 1): 0.9, (1.0, 2): 0.5, (2.0, 1): 0.8, (2.0, 2): 0.8}
+    # lr 1e-4: seeds 0.9 and 0.5 (mean 0.7); lr 2e-4: 0.8 and 0.8 (mean 0.8): 2e-4 wins though 1e-4 has the best run
+    table = {(1e-4, 1): 0.9, (1e-4, 2): 0.5, (2e-4, 1): 0.8, (2e-4, 2): 0.8}
     calls = []
 
     def fake_finetune(config, resume=False):  # noqa: ANN001, ANN202
@@ -42,14 +42,14 @@ def test_best_lr_is_chosen_by_the_mean_over_seeds(tmp_path: Path, monkeypatch: p
     import bertkit.jobs.finetune as finetune_job
 
     monkeypatch.setattr(finetune_job, "run", fake_finetune)
-    budget = FinetuneBudget(task="classification", train="t", dev="d", lrs=[1.0, 2.0], seeds=[1, 2])
+    budget = FinetuneBudget(task="classification", train="t", dev="d", lrs=[1e-4, 2e-4], seeds=[1, 2])
     results = payoff.run(PayoffConfig({"a": "a", "b": "b"}, budget, tmp_path))
     assert len(calls) == 8
     a, b = results
-    assert a.best_lr == 2.0 and a.best_scores == [0.8, 0.8] and a.mean == pytest.approx(0.8)
+    assert a.best_lr == 2e-4 and a.best_scores == [0.8, 0.8] and a.mean == pytest.approx(0.8)
     assert b.mean == pytest.approx(0.7)
     saved = json.loads((tmp_path / payoff.SUMMARY_NAME).read_text())
-    assert saved["starts"][0]["scores"]["1"] == {"1": 0.9, "2": 0.5}
+    assert saved["starts"][0]["scores"]["0.0001"] == {"1": 0.9, "2": 0.5}
     # finished runs are read back, not run again
     assert [r.mean for r in payoff.run(PayoffConfig({"a": "a", "b": "b"}, budget, tmp_path))] == [a.mean, b.mean]
     assert len(calls) == 8
