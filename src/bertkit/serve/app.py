@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import torch
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -59,7 +58,6 @@ from bertkit.serve.batching import DynamicBatcher, ItemError, QueueFull, Request
 from bertkit.serve.settings import ServeSettings
 from bertkit.model.folder import open_folder
 from bertkit.tasks import TASKS, Serving, serving_task
-from bertkit.tasks.base import outputs
 
 logger = logging.getLogger("bertkit.serve")
 
@@ -348,25 +346,11 @@ class Predictor:
         return self.serving.request_examples(self.serving.request(**body))
 
     def task_batch(self, examples: list) -> list:
-        """The task's endpoint on a batch of examples: every example's features (one that is refused gets its
-        exception as its result), one run of the model over all of them, then each example's answer."""
+        """The task's endpoint on a batch of examples (`Serving.batch`, the path of bertkit.load's task calls and
+        `bertkit predict --probabilities` too)."""
         serving = self.serving
-        assert serving is not None and self.task is not None and self.settings is not None
-        results: list = [None] * len(examples)
-        prepared = []
-        for i, example in enumerate(examples):
-            try:
-                prepared.append((i, example, serving.serve_features(example)))
-            except Exception as e:  # noqa: BLE001 (the example's own answer: the server says which one and why)
-                results[i] = e
-        flat = [f for _, _, features in prepared for f in features]
-        with torch.inference_mode():
-            out = outputs(self.task, self.model, flat, self.settings, max(len(flat), 1), self.tokenizer) if flat else []
-        start = 0
-        for i, example, features in prepared:
-            results[i] = serving.answer(example, features, out[start:start + len(features)])
-            start += len(features)
-        return results
+        assert serving is not None
+        return serving.batch(self.model, examples)
 
 
 def longest_rows(index: Any, n: int) -> np.ndarray:

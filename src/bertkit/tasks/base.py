@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -233,6 +233,31 @@ class Serving:
         """Valid request bodies for this model (`examples`, unless the settings decide the fields, as a
         classifier's columns do)."""
         return [dict(body) for body in self.examples]
+
+    def batch(self, model: torch.nn.Module, examples: Sequence,
+              seen: Callable[[list[Feature]], None] | None = None) -> list:
+        """The endpoint on a batch of examples: every example's features (`serve_features`; one that is refused gets
+        its exception as its result), one run of `model` over all of them, then each example's `answer`. The one
+        path of a task's answers: the server's batcher runs it, and so do `bertkit.load(...)`'s task calls and
+        `bertkit predict --probabilities`. `seen` is given the batch's features before the model runs (the
+        server counts their tokens)."""
+        results: list = [None] * len(examples)
+        prepared = []
+        for i, example in enumerate(examples):
+            try:
+                prepared.append((i, example, self.serve_features(example)))
+            except Exception as e:  # noqa: BLE001 (the example's own answer: the caller says which one and why)
+                results[i] = e
+        flat = [f for _, _, features in prepared for f in features]
+        if seen is not None:
+            seen(flat)
+        with torch.inference_mode():
+            out = outputs(self.task, model, flat, self.settings, max(len(flat), 1), self.tokenizer) if flat else []
+        start = 0
+        for i, example, features in prepared:
+            results[i] = self.answer(example, features, out[start:start + len(features)])
+            start += len(features)
+        return results
 
 
 # ----------------------------------------------------------------------------------------------------------------
