@@ -96,12 +96,14 @@ def test_help_shows_one_spelling_per_option_with_its_type_and_default(capsys):
     text = capsys.readouterr().out
     lines = [line for line in text.splitlines() if line.startswith("  --")]
     assert any(line.split()[:2] == ["--lr", "FLOAT"] and "(default 0.0001)" in line for line in lines), lines
-    assert not any("--training.lr" in line or "--training_lr" in line for line in lines)
+    assert not any("--training.lr" in line or "--max_steps" in line for line in lines)
     assert any(line.split()[:2] == ["--model-overrides", "MAP"] for line in lines)
     assert "VALUE" not in text
     parser = _subparsers(build_parser("pretrain"))["pretrain"]  # the other spellings are still taken
-    for spelling in ("--lr", "--training.lr", "--training_lr"):
+    for spelling in ("--lr", "--training.lr"):
         assert vars(parser.parse_args([spelling, "2e-4"]))["override:training.lr"] == 2e-4
+    for spelling in ("--max-steps", "--max_steps", "--training.max-steps", "--training.max_steps"):
+        assert vars(parser.parse_args([spelling, "7"]))["override:training.max_steps"] == 7
 
 
 @pytest.mark.parametrize("verb", list(VERBS))
