@@ -12,7 +12,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 # The floors, bottom first (docs/design.md).
-FLOORS = ["errors", "io", "answers", "progress", "runtime", "dataclass_io", "pretrained", "tokenizer", "data", "model", "training",
+FLOORS = ["lazy", "errors", "io", "answers", "progress", "runtime", "dataclass_io", "pretrained", "tokenizer", "data", "model", "training",
           "tasks", "inference", "jobs", "serve", "api", "cli", "__main__"]
 ALLOWED_CYCLE = {"bertkit.model.bert", "bertkit.model.checkpoint"}
 

@@ -1,42 +1,20 @@
-"""The BERT model: config, encoder, heads, and checkpoint load/save."""
+"""The BERT model: config, encoder, heads, and checkpoint load/save. Names are imported on first use
+(bertkit.lazy), so `bertkit.model.config` reads without torch."""
 
-from bertkit.data.dataset import IGNORE_INDEX
-from bertkit.model.bert import BertModel, BertModelOutput, BertPreTrainedModel
-from bertkit.model.heads import (
-    MODEL_CLASSES,
-    BertForMaskedLM,
-    BertForMultipleChoice,
-    BertForNextSentencePrediction,
-    BertForPreTraining,
-    BertForPreTrainingOutput,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-    BertHeadModel,
-    ClassifierOutput,
-    MaskedLMOutput,
-    QuestionAnsweringOutput,
-)
-from bertkit.model.config import PRESETS, BertConfig
+from bertkit.lazy import lazy_exports
 
-__all__ = [
-    "IGNORE_INDEX",
-    "MODEL_CLASSES",
-    "PRESETS",
-    "BertConfig",
-    "BertForMaskedLM",
-    "BertForMultipleChoice",
-    "BertForNextSentencePrediction",
-    "BertForPreTraining",
-    "BertForPreTrainingOutput",
-    "BertForQuestionAnswering",
-    "BertForSequenceClassification",
-    "BertForTokenClassification",
-    "BertHeadModel",
-    "BertModel",
-    "BertModelOutput",
-    "BertPreTrainedModel",
-    "ClassifierOutput",
-    "MaskedLMOutput",
-    "QuestionAnsweringOutput",
-]
+_EXPORTS = {
+    "IGNORE_INDEX": "bertkit.data.dataset",
+    "BertModel": "bertkit.model.bert",
+    "BertModelOutput": "bertkit.model.bert",
+    "BertPreTrainedModel": "bertkit.model.bert",
+    **{name: "bertkit.model.heads" for name in (
+        "MODEL_CLASSES", "BertForMaskedLM", "BertForMultipleChoice", "BertForNextSentencePrediction",
+        "BertForPreTraining", "BertForPreTrainingOutput", "BertForQuestionAnswering", "BertForSequenceClassification",
+        "BertForTokenClassification", "BertHeadModel", "ClassifierOutput", "MaskedLMOutput",
+        "QuestionAnsweringOutput")},
+    "PRESETS": "bertkit.model.config",
+    "BertConfig": "bertkit.model.config",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
