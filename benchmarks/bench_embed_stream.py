@@ -52,13 +52,13 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from bertkit.inference.encoder import Encoder
-    from bertkit.model.heads import set_execution
+    from bertkit.model.execution import Execution
 
     torch.set_num_threads(args.threads)
     enc = Encoder(minilm_dir(), precision=args.precision, max_length=MAX_LEN, device="cpu")
-    if args.execution != "auto":
-        enc.pads_batches = False  # every batch one way
-        set_execution(enc.bert, unpadded=args.execution == "packed")
+    if args.execution != "auto":  # every batch one way, instead of the Encoder's choice per batch
+        forced = Execution(unpadded=args.execution == "packed")
+        enc.batch_plan = lambda lengths, width: forced  # type: ignore[method-assign]
     chunks = stream_texts(Path(args.data), args.chunk, args.chunks, args.texts)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # texts cut at MAX_LEN tokens

@@ -32,7 +32,7 @@ import torch
 
 from common import DATA, cpu_line, minilm_dir
 
-EXECUTIONS = {"unpadded (the default)": True, "padded": False}  # bertkit.model.heads.set_execution(unpadded=...)
+EXECUTIONS = {"unpadded (the default)": True, "padded": False}  # bertkit.model.execution.Execution(unpadded=...)
 ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation
 
 
@@ -54,7 +54,7 @@ def compare(data: Path) -> list[dict]:
     import transformers
 
     from bertkit.model import BertModel
-    from bertkit.model.heads import set_execution
+    from bertkit.model.execution import Execution
 
     folder = minilm_dir()
     batch = real_batch(data, transformers.BertTokenizerFast.from_pretrained(folder))
@@ -66,9 +66,8 @@ def compare(data: Path) -> list[dict]:
         with torch.no_grad():
             ref = hf(**batch, output_hidden_states=True)
         for execution, unpadded in EXECUTIONS.items():
-            set_execution(ours, unpadded=unpadded)
             with torch.no_grad():
-                out = ours(**batch, output_hidden_states=True)
+                out = ours(**batch, output_hidden_states=True, execution=Execution(unpadded=unpadded))
             diff = [(a[real] - b[real]).abs().max().item() for a, b in zip(out.hidden_states, ref.hidden_states)]
             rows.append({"execution": execution, "attention": attention,
                          "last_hidden": (out.last_hidden_state[real] - ref.last_hidden_state[real]).abs().max().item(),

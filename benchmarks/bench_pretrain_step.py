@@ -8,8 +8,8 @@ to a multiple of 8, dynamic masking), the model's vocabulary the data's. Sizes: 
 A4, FFN 1024, vocabulary 8,192), `base` (BERT-base: L12 H768 A12, FFN 3072, vocabulary 30,522), and the earlier
 report's `mini` (L4 H256 A4 with vocabulary 30,522) and `minilm` (L6 H384 A12, FFN 1536). bertkit runs once per
 lever (common.LEVERS: plain = every position and dense MLM logits, as transformers; +sparse MLM; +sparse last
-layer, its last layer only at the masked positions and [CLS] as well; +unpadded; all = the default; all+jagged: with
-jagged attention; the fixed-slot rows), each its own model from the same initial weights; with --bf16 each row
+layer, its last layer only at the masked positions and [CLS] as well; +unpadded; all = the default; the fixed-slot
+rows), each its own model from the same initial weights; with --bf16 each row
 (transformers too) again under bf16 autocast, as `bertkit pretrain --training.precision bf16` runs it, and with
 --bf16-weights each row (transformers too) on a bf16 working copy of its weights with a float32 master copy, as
 `--training.bf16_weights true` runs it (bertkit.training.precision.Bf16Weights; as 'ROW, bf16 weights'). The step
@@ -35,7 +35,7 @@ from typing import Callable
 
 import torch
 
-from common import LEVERS, cpu_line, make_step, with_levers
+from common import LEVERS, cpu_line, lever_plan, make_step
 
 from bertkit.runtime import keep_freed_memory
 
@@ -129,12 +129,13 @@ def lever_work(row: str) -> dict[str, object]:
     return {k: lever.get(k, 0) for k in ("sparse_mlm", "unpadded", "mlm_slots", "sparse_last_layer")}
 
 
-def build(lib: str, size: str) -> torch.nn.Module:
-    """A freshly initialised BertForPreTraining of `size`, bertkit's or transformers'."""
+def build(lib: str, size: str, lever: str = "all") -> torch.nn.Module:
+    """A freshly initialised BertForPreTraining of `size`, bertkit's (computing as row `lever` of LEVERS) or
+    transformers'."""
     if lib == "bertkit":
         from bertkit.model import BertConfig, BertForPreTraining
 
-        return BertForPreTraining(BertConfig(**SIZES[size]))
+        return BertForPreTraining(BertConfig(**SIZES[size]), lever_plan(lever))
     import transformers
 
     cfg = transformers.BertConfig(**SIZES[size])
@@ -226,24 +227,24 @@ def main() -> None:
         steps = {}
         for lever in levers:
             torch.manual_seed(0)
-            steps[lever] = make_step(with_levers(build("bertkit", size), lever))
+            steps[lever] = make_step(build("bertkit", size, lever))
         for lever in levers if a.compile else []:
             torch.manual_seed(0)
-            model = with_levers(build("bertkit", size), lever)
+            model = build("bertkit", size, lever)
             model.compile(dynamic=True)
             steps[f"{lever}{COMPILED}"] = make_step(model)
         for lever in levers if a.bf16 else []:
             torch.manual_seed(0)
-            steps[f"{lever}{BF16}"] = make_step(with_levers(build("bertkit", size), lever), autocast_device="cpu")
+            steps[f"{lever}{BF16}"] = make_step(build("bertkit", size, lever), autocast_device="cpu")
         for lever in levers if a.bf16 and a.compile else []:
             torch.manual_seed(0)
-            model = with_levers(build("bertkit", size), lever)
+            model = build("bertkit", size, lever)
             model.compile(dynamic=True)
             steps[f"{lever}{BF16}{COMPILED}"] = make_step(model, autocast_device="cpu")
         for lever in levers if a.bf16_weights else []:
             torch.manual_seed(0)
-            steps[f"{lever}{BF16_WEIGHTS}"] = make_step(with_levers(build("bertkit", size), lever),
-                                                        autocast_device="cpu", bf16_weights=True)
+            steps[f"{lever}{BF16_WEIGHTS}"] = make_step(build("bertkit", size, lever), autocast_device="cpu",
+                                                        bf16_weights=True)
         torch.manual_seed(0)
         steps[REFERENCE] = make_step(build("transformers", size))
         if a.bf16:

@@ -48,36 +48,32 @@ def cpu_line() -> str:
             + f"; torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}")
 
 
-# The training-step levers of bertkit (bertkit.model.heads.set_execution), each a row of the step benchmarks:
-# the plain path computes what transformers computes (every position, dense MLM logits); "all" is the default.
+# The training-step levers of bertkit (the fields of its execution plan, bertkit.model.execution.Execution), each a
+# row of the step benchmarks: the plain path computes what transformers computes (every position, dense MLM
+# logits); "all" is the default.
 LEVERS = {
-    "plain": dict(sparse_mlm=False, unpadded=False, attention="auto", sparse_last_layer=False),
-    "+sparse MLM": dict(sparse_mlm=True, unpadded=False, attention="auto", sparse_last_layer=False),
+    "plain": dict(sparse_mlm=False, unpadded=False, sparse_last_layer=False),
+    "+sparse MLM": dict(sparse_mlm=True, unpadded=False, sparse_last_layer=False),
     # sparse MLM, and the last layer's queries, feed-forward block and LayerNorms at the masked positions and [CLS]
-    "+sparse last layer": dict(sparse_mlm=True, unpadded=False, attention="auto", sparse_last_layer=True),
-    "+unpadded": dict(sparse_mlm=False, unpadded=True, attention="auto", sparse_last_layer=False),
-    "all": dict(sparse_mlm=True, unpadded=True, attention="auto", sparse_last_layer=True),
-    "all+jagged": dict(sparse_mlm=True, unpadded=True, attention="jagged", sparse_last_layer=True),
+    "+sparse last layer": dict(sparse_mlm=True, unpadded=False, sparse_last_layer=True),
+    "+unpadded": dict(sparse_mlm=False, unpadded=True, sparse_last_layer=False),
+    "all": dict(sparse_mlm=True, unpadded=True, sparse_last_layer=True),
     # sparse MLM in a fixed block of 40 places per sequence (static shapes, for CUDA graphs): enough for 15% of 128
     # positions drawn at random (mean 19, 40 is over five standard deviations above it)
-    "+sparse MLM in 40 slots": dict(sparse_mlm=True, unpadded=False, attention="auto", mlm_slots=40,
-                                    sparse_last_layer=False),
+    "+sparse MLM in 40 slots": dict(sparse_mlm=True, unpadded=False, mlm_slots=40, sparse_last_layer=False),
     # both sparse levers with static shapes: the MLM head in 40 slots, the last layer in those and [CLS]
-    "+sparse in 40 slots": dict(sparse_mlm=True, unpadded=False, attention="auto", mlm_slots=40,
-                                sparse_last_layer=True),
+    "+sparse in 40 slots": dict(sparse_mlm=True, unpadded=False, mlm_slots=40, sparse_last_layer=True),
     # the same in 20 slots, enough for the mini recipe's data (max_predictions_per_seq 20): what `bertkit pretrain`
-    # runs under bf16 on a CPU there (PretrainConfig's step_shapes), where oneDNN builds a kernel per new shape
-    "+sparse in 20 slots": dict(sparse_mlm=True, unpadded=False, attention="auto", mlm_slots=20,
-                                sparse_last_layer=True),
+    # runs under bf16 on a CPU there (Execution.for_step), where oneDNN builds a kernel per new shape
+    "+sparse in 20 slots": dict(sparse_mlm=True, unpadded=False, mlm_slots=20, sparse_last_layer=True),
 }
 
 
-def with_levers(model: torch.nn.Module, lever: str) -> torch.nn.Module:
-    """`model` set to compute its step as LEVERS[lever] says."""
-    from bertkit.model.heads import set_execution
+def lever_plan(lever: str) -> Any:
+    """The execution plan (bertkit.model.execution.Execution) of row `lever`, to build its model with."""
+    from bertkit.model.execution import Execution
 
-    set_execution(model, **LEVERS[lever])
-    return model
+    return Execution(**LEVERS[lever])
 
 
 def make_step(model: torch.nn.Module, autocast_device: str | None = None, bf16_weights: bool = False,

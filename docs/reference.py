@@ -49,6 +49,7 @@ CONFIGS = [
     ("bertkit.training.config", "TrainingConfig"),
     ("bertkit.jobs.pretrain", "PretrainConfig"),
     ("bertkit.jobs.pretrain", "PhaseConfig"),
+    ("bertkit.jobs.pretrain", "ExecutionConfig"),
     ("bertkit.jobs.finetune", "FinetuneConfig"),
     ("bertkit.jobs.evaluate", "EvaluateConfig"),
     ("bertkit.jobs.predict", "PredictConfig"),

@@ -54,7 +54,7 @@ def test_dry_run_report(tmp_path: Path, data_dir: Path, minilm_dir: Path, monkey
     assert math.isclose(pre["speedup"], pre["bertkit_tokens_per_s"] / pre["transformers_tokens_per_s"])
     assert "6 N" in pre["mfu_formula"] and pre["bertkit_mfu"] is None  # no peak on a CPU
     # every lever's code path
-    levers = ["plain", "+sparse MLM", "+sparse last layer", "+unpadded", "all+jagged"]
+    levers = ["plain", "+sparse MLM", "+sparse last layer", "+unpadded"]
     assert list(pre["levers"]) == [f"{x}{w}" for x in levers for w in ("", ", bf16 weights")]
     # --bf16-weights: both libraries' steps on bf16 weights too, each lever's ratio against that reference as well
     assert math.isclose(pre["bf16_weights_speedup"],

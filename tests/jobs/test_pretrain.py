@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import importlib
 import json
@@ -147,14 +148,15 @@ def test_mlm_only_recipe_end_to_end(prepared, tmp_path: Path, monkeypatch) -> No
         "eval_data": str(prepared["full_eval"]),
         "eval_batches": 2,
         "masking": {"masked_lm_prob": 0.3, "max_predictions_per_seq": 40},
-        "mlm_slots": 40,  # the masked positions in a fixed block, as CUDA graphs need
+        "execution": {"mlm_slots": 40},  # the masked positions in a fixed block, as CUDA graphs need
         "training": {"output_dir": str(tmp_path / "run"), "warmup": 0.5, "eval_every": 5, "log_every": 1,
                      "progress_bar": False, "lr": 1e-3},
     }
     path = tmp_path / "pretrain.yaml"
     from bertkit.jobs.pretrain import PretrainConfig, run
 
-    too_few = {**config, "mlm_slots": 39, "training": {**config["training"], "output_dir": str(tmp_path / "no")}}
+    too_few = {**config, "execution": {"mlm_slots": 39},
+               "training": {**config["training"], "output_dir": str(tmp_path / "no")}}
     with pytest.raises(ConfigError, match=r"mlm_slots = 39: .*full masks up to 40 positions per sequence"):
         run(PretrainConfig.from_dict(too_few))
     path.write_text(yaml.safe_dump(config))
@@ -235,16 +237,16 @@ def test_a_gpu_run_without_loader_workers_gets_a_hint() -> None:
     assert loader_note(torch.device("cpu"), 0) is None
 
 
-def test_evaluation_is_the_same_with_dense_mlm_logits_and_every_attention(prepared) -> None:
+def test_evaluation_is_the_same_under_every_execution_plan(prepared) -> None:
     """make_evaluate reads the MLM logits at the masked positions whether the model computed them there only
-    (sparse_mlm and the sparse last layer, the default) or at every position; the execution levers change no
-    metric. Its accuracies are the shares of the held-out labels the model predicts: a model made to predict one
-    token everywhere and always IsNext scores that token's share of the MLM labels and IsNext's share of the NSP
-    labels, counted here from the batches."""
+    (sparse_mlm and the sparse last layer, the default) or at every position (its output's mlm_positions say
+    which); the execution levers change no metric. Its accuracies are the shares of the held-out labels the model
+    predicts: a model made to predict one token everywhere and always IsNext scores that token's share of the MLM
+    labels and IsNext's share of the NSP labels, counted here from the batches."""
     from bertkit.data import PretrainingDataset
     from bertkit.jobs.pretrain import PretrainConfig, make_evaluate, pretraining_collator
     from bertkit.model import BertConfig, BertForPreTraining
-    from bertkit.model.heads import set_execution
+    from bertkit.model.execution import PLAIN, Execution
 
     ev = PretrainingDataset(prepared["eval"])
     collate = pretraining_collator(ev, 0, PretrainConfig())
@@ -253,10 +255,10 @@ def test_evaluation_is_the_same_with_dense_mlm_logits_and_every_attention(prepar
     model = BertForPreTraining(BertConfig(vocab_size=30522, **TINY)).eval()
     with torch.no_grad():
         default = evaluate(model)
-        for levers in ({"sparse_last_layer": False}, {"sparse_mlm": False, "unpadded": False},
-                       {"sparse_mlm": False, "attention": "jagged"}):
-            set_execution(model, **levers)
-            assert evaluate(model) == pytest.approx(default, rel=1e-5), levers
+        for plan in (Execution(sparse_last_layer=False), PLAIN, dataclasses.replace(PLAIN, unpadded=True)):
+            other = BertForPreTraining(model.config, plan).eval()
+            other.load_state_dict(model.state_dict())
+            assert evaluate(other) == pytest.approx(default, rel=1e-5), plan
     batches = [collate(ev.__getitems__(range(start, start + 8))) for start in (0, 8)]  # 2 batches of 8
     labels = torch.cat([b["labels"][b["labels"] != -100] for b in batches])
     is_next = torch.cat([b["next_sentence_label"] for b in batches]) == 0
@@ -268,58 +270,78 @@ def test_evaluation_is_the_same_with_dense_mlm_logits_and_every_attention(prepar
         biased = evaluate(model)
     assert biased["mlm_accuracy"] == pytest.approx(float((labels == token).double().mean()), abs=1e-12)
     assert biased["nsp_accuracy"] == pytest.approx(float(is_next.double().mean()), abs=1e-12)
-    with pytest.raises(ConfigError, match="PretrainConfig.attention: expected one of auto, padded, jagged, found 'varlen'"):
-        PretrainConfig(attention="varlen")
-    for bad in ({"mlm_slots": -1}, {"mlm_slots": 20, "sparse_mlm": False}):
-        with pytest.raises(ConfigError, match=f"PretrainConfig.mlm_slots = {bad['mlm_slots']}: expected 0, or a"):
-            PretrainConfig.from_dict(bad)
-    with pytest.raises(ConfigError, match="'jagged' with training.activation_checkpointing"):
-        PretrainConfig.from_dict({"attention": "jagged", "training": {"activation_checkpointing": True}})
+
+
+def test_the_levers_are_one_execution_group_and_old_configs_still_read() -> None:
+    """PretrainConfig's levers live in its `execution` group, each checked where it is read; a config written before
+    the group, with the levers at its top level, reads into it; `attention` is no setting any more ('auto' and
+    'padded' read as the one way, 'jagged' is refused naming the line to delete)."""
+    from bertkit.jobs.pretrain import ExecutionConfig, PretrainConfig
+
+    with pytest.raises(ConfigError, match=r"PretrainConfig.execution.mlm_slots: expected an integer >= 0 .*found -1"):
+        PretrainConfig.from_dict({"execution": {"mlm_slots": -1}})
+    with pytest.raises(ConfigError, match="ExecutionConfig.mlm_slots = 20: expected 0, or a count > 0 with sparse_mlm"):
+        PretrainConfig.from_dict({"execution": {"mlm_slots": 20, "sparse_mlm": False}})
+    old = PretrainConfig.from_dict({"sparse_mlm": False, "unpadded": True, "attention": "padded", "mlm_slots": None})
+    assert old.execution == ExecutionConfig(sparse_mlm=False, unpadded=True)
+    assert PretrainConfig.from_dict(old.to_dict()) == old and "sparse_mlm" not in old.to_dict()
+    with pytest.raises(ConfigError, match="PretrainConfig.attention = 'jagged': attention is no longer a setting"):
+        PretrainConfig.from_dict({"attention": "jagged"})
+    with pytest.raises(ConfigError, match="PretrainConfig: unpadded moved into the execution group; give each once"):
+        PretrainConfig.from_dict({"unpadded": True, "execution": {"unpadded": False}})
 
 
 def test_bf16_on_a_cpu_keeps_the_steps_shapes_fixed_unless_told_otherwise() -> None:
     """oneDNN builds a bf16 kernel per matrix shape on a CPU: there the defaults become padded batches and the MLM
     head in the data's max_predictions_per_seq slots; float32 and GPUs keep the packed, as-they-come defaults, and
     a value the config gives always wins."""
-    from bertkit.jobs.pretrain import PretrainConfig, step_shapes
+    from bertkit.jobs.pretrain import ExecutionConfig
+    from bertkit.model.execution import Execution
+
+    def shapes(config: ExecutionConfig, device: torch.device, precision: str) -> tuple[bool, int, str | None]:
+        plan, note = config.plan(device, precision, 20)
+        return plan.unpadded, plan.mlm_slots, note
 
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
-    unpadded, slots, note = step_shapes(PretrainConfig(), cpu, "bf16", 20)
+    unpadded, slots, note = shapes(ExecutionConfig(), cpu, "bf16")
     assert (unpadded, slots) == (False, 20)
     assert "unpadded: false, mlm_slots: 20" in note and "oneDNN" in note
     for device, precision in ((cpu, "fp32"), (gpu, "bf16"), (gpu, "fp16")):
-        assert step_shapes(PretrainConfig(), device, precision, 20) == (True, 0, None)
-    assert step_shapes(PretrainConfig(unpadded=True, mlm_slots=0), cpu, "bf16", 20) == (True, 0, None)
-    unpadded, slots, note = step_shapes(PretrainConfig(unpadded=True), cpu, "bf16", 20)
+        assert shapes(ExecutionConfig(), device, precision) == (True, 0, None)
+    assert shapes(ExecutionConfig(unpadded=True, mlm_slots=0), cpu, "bf16") == (True, 0, None)
+    unpadded, slots, note = shapes(ExecutionConfig(unpadded=True), cpu, "bf16")
     assert (unpadded, slots) == (True, 20) and "(mlm_slots: 20)" in note
-    assert step_shapes(PretrainConfig(mlm_slots=32), cpu, "bf16", 20)[:2] == (False, 32)
-    assert step_shapes(PretrainConfig(unpadded=False, mlm_slots=0), cpu, "fp32", 20) == (False, 0, None)
+    assert shapes(ExecutionConfig(mlm_slots=32), cpu, "bf16")[:2] == (False, 32)
+    assert shapes(ExecutionConfig(unpadded=False, mlm_slots=0), cpu, "fp32") == (False, 0, None)
     # without sparse MLM there are no slots to fix
-    assert step_shapes(PretrainConfig(sparse_mlm=False), cpu, "bf16", 20)[:2] == (False, 0)
+    assert shapes(ExecutionConfig(sparse_mlm=False), cpu, "bf16")[:2] == (False, 0)
+    assert Execution.for_step("cpu", "bf16", 20) == Execution.for_step(cpu, "bf16", 20)  # a device or its name
 
 
 def test_a_bf16_cpu_run_trains_with_fixed_shapes_and_says_so(prepared, tmp_path: Path, monkeypatch, capsys) -> None:
-    """`bertkit pretrain --training.precision bf16` on a CPU: the note at the start, and the model it trained ran
-    padded with its MLM head in max_predictions_per_seq (here 64 // 6 = 10) slots; the saved config keeps None."""
-    import bertkit.model.heads as heads
+    """`bertkit pretrain --training.precision bf16` on a CPU: the note at the start, and the model it trained was
+    built to run padded with its MLM head in max_predictions_per_seq (here 64 // 6 = 10) slots; the saved config
+    keeps None."""
+    import bertkit.jobs.pretrain as pretrain_job
 
     seen: dict = {}
-    real = heads.set_execution
+    real = pretrain_job.build_model
 
-    def spy(model: torch.nn.Module, **levers) -> None:  # noqa: ANN003
-        seen.update(levers)
-        real(model, **levers)
+    def spy(*args, **kwargs) -> torch.nn.Module:  # noqa: ANN002, ANN003
+        model = real(*args, **kwargs)
+        seen["plan"] = model.execution
+        return model
 
-    monkeypatch.setattr(heads, "set_execution", spy)
+    monkeypatch.setattr(pretrain_job, "build_model", spy)
     out = tmp_path / "run"
     argv = ["pretrain", "--model", "tiny", "--train_data", str(prepared["train"]), "--eval_data", str(prepared["eval"]),
             "--eval_batches", "1", "--training.output_dir", str(out), "--training.max_steps", "2",
             "--training.batch_size", "4", "--training.precision", "bf16", "--training.progress_bar", "false"]
     assert _main(argv, monkeypatch) == 0
-    assert seen["unpadded"] is False and seen["mlm_slots"] == 10
+    assert seen["plan"].unpadded is False and seen["plan"].mlm_slots == 10
     assert "bf16 on a CPU: the step keeps fixed shapes (unpadded: false, mlm_slots: 10)" in capsys.readouterr().err
     saved = yaml.safe_load((out / "pretrain_config.yaml").read_text())
-    assert saved["unpadded"] is None and saved["mlm_slots"] is None
+    assert saved["execution"]["unpadded"] is None and saved["execution"]["mlm_slots"] is None
 
 
 def test_a_cpu_with_bf16_units_left_in_float32_gets_a_hint() -> None:

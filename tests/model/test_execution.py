@@ -1,12 +1,14 @@
-"""The training-step levers (`set_execution`): sparse MLM (the masked positions as they come, or in fixed slots),
-unpadded linear layers, grouped / padded / jagged attention. Each against the plain path (every position, dense MLM
-logits, as transformers computes): the same loss within 1e-5 relative and the same gradients within 1e-5 of each
-parameter's largest gradient, in float32; the weights' names and config.json do not change. Under bf16 (autocast on
-float32 weights, or a bf16 working copy of the weights), each lever against the float32 plain path within bf16's
-rounding."""
+"""The execution plan's levers (`bertkit.model.execution.Execution`): sparse MLM (the masked positions as they come,
+or in fixed slots), the sparse last layer, unpadded linear layers with attention grouped by length. Each against the
+plain path (every position, dense MLM logits, as transformers computes): the same loss within 1e-5 relative and the
+same gradients within 1e-5 of each parameter's largest gradient, in float32; the weights' names and config.json do
+not change. Under bf16 (autocast on float32 weights, or a bf16 working copy of the weights), each lever against the
+float32 plain path within bf16's rounding. A plan is given at construction or to one forward call, never set on a
+built model."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -16,7 +18,8 @@ import torch
 from bertkit.errors import ConfigError
 from bertkit.model import BertConfig, BertForMaskedLM, BertForPreTraining
 from bertkit.model.bert import BertSelfAttention
-from bertkit.model.heads import set_execution
+from bertkit.model.execution import PLAIN, Execution
+from bertkit.model.heads import labelled_logits
 from bertkit.model.kernels import Packing
 from bertkit.training.precision import Bf16Weights
 
@@ -26,16 +29,13 @@ LOSS_RTOL = 1e-5
 GRAD_RTOL = 1e-5  # of each parameter's largest gradient entry
 
 LEVERS = {
-    "sparse MLM": dict(sparse_mlm=True, unpadded=False),
-    "unpadded, grouped attention": dict(sparse_mlm=False, unpadded=True, attention="auto"),
-    "unpadded, padded attention": dict(sparse_mlm=False, unpadded=True, attention="padded"),
-    "unpadded, jagged attention": dict(sparse_mlm=False, unpadded=True, attention="jagged"),
-    "all (the default)": dict(sparse_mlm=True, unpadded=True, attention="auto"),
-    "all, jagged attention": dict(sparse_mlm=True, unpadded=True, attention="jagged"),
-    "sparse MLM, the last layer everywhere": dict(sparse_mlm=True, unpadded=False, sparse_last_layer=False),
-    "all, the last layer everywhere": dict(sparse_mlm=True, unpadded=True, attention="auto", sparse_last_layer=False),
-    "sparse MLM in fixed slots": dict(sparse_mlm=True, unpadded=False, mlm_slots=24),
-    "all, fixed slots": dict(sparse_mlm=True, unpadded=True, attention="auto", mlm_slots=24),
+    "sparse MLM": Execution(unpadded=False),
+    "unpadded, grouped attention": dataclasses.replace(PLAIN, unpadded=True),
+    "all (the default)": Execution(),
+    "sparse MLM, the last layer everywhere": Execution(unpadded=False, sparse_last_layer=False),
+    "all, the last layer everywhere": Execution(sparse_last_layer=False),
+    "sparse MLM in fixed slots": Execution(unpadded=False, mlm_slots=24),
+    "all, fixed slots": Execution(mlm_slots=24),
 }
 
 
@@ -52,10 +52,11 @@ def padded_batch(vocab: int, batch: int = 12, width: int = 64, seed: int = 0) ->
                 labels=torch.where(chosen, ids, -100), next_sentence_label=torch.randint(0, 2, (batch,), generator=g))
 
 
-def loss_and_grads(model: torch.nn.Module, batch: dict[str, torch.Tensor], **levers) -> tuple[float, dict]:
-    set_execution(model, **levers)
+def loss_and_grads(model: torch.nn.Module, batch: dict[str, torch.Tensor],
+                   plan: Execution | None = None) -> tuple[float, dict]:
+    """The loss and every parameter's gradient of one forward and backward under `plan` (None: the model's own)."""
     model.zero_grad(set_to_none=True)
-    loss = model(**batch).loss
+    loss = model(**batch, execution=plan).loss
     loss.backward()
     return float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
@@ -75,48 +76,37 @@ def test_every_lever_gives_the_plain_loss_and_gradients(lever: str) -> None:
     torch.manual_seed(0)
     model = BertForPreTraining(BertConfig(**TINY)).train()  # dropout 0: train mode, deterministic
     batch = padded_batch(99)
-    plain = loss_and_grads(model, batch, sparse_mlm=False, unpadded=False, attention="auto")
-    # the batch takes the paths named: length groups under "auto" on CPU, one nested tensor under "jagged"
-    assert Packing(batch["attention_mask"]).groups and Packing(batch["attention_mask"], attention="jagged").offsets is not None
-    assert_same(loss_and_grads(model, batch, **LEVERS[lever]), plain, lever)
+    plain = loss_and_grads(model, batch, PLAIN)
+    assert Packing(batch["attention_mask"]).groups  # the batch takes the path named: length groups on a CPU
+    assert_same(loss_and_grads(model, batch, LEVERS[lever]), plain, lever)
 
 
-@pytest.mark.parametrize("execution", ["unpadded, grouped", "unpadded, padded", "unpadded, jagged", "padded"])
-def test_each_execution_runs_its_own_attention(execution: str, monkeypatch) -> None:
-    """The levers give the same numbers, so only a spy on BertSelfAttention tells which attention ran: unpadded with
-    attention 'auto' on a CPU attends group by group (lengths rounded up to 16 together, each group at its own
-    longest length), 'padded' once over the batch's full width, 'jagged' once over the packed sequences at their
-    own lengths; with unpadded off, once over the full width."""
-    calls: list[tuple[str, tuple[int, ...]]] = []
-    attend, attend_jagged = BertSelfAttention.attend, BertSelfAttention.attend_jagged
+@pytest.mark.parametrize("unpadded", [True, False])
+def test_each_execution_runs_its_own_attention(unpadded: bool, monkeypatch) -> None:
+    """The levers give the same numbers, so only a spy on BertSelfAttention tells which attention ran: unpadded on a
+    CPU attends group by group (lengths rounded up to 16 together, each group at its own longest length); with
+    unpadded off, once over the full width."""
+    calls: list[tuple[int, ...]] = []
+    attend = BertSelfAttention.attend
 
     def spy_attend(self, qkv, key_mask, output_attentions=False):  # noqa: ANN001, ANN202
-        calls.append(("padded", tuple(qkv.shape[:2])))  # (sequences, width)
+        calls.append(tuple(qkv.shape[:2]))  # (sequences, width)
         return attend(self, qkv, key_mask, output_attentions)
 
-    def spy_jagged(self, qkv, offsets):  # noqa: ANN001, ANN202
-        calls.append(("jagged", tuple(offsets.diff().tolist())))  # each sequence's length
-        return attend_jagged(self, qkv, offsets)
-
     monkeypatch.setattr(BertSelfAttention, "attend", spy_attend)
-    monkeypatch.setattr(BertSelfAttention, "attend_jagged", spy_jagged)
     torch.manual_seed(8)
-    model = BertForPreTraining(BertConfig(**TINY)).eval()
-    unpadded, attention = execution != "padded", execution.split(", ")[-1].replace("grouped", "auto")
-    set_execution(model, unpadded=unpadded, attention=attention)
+    model = BertForPreTraining(BertConfig(**TINY), Execution(unpadded=unpadded)).eval()
     batch = padded_batch(99, seed=8)
     with torch.no_grad():
         model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     lengths = batch["attention_mask"].sum(1)
-    if execution == "unpadded, grouped":
+    if unpadded:
         rounded = (lengths + 15) // 16 * 16
-        per_layer = [("padded", (int((rounded == r).sum()), int(lengths[rounded == r].max())))
+        per_layer = [(int((rounded == r).sum()), int(lengths[rounded == r].max()))
                      for r in sorted(set(rounded.tolist()))]
-        assert len(per_layer) > 1 and sum(n * w for _, (n, w) in per_layer) < 0.8 * 12 * 64  # it pays here
-    elif execution == "unpadded, jagged":
-        per_layer = [("jagged", tuple(lengths.tolist()))]
+        assert len(per_layer) > 1 and sum(n * w for n, w in per_layer) < 0.8 * 12 * 64  # it pays here
     else:
-        per_layer = [("padded", (12, 64))]
+        per_layer = [(12, 64)]
     assert calls == per_layer * 2  # each of the 2 layers
 
 
@@ -135,14 +125,14 @@ def test_every_lever_under_bf16_tracks_float32(lever: str, weights: str) -> None
     torch.manual_seed(0)
     model = BertForPreTraining(BertConfig(**TINY)).train()
     batch = padded_batch(99)
-    want_loss, want = loss_and_grads(model, batch, sparse_mlm=False, unpadded=False, attention="auto")
+    want_loss, want = loss_and_grads(model, batch, PLAIN)
     if weights.startswith("float32"):
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss, got = loss_and_grads(model, batch, **LEVERS[lever])
+            loss, got = loss_and_grads(model, batch, LEVERS[lever])
     else:
         copy = Bf16Weights(model)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss, working = loss_and_grads(copy.working, batch, **LEVERS[lever])
+            loss, working = loss_and_grads(copy.working, batch, LEVERS[lever])
         assert all(g.dtype == torch.bfloat16 for g in working.values())
         model.zero_grad(set_to_none=True)
         copy.take_gradients()
@@ -161,27 +151,52 @@ def test_levers_on_the_bertkit_mini_architecture() -> None:
     torch.manual_seed(1)
     model = BertForMaskedLM(BertConfig(**TINY, layer_norm_position="pre", alibi=True)).train()
     batch = {k: v for k, v in padded_batch(99, seed=1).items() if k != "next_sentence_label"}
-    plain = loss_and_grads(model, batch, sparse_mlm=False, unpadded=False)
-    assert_same(loss_and_grads(model, batch, sparse_mlm=True, unpadded=True, attention="auto"), plain, "mini arch")
-    with pytest.raises(ConfigError, match="'jagged' has no attention bias"):
-        set_execution(model, attention="jagged")
-    with pytest.raises(ConfigError, match="attention = 'flash': expected one of auto, padded, jagged"):
-        set_execution(model, attention="flash")
+    plain = loss_and_grads(model, batch, PLAIN)
+    assert_same(loss_and_grads(model, batch, Execution()), plain, "mini arch")
+
+
+def test_a_plan_is_checked_frozen_and_the_models_own_unless_a_call_gives_another() -> None:
+    """Execution checks its values like a config field; it cannot be changed once made; a model computes with the
+    plan it was built with, and a forward given another uses that one for the call only."""
+    with pytest.raises(ConfigError, match=r"Execution.mlm_slots: expected an integer >= 0 and <= 65535, found -1"):
+        Execution(mlm_slots=-1)
+    with pytest.raises(ConfigError, match="Execution.mlm_slots = 20: expected 0, or a count > 0 with sparse_mlm"):
+        Execution(sparse_mlm=False, mlm_slots=20)
+    with pytest.raises(ConfigError, match="Execution.unpadded: expected true or false, found 1"):
+        Execution(unpadded=1)  # type: ignore[arg-type]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Execution().unpadded = False  # type: ignore[misc]
+    torch.manual_seed(2)
+    model = BertForMaskedLM(BertConfig(**TINY), PLAIN).eval()
+    assert model.execution == PLAIN and model.bert.execution == PLAIN
+    batch = {k: v for k, v in padded_batch(99, seed=2).items() if k != "next_sentence_label"}
+    with torch.no_grad():
+        assert model(**batch).logits.dim() == 3 and model(**batch).mlm_positions is None
+        assert model(**batch, execution=Execution()).mlm_positions is not None
+    assert model.execution == PLAIN  # the call's plan did not stay
+    assert BertForPreTraining(BertConfig(**TINY)).execution == Execution()  # the default: every lever on
 
 
 def test_dense_logits_cover_every_position_and_the_folder_is_unchanged(tmp_path: Path) -> None:
+    """Sparse logits are rows at `mlm_positions`, each (sequence, position), the masked ones in row-major order;
+    dense ones are (batch, seq, vocab) with no positions, and equal to them there; `labelled_logits` reads both
+    alike. The weights and the folder written do not depend on the plan."""
     torch.manual_seed(2)
     model = BertForPreTraining(BertConfig(**TINY)).eval()
     batch = padded_batch(99, seed=2)
     model.save_pretrained(str(tmp_path / "before"))
     keys = list(model.state_dict())
     with torch.no_grad():
-        sparse = model(**batch).prediction_logits
-        set_execution(model, sparse_mlm=False, unpadded=False, attention="jagged")
-        dense = model(**batch).prediction_logits
-    assert dense.shape == (*batch["input_ids"].shape, 99)
+        sparse = model(**batch)
+        dense = model(**batch, execution=PLAIN)
+    assert dense.prediction_logits.shape == (*batch["input_ids"].shape, 99) and dense.mlm_positions is None
     masked = batch["labels"] != -100
-    torch.testing.assert_close(dense[masked], sparse, rtol=1e-5, atol=1e-5)
+    assert torch.equal(sparse.mlm_positions, masked.nonzero())
+    torch.testing.assert_close(dense.prediction_logits[masked], sparse.prediction_logits, rtol=1e-5, atol=1e-5)
+    for out in (sparse, dense):
+        logits, labels = labelled_logits(out.prediction_logits, out.mlm_positions, batch["labels"])
+        assert torch.equal(labels, batch["labels"][masked])
+        torch.testing.assert_close(logits, sparse.prediction_logits, rtol=1e-5, atol=1e-5)
     assert list(model.state_dict()) == keys
     model.save_pretrained(str(tmp_path / "after"))
     for name in ("config.json", "model.safetensors"):
@@ -191,35 +206,26 @@ def test_dense_logits_cover_every_position_and_the_folder_is_unchanged(tmp_path:
 
 def test_fixed_slots_keep_static_shapes_in_training_and_the_masked_positions_in_evaluation() -> None:
     """mlm_slots: a training step's MLM logits are a (batch * slots, vocab) block whatever the batch's number of
-    masked tokens; in eval mode (what make_evaluate reads) the masked positions as usual; too few slots for a
-    sequence's masked tokens is an error, not a silently smaller loss."""
+    masked tokens, at positions each sequence's masked ones first; in eval mode the masked positions as they come;
+    too few slots for a sequence's masked tokens is an error, not a silently smaller loss."""
     torch.manual_seed(3)
-    model = BertForPreTraining(BertConfig(**TINY))
     batch = padded_batch(99, seed=3)
     masked = batch["labels"] != -100
     most = int(masked.sum(1).max())
-    set_execution(model, mlm_slots=most)
+    model = BertForPreTraining(BertConfig(**TINY), Execution(mlm_slots=most))
     for seed in (3, 4):  # two batches with different numbers of masked tokens, the same shape
         b = padded_batch(99, seed=seed)
         b["labels"][:, most + 1 :] = -100  # at most `most` per row
-        assert model.train()(**b).prediction_logits.shape == (12 * most, 99)
+        out = model.train()(**b)
+        assert out.prediction_logits.shape == (12 * most, 99) and out.mlm_positions.shape == (12 * most, 2)
+        first = out.mlm_positions.view(12, most, 2)
+        for row, n in enumerate((b["labels"] != -100).sum(1).tolist()):  # its masked positions first, in order
+            assert first[row, :n, 1].tolist() == (b["labels"][row] != -100).nonzero().squeeze(1).tolist()
+            assert bool((first[row, :, 0] == row).all())
     with torch.no_grad():
         assert model.eval()(**batch).prediction_logits.shape == (int(masked.sum()), 99)
-    set_execution(model, mlm_slots=most - 1)
     with pytest.raises(RuntimeError, match="more masked positions than mlm_slots"):
-        model.train()(**batch)
-    with pytest.raises(ConfigError, match="mlm_slots = -1: expected 0"):
-        set_execution(model, mlm_slots=-1)
-
-
-def test_jagged_attention_refuses_activation_checkpointing() -> None:
-    model = BertForPreTraining(BertConfig(**TINY)).train()
-    set_execution(model, attention="jagged")
-    model.set_activation_checkpointing(True)
-    with pytest.raises(ConfigError, match="'jagged' cannot be recomputed by activation checkpointing"):
-        model(**padded_batch(99))
-    model.set_activation_checkpointing(False)
-    assert model(**padded_batch(99)).loss > 0
+        model.train()(**batch, execution=Execution(mlm_slots=most - 1))
 
 
 def test_fixed_slots_make_the_training_step_one_graph() -> None:
@@ -228,13 +234,12 @@ def test_fixed_slots_make_the_training_step_one_graph() -> None:
     import torch._dynamo as dynamo
 
     torch.manual_seed(5)
-    model = BertForPreTraining(BertConfig(**TINY)).train()
     batch = padded_batch(99, seed=5)
-    set_execution(model, sparse_mlm=True, unpadded=False, mlm_slots=24)
+    model = BertForPreTraining(BertConfig(**TINY), Execution(unpadded=False, mlm_slots=24)).train()
     fixed = dynamo.explain(model)(**batch)
     assert (fixed.graph_count, fixed.graph_break_count) == (1, 0), fixed.break_reasons
-    set_execution(model, mlm_slots=0)
-    assert dynamo.explain(model)(**batch).graph_break_count > 0
+    as_they_come = BertForPreTraining(BertConfig(**TINY), Execution(unpadded=False)).train()
+    assert dynamo.explain(as_they_come)(**batch).graph_break_count > 0
 
 
 def test_the_last_layer_runs_only_where_the_heads_read() -> None:
@@ -251,8 +256,7 @@ def test_the_last_layer_runs_only_where_the_heads_read() -> None:
     model(**batch)
     assert rows == [int(batch["attention_mask"].sum()), 12 * int(read.sum(1).max())]
     rows.clear()
-    set_execution(model, sparse_last_layer=False)
-    model(**batch)
+    model(**batch, execution=Execution(sparse_last_layer=False))
     assert rows == [int(batch["attention_mask"].sum())] * 2
 
     model.eval()
@@ -279,7 +283,7 @@ def test_the_sparse_last_layer_on_every_architecture(variant: str) -> None:
     model = BertForPreTraining(BertConfig(**TINY, **extra)).train()
     model.set_activation_checkpointing(variant == "activation checkpointing")
     batch = padded_batch(99, seed=7)
-    plain = loss_and_grads(model, batch, sparse_mlm=False, unpadded=False)
+    plain = loss_and_grads(model, batch, PLAIN)
     for unpadded in (False, True):
-        assert_same(loss_and_grads(model, batch, sparse_mlm=True, unpadded=unpadded, sparse_last_layer=True), plain,
+        assert_same(loss_and_grads(model, batch, Execution(unpadded=unpadded)), plain,
                     f"{variant}, unpadded {unpadded}")

@@ -18,7 +18,7 @@ from bertkit.cli.config_options import (
     config_fields,
     printed_config,
 )
-from bertkit.jobs.pretrain import PretrainConfig
+from bertkit.jobs.pretrain import ExecutionConfig, PretrainConfig
 from bertkit.training.config import TrainingConfig
 
 
@@ -31,9 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "field can be overridden: --training.lr 1e-4 (or --lr 1e-4), --phases '[{data: d128, max_steps: 900}]'.",
     )
     add_run_options(p, "PretrainConfig (see configs/)")
-    add_config_options(p, config_fields(PretrainConfig, {"training": TrainingConfig}, defaults=PretrainConfig()),
+    add_config_options(p, config_fields(PretrainConfig, {"training": TrainingConfig, "execution": ExecutionConfig},
+                                        defaults=PretrainConfig()),
                        aliases={"training.output_dir": ("output",)},
-                       groups={"": "the run", "training": "training (the paper's pre-training defaults)"})
+                       groups={"": "the run", "training": "training (the paper's pre-training defaults)",
+                               "execution": "execution (how a step computes: the same loss, another speed)"})
     p.set_defaults(func=pretrain_command)
 
 

@@ -46,7 +46,8 @@ from bertkit.inference.quantize import (
     runs_in_int8,
 )
 from bertkit.model import BertPreTrainedModel
-from bertkit.model.heads import base_model, set_execution
+from bertkit.model.execution import Execution
+from bertkit.model.heads import base_model
 from bertkit.runtime import keep_freed_memory
 
 log = logging.getLogger(__name__)
@@ -282,10 +283,9 @@ class Encoder:
                     rows = [ids[i] for i in idx]
                     width = padded_width(len(rows[0]), max_width)  # the longest comes first
                     batch = pad_batch(rows, [[0] * len(x) for x in rows], pad_id, width)
-                    if self.pads_batches:
-                        set_execution(model, unpadded=not runs_padded([len(x) for x in rows], width))
                     batch = {k: v.to(self.device) for k, v in batch.items()}
-                    hidden = forward(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+                    hidden = forward(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                                     execution=self.batch_plan([len(x) for x in rows], width))
                     vectors = pool_hidden(hidden.last_hidden_state.float(), batch["attention_mask"], pooling)
                     out[torch.tensor(idx)] = vectors.cpu()
                     if on_batch is not None:
@@ -293,6 +293,12 @@ class Encoder:
         finally:
             model.train(was_training)
         return out
+
+    def batch_plan(self, lengths: Sequence[int], width: int) -> Execution | None:
+        """How the model computes a batch of sequences of these lengths padded to `width`: in bf16 on a CPU, every
+        position when the batch has little padding (`runs_padded`), else its real tokens only; elsewhere the model's
+        own plan (None)."""
+        return Execution(unpadded=not runs_padded(lengths, width)) if self.pads_batches else None
 
     def calibrate(self, bert: nn.Module, texts: Sequence[str], min_cosine: float = DEFAULT_MIN_COSINE) -> Int8Plan:
         """The int8 plan of `bert` (float32, CPU) on the `texts` that int8 runs (`runs_in_int8`), scored on their

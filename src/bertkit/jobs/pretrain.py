@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from bertkit.data.dataset import IGNORE_INDEX
 from bertkit.dataclass_io import Config, field_of, spec
 from bertkit.errors import ConfigError
-from bertkit.model.kernels import Packing
+from bertkit.model.execution import Execution, check_mlm_slots
 from bertkit.pretrained import resolve_model_dir
 from bertkit.runtime import cpu_has_native_bf16
 from bertkit.training.config import TrainingConfig, config_from_dict
@@ -46,6 +45,45 @@ class PhaseConfig(Config):
     grad_accum_steps: int | None = field_of(TrainingConfig, "grad_accum_steps", None)
     """Micro-batches per update in this phase; None = training.grad_accum_steps. Phases over the same data with a
     growing batch_size x grad_accum_steps make a batch-size ramp (Cramming, Geiping & Goldstein 2022)."""
+
+
+@dataclass
+class ExecutionConfig(Config):
+    """How a pre-training step computes (bertkit.model.execution): each lever gives the same loss and gradients as
+    the plain path (tests/model/test_execution.py), so weights and config.json do not depend on them; only the
+    speed does. None leaves the choice to the hardware policy (`Execution.for_step`)."""
+
+    sparse_mlm: bool = True
+    """Compute the MLM transform and vocabulary decoder only at the masked positions (NVIDIA's BERT, MosaicBERT), with
+    about 15% of the decoder's work. False: every position, as transformers does (the plain path, for comparison)."""
+    sparse_last_layer: bool = True
+    """With sparse_mlm: the last encoder layer computes its queries, output projections and feed-forward block
+    only where the heads read it (the masked positions and [CLS]; every token stays a key and value of its
+    attention). False: that layer at every position."""
+    unpadded: bool | None = None
+    """Run the linear layers, LayerNorm and GELU on the real tokens only, not on padding, with attention grouped by
+    length on a CPU. None (default): True, except under bf16 autocast on a CPU, where fixed shapes run faster."""
+    mlm_slots: int | None = field_of(Execution, "mlm_slots", None)
+    """With sparse_mlm: 0 takes the masked positions as they come (their number changes with every batch); N > 0 a
+    fixed block of N places per sequence in each training step, at least the data's max_predictions_per_seq, so
+    that every step has the same shapes, as `training.compile: reduce-overhead` (CUDA graphs) needs; evaluation
+    takes the masked positions. None (default): 0, except under bf16 autocast on a CPU: the data's
+    max_predictions_per_seq."""
+
+    def validate(self) -> None:
+        check_mlm_slots(self.sparse_mlm, self.mlm_slots, "ExecutionConfig.mlm_slots")
+
+    def plan(self, device: torch.device, precision: str, max_predictions: int) -> tuple[Execution, str | None]:
+        """The step's plan on this device and precision, and the note to print when the policy chose for None."""
+        return Execution.for_step(device, precision, max_predictions, sparse_mlm=self.sparse_mlm,
+                                  sparse_last_layer=self.sparse_last_layer, unpadded=self.unpadded,
+                                  mlm_slots=self.mlm_slots)
+
+
+# PretrainConfig's fields before they became its `execution` group: a config file that still has them is read
+# into the group; "attention" is gone ("auto", grouped by length on a CPU, is the one way: "padded" computed the same
+# numbers, "jagged" ran at 0.51x on an H100 and slower on a CPU).
+EXECUTION_FIELDS = ("sparse_mlm", "sparse_last_layer", "unpadded", "mlm_slots")
 
 
 def _paper_training() -> TrainingConfig:
@@ -84,41 +122,15 @@ class PretrainConfig(Config):
     """Pad each batch's length to a multiple of this (tensor-core friendly); None = to the longest."""
     verify_checksums: bool = True
     """Check the shards' sha256 against index.json when opening the data."""
-    sparse_mlm: bool = True
-    """Compute the MLM transform and vocabulary decoder only at the masked positions (NVIDIA's BERT, MosaicBERT):
-    the same loss and gradients as at every position (tests/model/test_execution.py), with about 15% of the
-    decoder's work. False: every position, as transformers does (the plain path, for comparison)."""
-    sparse_last_layer: bool = True
-    """With sparse_mlm: the last encoder layer computes its queries, output projections and feed-forward block
-    only where the heads read it (the masked positions and [CLS]; every token stays a key and value of its
-    attention): the same loss and gradients. False: that layer at every position."""
-    unpadded: bool | None = None
-    """Run the linear layers, LayerNorm and GELU on the real tokens only, not on padding (exact). None (default):
-    True, except under bf16 autocast on a CPU, where fixed shapes run faster (see `step_shapes`)."""
-    attention: str = spec("auto", choices=Packing.ATTENTION)
-    """Attention over a padded batch: "auto" (grouped by length on CPU), "padded", or "jagged" (PyTorch's
-    variable-length attention on nested tensors: flash / memory-efficient kernels on CUDA; slower on CPU; no ALiBi,
-    no activation checkpointing).
-    These choose how a step is computed, not the model: weights, config.json and the loss stay the same, so they
-    live here, not in the model's config."""
-    mlm_slots: int | None = spec(None, ge=0, le=65535)
-    """With sparse_mlm: 0 takes the masked positions as they come (their number changes with every batch); N > 0 a
-    fixed block of N places per sequence in each training step, at least the data's max_predictions_per_seq, so
-    that every step has the same shapes, as `training.compile: reduce-overhead` (CUDA graphs) needs. The same loss
-    (tests/model/test_execution.py); evaluation takes the masked positions. None (default): 0, except under bf16
-    autocast on a CPU: the data's max_predictions_per_seq (see `step_shapes`)."""
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
+    """How a step computes: sparse MLM, the sparse last layer, unpadded layers, fixed MLM slots (ExecutionConfig).
+    They choose the speed, not the model: weights, config.json and the loss stay the same."""
     training: TrainingConfig = field(default_factory=_paper_training)
     """Optimizer, schedule, batching, precision, checkpoints (see TrainingConfig)."""
 
     def validate(self) -> None:
         if self.train_data and self.phases:
             raise ConfigError("PretrainConfig: give either train_data or phases, not both")
-        if self.mlm_slots and not self.sparse_mlm:
-            raise ConfigError(f"PretrainConfig.mlm_slots = {self.mlm_slots}: expected 0, or a count > 0 with "
-                              "sparse_mlm: true (a fixed block of the masked positions)")
-        if self.attention == "jagged" and self.training.activation_checkpointing:
-            raise ConfigError("PretrainConfig.attention = 'jagged' with training.activation_checkpointing: torch "
-                              "cannot recompute attention on nested tensors; choose one")
         from bertkit.model import BertConfig
 
         known = {f.name for f in dataclasses.fields(BertConfig)}
@@ -137,8 +149,20 @@ class PretrainConfig(Config):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "PretrainConfig") -> "PretrainConfig":
-        """Inverse of `to_dict`; fields missing from `training` keep the paper's pre-training defaults."""
+        """Inverse of `to_dict`; fields missing from `training` keep the paper's pre-training defaults. The lever
+        fields a config had at its top level before the `execution` group are read into it."""
         d = dict(d)
+        attention = d.pop("attention", "auto")
+        if attention not in ("auto", "padded"):
+            raise ConfigError(f"{where}.attention = {attention!r}: attention is no longer a setting (the one way "
+                              "groups the sequences by length on a CPU; 'jagged' is gone); delete the line")
+        old = {k: d.pop(k) for k in EXECUTION_FIELDS if k in d}
+        if old:
+            given = d.get("execution") or {}
+            if not isinstance(given, dict) or set(old) & set(given):
+                raise ConfigError(f"{where}: {', '.join(old)} moved into the execution group; give each once, as "
+                                  f"execution.{next(iter(old))}")
+            d["execution"] = {**given, **old}
         if isinstance(d.get("training"), dict):
             d["training"] = config_from_dict(TrainingConfig, {**_paper_training().to_dict(), **d["training"]},
                                              f"{where}.training")
@@ -180,31 +204,6 @@ def precision_note(device: torch.device, precision: str, native_bf16: bool) -> s
             "'auto' stays float32")
 
 
-def step_shapes(config: PretrainConfig, device: torch.device, precision: str,
-                max_predictions: int) -> tuple[bool, int, str | None]:
-    """The training step's `unpadded` and `mlm_slots` where the config leaves them to bertkit (None), and a note
-    to print when that choice departs from the defaults (True, 0).
-
-    Under bf16 autocast on a CPU, PyTorch multiplies bf16 matrices with oneDNN, which builds (JIT-compiles) a
-    kernel for each new matrix shape: with the real tokens packed and the masked positions taken as they come,
-    nearly every step brings new shapes, and building their kernels costs more than bf16 saves
-    (docs/results/pretrain-bf16-cpu-xeon-amx-2026-11-27.md). There the step keeps fixed shapes: padded batches
-    (lengths a multiple of pad_to_multiple_of) and the MLM head in `max_predictions` slots per sequence, the data's
-    max_predictions_per_seq. Both are exact: the same loss as the default path (tests/model/test_execution.py).
-    float32 on a CPU (MKL) and every precision on a GPU have no such cost and keep the defaults."""
-    fixed = device.type == "cpu" and precision == "bf16"
-    unpadded = config.unpadded if config.unpadded is not None else not fixed
-    slots = config.mlm_slots if config.mlm_slots is not None else (max_predictions if fixed and config.sparse_mlm
-                                                                   else 0)
-    chosen = ["unpadded: false"] if config.unpadded is None and not unpadded else []
-    chosen += [f"mlm_slots: {slots}"] if config.mlm_slots is None and slots else []
-    note = None
-    if chosen:
-        note = (f"note: bf16 on a CPU: the step keeps fixed shapes ({', '.join(chosen)}), since oneDNN builds a bf16 "
-                "kernel for every new matrix shape; set unpadded / mlm_slots to choose yourself")
-    return unpadded, slots, note
-
-
 def pretraining_collator(dataset: Any, seed: int, config: PretrainConfig, evaluation: bool = False):  # noqa: ANN202
     """The collator of one data folder. For training, `config.masking` replaces the folder's mask settings
     (dynamic masking only); held-out data keeps its own, so every run is scored on the same task."""
@@ -227,20 +226,20 @@ def pretraining_collator(dataset: Any, seed: int, config: PretrainConfig, evalua
 
 
 def build_model(config: PretrainConfig, vocab_size: int, vocab_source: Path, max_length: int,  # noqa: ANN201
-                model_folder: FolderConfig | None = None):
+                model_folder: FolderConfig | None = None, execution: Execution = Execution()):
     """BertForPreTraining from a preset (vocab_size from the tokenizer) or a folder (`model_folder`: its config.json
-    as the caller read it); checks vocab and length."""
+    as the caller read it), computing its forward passes as `execution` says; checks vocab and length."""
     from bertkit.model import PRESETS, BertConfig, BertForPreTraining
     from bertkit.model.folder import load_model, read_folder
 
     overrides = dict(config.model_overrides)
     if config.model in PRESETS:
         overrides.setdefault("vocab_size", vocab_size)
-        model = BertForPreTraining(BertConfig.preset(config.model, **overrides))
+        model = BertForPreTraining(BertConfig.preset(config.model, **overrides), execution)
         where = f"preset {config.model!r} with model_overrides"
     elif model_folder is not None or resolve_model_dir(config.model).is_dir():  # a folder, or a shipped model's
         folder = read_folder(model_folder or config.model)  # name: continued pre-training (or distillation)
-        model = load_model(folder, BertForPreTraining.__name__, **overrides)
+        model = load_model(folder, BertForPreTraining.__name__, execution=execution, **overrides)
         where = str(folder.config_path)
     else:
         raise ConfigError(f"PretrainConfig.model = {config.model!r}: neither a preset ({', '.join(PRESETS)}), "
@@ -257,6 +256,7 @@ def build_model(config: PretrainConfig, vocab_size: int, vocab_source: Path, max
 
 def make_evaluate(dataset: Any, collate: Any, batch_size: int, max_batches: int):  # noqa: ANN201
     """An evaluate callback: MLM loss/accuracy, NSP loss/accuracy, perplexity over the first batches of `dataset`."""
+    from bertkit.model.heads import labelled_logits
 
     def evaluate(model: torch.nn.Module) -> dict[str, float]:
         device = next(model.parameters()).device
@@ -269,10 +269,7 @@ def make_evaluate(dataset: Any, collate: Any, batch_size: int, max_batches: int)
             batch = collate(dataset.__getitems__(range(start, min(n, start + batch_size))))
             batch = {k: v.to(device) for k, v in batch.items()}
             out = model(**batch)
-            masked = batch["labels"] != IGNORE_INDEX
-            labels = batch["labels"][masked]
-            logits = out.prediction_logits  # at the masked positions only (sparse MLM) or at every position
-            logits = logits[masked] if logits.dim() == 3 else logits
+            logits, labels = labelled_logits(out.prediction_logits, out.mlm_positions, batch["labels"])
             k = labels.numel()
             if k:
                 mlm_loss += float(out.mlm_loss) * k
@@ -354,7 +351,6 @@ def run(config: PretrainConfig, resume: bool = False,
     settings), `on_start`, which writes its record once the run starts (after pretrain_config.yaml), and
     `model_folder`, config.model's config.json as it read it (`read_folder`), so that it is not read again."""
     from bertkit.model import PRESETS
-    from bertkit.model.heads import set_execution
     from bertkit.tokenizer import BertTokenizer
     from bertkit.training.distributed import setup_distributed
     from bertkit.training.provenance import check_output_apart
@@ -380,28 +376,25 @@ def run(config: PretrainConfig, resume: bool = False,
                 raise ConfigError(f"{ds.tokenizer_dir / 'vocab.txt'} differs from {tok_dir / 'vocab.txt'}: every "
                                   "data folder of a run must be prepared with the same tokenizer")
         tokenizer = BertTokenizer.from_pretrained(tok_dir)
-        torch.manual_seed(t.seed)  # the initial weights are a function of the seed
-        max_len = max(ds.config.max_length for ds in datasets)
-        model = build_model(config, tokenizer.vocab_size, tok_dir / "vocab.txt", max_len, model_folder)
-        if model_dir is not None:  # continued pre-training (or distillation) from a folder: the same vocabulary
-            check_same_vocabulary(model_dir, tok_dir / "vocab.txt")
-        if wrap_model is not None:
-            model = wrap_model(model)
         # Phase k draws its dynamic masks from seed + k: phases over the same data (a batch ramp) see new masks.
         collators = [pretraining_collator(ds, t.seed + k, config) for k, ds in enumerate(datasets)]
         most_predictions = max(collator.config.max_predictions_per_seq for collator in collators)
-        unpadded, slots, note = step_shapes(config, dist_info.device, resolve_precision(t.precision, dist_info.device),
-                                            most_predictions)
+        plan, note = config.execution.plan(dist_info.device, resolve_precision(t.precision, dist_info.device),
+                                           most_predictions)
         if note and dist_info.is_main:
             print(note, file=sys.stderr)
         for ds, collator in zip(datasets, collators):
             most = collator.config.max_predictions_per_seq
-            if 0 < slots < most:
-                raise ConfigError(f"PretrainConfig.mlm_slots = {slots}: {ds.folder} masks up to {most} "
-                                  f"positions per sequence (max_predictions_per_seq); give at least {most}")
-        # every BERT in the trained module (a distiller's teacher and student alike), so their logits line up
-        set_execution(model, sparse_mlm=config.sparse_mlm, unpadded=unpadded, attention=config.attention,
-                      mlm_slots=slots, sparse_last_layer=config.sparse_last_layer)
+            if 0 < plan.mlm_slots < most:
+                raise ConfigError(f"PretrainConfig.execution.mlm_slots = {plan.mlm_slots}: {ds.folder} masks up to "
+                                  f"{most} positions per sequence (max_predictions_per_seq); give at least {most}")
+        torch.manual_seed(t.seed)  # the initial weights are a function of the seed
+        max_len = max(ds.config.max_length for ds in datasets)
+        model = build_model(config, tokenizer.vocab_size, tok_dir / "vocab.txt", max_len, model_folder, plan)
+        if model_dir is not None:  # continued pre-training (or distillation) from a folder: the same vocabulary
+            check_same_vocabulary(model_dir, tok_dir / "vocab.txt")
+        if wrap_model is not None:
+            model = wrap_model(model)
         phases = [
             TrainPhase(ds, collator, p.max_steps, p.batch_size, name=Path(p.data).name,
                        grad_accum_steps=p.grad_accum_steps)

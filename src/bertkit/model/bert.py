@@ -7,21 +7,21 @@ Submodule names are the published ones (`embeddings.word_embeddings`, `encoder.l
 
 The encoder runs on the real tokens only (`Packing`), uses a cheaper dropout mask on CPU (`Dropout`) and a GELU whose
 CPU kernels stay few (`GELU`); all live in `bertkit.model.kernels` and are exact where it matters (float32 outputs
-at every real token).
+at every real token). How a forward computes (on the real tokens or every position; the MLM heads' levers) is an
+`Execution` plan (`bertkit.model.execution`) given at construction or to one forward call.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.errors import ConfigError
 from bertkit.model.config import BertConfig
+from bertkit.model.execution import Execution
 from bertkit.model.kernels import GELU, Dropout, Packing, dropout, gather_places
 
 
@@ -79,7 +79,10 @@ class BertEmbeddings(nn.Module):
 
 
 class BertSelfAttention(nn.Module):
-    """Multi-head scaled dot-product self-attention (Vaswani et al. 2017) over the non-padded keys."""
+    """Multi-head scaled dot-product self-attention (Vaswani et al. 2017) over the non-padded keys: padded to the
+    batch's width (`attend`), group by group of similar lengths (`Packing.groups`, on a CPU), or with queries at some
+    places only (`attend_at`, the sparse last layer); the product itself through SDPA, or written out where
+    attention probabilities or CPU dropout are wanted (`scaled_attention`)."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -100,8 +103,6 @@ class BertSelfAttention(nn.Module):
     def forward(self, x: Tensor, packing: Packing, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
         # x: packed (tokens, hidden)
         qkv = self.project_qkv(x)  # (tokens, 3 * hidden)
-        if packing.offsets is not None and not output_attentions:
-            return self.attend_jagged(qkv, packing.offsets), None
         if packing.groups is None or output_attentions:
             context, probs = self.attend(packing.unpack(qkv), packing.key_mask, output_attentions)
             return packing.pack(context), probs
@@ -152,18 +153,6 @@ class BertSelfAttention(nn.Module):
             context = dropout(probs, dropout_p) @ v
             return context, probs if output_attentions else None
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
-
-    def attend_jagged(self, qkv: Tensor, offsets: Tensor) -> Tensor:
-        """Packed (tokens, 3 * hidden), sequence b at rows offsets[b]:offsets[b + 1] -> (tokens, hidden), through
-        PyTorch's variable-length attention (nested jagged tensors): no padding at all. No ALiBi (no bias there)."""
-        tokens = qkv.shape[0]
-        parts = qkv.view(tokens, 3, self.num_heads, self.head_dim).unbind(1)  # each (tokens, heads, head_dim)
-        q, k, v = (torch.nested.nested_tensor_from_jagged(x.contiguous(), offsets).transpose(1, 2) for x in parts)
-        dropout_p = self.dropout_p if self.training else 0.0  # (batch, heads, jagged seq, head_dim) each
-        with warnings.catch_warnings():  # torch's CPU path converts to its prototype strided nested layout
-            warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors is in prototype stage")
-            context = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
-        return context.transpose(1, 2).values().reshape(tokens, -1)  # (tokens, hidden)
 
     def alibi_bias(self, seq_len: int, key_mask: Tensor | None, dtype: torch.dtype,
                    places: Tensor | None = None) -> Tensor:
@@ -279,9 +268,6 @@ class BertEncoder(nn.Module):
         """Packed (tokens, hidden) -> packed, with every layer's states and attentions if asked. With `places`
         (batch, n), the last layer runs its queries, feed-forward block and LayerNorms at those places only and the
         output is (batch, n, hidden) (`BertModel.forward`'s output_at)."""
-        if self.gradient_checkpointing and self.training and packing.offsets is not None:
-            raise ConfigError("attention 'jagged' cannot be recomputed by activation checkpointing (torch cannot "
-                              "save nested tensors for it); use attention 'auto' or turn activation_checkpointing off")
         hidden_states = [packing.unpack(x)] if output_hidden_states else None
         attentions = [] if output_attentions else None
         layers = [self.layer[0]] * self.depth if self.shared else list(self.layer)
@@ -389,15 +375,13 @@ class BertPreTrainedModel(nn.Module):
 class BertModel(BertPreTrainedModel):
     """The bidirectional Transformer encoder: returns every token's representation and the pooled [CLS] vector."""
 
-    def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True, execution: Execution = Execution()) -> None:
         super().__init__()
         self.config = config
+        self.execution = execution  # the plan of a forward that is given none (it reads `unpadded`)
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
-        # How a padded batch is computed (`bertkit.model.heads.set_execution`); neither changes the outputs.
-        self.unpadded = True  # linear layers on the real tokens only (Packing); False: on every position
-        self.attention_kernel = "auto"  # Packing.ATTENTION
         self.post_init()
 
     def forward(
@@ -408,10 +392,12 @@ class BertModel(BertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         output_at: Tensor | None = None,
+        execution: Execution | None = None,
     ) -> BertModelOutput:
         """`output_at` (batch, n): distinct positions per sequence where the caller reads last_hidden_state (the
         pre-training heads' masked positions and [CLS], `sparse_last_layer`). The last layer then computes its
-        outputs there only, the same as everywhere else at those places; last_hidden_state is zero elsewhere."""
+        outputs there only, the same as everywhere else at those places; last_hidden_state is zero elsewhere.
+        `execution`: this call's plan (default: the one given at construction)."""
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (batch, seq), got shape {tuple(input_ids.shape)}")
         if input_ids.shape[1] > self.config.max_position_embeddings:
@@ -426,9 +412,9 @@ class BertModel(BertPreTrainedModel):
             attention_mask = torch.ones_like(input_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
+        unpadded = (execution or self.execution).unpadded
         # ONNX export traces one graph for every padding: no data-dependent shapes there, same outputs (Packing)
-        packing = Packing(attention_mask, padded=torch.onnx.is_in_onnx_export() or not self.unpadded,
-                          attention=self.attention_kernel)
+        packing = Packing(attention_mask, padded=torch.onnx.is_in_onnx_export() or not unpadded)
         x = packing.pack(self.embeddings(input_ids, token_type_ids))  # (tokens, hidden)
         x, hidden_states, attentions = self.encoder(x, packing, output_hidden_states, output_attentions, output_at)
         if output_at is None:

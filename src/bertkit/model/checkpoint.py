@@ -31,6 +31,7 @@ from bertkit.errors import BertkitError, CheckpointError
 from bertkit.io import atomic_path, atomic_write_json, make_dir, read_json_object
 from bertkit.model.bert import BertPreTrainedModel
 from bertkit.model.config import BertConfig
+from bertkit.model.execution import Execution
 from bertkit.pretrained import resolve_model_dir
 
 logger = logging.getLogger(__name__)
@@ -404,6 +405,7 @@ def load_pretrained(
     config_source: str | None = None,
     strict: bool = False,
     dtype: torch.dtype | None = None,
+    execution: Execution | None = None,
     **config_overrides: Any,
 ) -> M:
     """Build `cls` from a bertkit or Hugging Face folder; the result is in eval mode and carries `load_report`.
@@ -412,6 +414,8 @@ def load_pretrained(
     config.json once and hands it down; `config_source` then names where it came from in error messages), else
     config.json is read here. config_overrides change config fields before the model is built (e.g. num_labels=3
     for a new classifier). With strict=True any tensor missing from the file or left unused raises CheckpointError.
+    execution: the plan of the model's forward passes, for the classes built with one (BertModel and the masked-LM
+    heads; bertkit.model.execution); None builds `cls(config)`.
     """
     folder = resolve_model_dir(folder)
     origin = str(folder / CONFIG_NAME) if config is None else config_source or "the config given to from_pretrained"
@@ -434,7 +438,7 @@ def load_pretrained(
     else:
         check_config_sizes(config, safetensors_shapes(weights), weights, where)
         state = read_state_dict(weights)
-    model = cls(config)
+    model = cls(config) if execution is None else cls(config, execution=execution)  # type: ignore[call-arg]
     report = load_state_into(model, state, weights, strict=strict)
     if report.missing or report.unexpected:
         logger.warning("%s", report)

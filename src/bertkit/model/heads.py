@@ -2,7 +2,8 @@
 task (paper, section 4), with their outputs and the registry of head classes by name.
 
 Every head shares one opening (`BertHeadModel`): its config, a `bert` BertModel (with or without the pooler) and the
-reference initialisation; its forward runs the encoder, then its own layer and loss.
+reference initialisation; its forward runs the encoder, then its own layer and loss. The masked-LM heads compute as
+their `Execution` plan says (`bertkit.model.execution`: given at construction, or to one forward call).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from torch import Tensor, nn
 from bertkit.data.dataset import IGNORE_INDEX
 from bertkit.dataclass_io import Config, config_from_dict, spec
 from bertkit.errors import ConfigError
-from bertkit.model.bert import BertModel, BertPreTrainedModel, activation
+from bertkit.model.bert import BertModel, BertModelOutput, BertPreTrainedModel, activation
 from bertkit.model.config import BertConfig
-from bertkit.model.kernels import Dropout, Packing, first_places, gather_places
+from bertkit.model.execution import Execution
+from bertkit.model.kernels import Dropout, first_places, gather_places
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -30,9 +32,9 @@ from bertkit.model.kernels import Dropout, Packing, first_places, gather_places
 @dataclass
 class BertForPreTrainingOutput:
     loss: Tensor | None  # MLM + NSP
-    prediction_logits: Tensor  # (batch, seq, vocab); with labels and sparse_mlm: (num_masked, vocab) at those only,
-    # or (batch * mlm_slots, vocab) in a training step with mlm_slots
+    prediction_logits: Tensor  # (batch, seq, vocab), or (rows, vocab) at `mlm_positions` when those are given
     seq_relationship_logits: Tensor  # (batch, 2); 0 = IsNext, 1 = NotNext
+    mlm_positions: Tensor | None = None  # (rows, 2): (sequence, position) of each logits row; None: every position
     mlm_loss: Tensor | None = None
     nsp_loss: Tensor | None = None
     hidden_states: tuple[Tensor, ...] | None = None
@@ -42,8 +44,8 @@ class BertForPreTrainingOutput:
 @dataclass
 class MaskedLMOutput:
     loss: Tensor | None
-    logits: Tensor  # (batch, seq, vocab); with labels and sparse_mlm: (num_masked, vocab),
-    # or (batch * mlm_slots, vocab) in a training step with mlm_slots
+    logits: Tensor  # (batch, seq, vocab), or (rows, vocab) at `mlm_positions` when those are given
+    mlm_positions: Tensor | None = None  # (rows, 2): (sequence, position) of each logits row; None: every position
     hidden_states: tuple[Tensor, ...] | None = None
     attentions: tuple[Tensor, ...] | None = None
 
@@ -121,29 +123,44 @@ class BertPreTrainingHeads(nn.Module):
 
 
 def masked_lm_logits(head: BertLMPredictionHead, sequence: Tensor, labels: Tensor | None,
-                     sparse: bool = True, slots: int = 0) -> tuple[Tensor, Tensor | None]:
-    """MLM logits and loss. With labels and `sparse`, the transform and decoder run only where a label is set:
-    logits (num_masked, vocab), the loss the same as the dense one (NVIDIA's BERT and MosaicBERT do the same).
-    With `slots` as well, a fixed block of that many places per sequence, the masked positions first, so that every
-    step has the same shapes (torch.compile, CUDA graphs): logits (batch * slots, vocab), the places past a
-    sequence's masked positions ignored by the loss, which is still the dense one; more masked positions in a
-    sequence than `slots` is an error (checked on the device, without waiting for it).
-    Without labels, or not `sparse`, every position: (batch, seq, vocab), as transformers computes them."""
+                     sparse: bool = True, slots: int = 0) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """MLM logits, loss and the logits' positions. With labels and `sparse`, the transform and decoder run only where
+    a label is set: logits (num_masked, vocab) at positions (num_masked, 2), each (sequence, position), and the loss
+    the same as the dense one (NVIDIA's BERT and MosaicBERT do the same). With `slots` as well, a fixed block of that
+    many places per sequence, the masked positions first, so that every step has the same shapes (torch.compile,
+    CUDA graphs): logits (batch * slots, vocab), the places past a sequence's masked positions ignored by the loss,
+    which is still the dense one; more masked positions in a sequence than `slots` is an error (checked on the
+    device, without waiting for it). Without labels, or not `sparse`, every position: logits (batch, seq, vocab), as
+    transformers computes them, and positions None."""
     if labels is None:
-        return head(sequence), None
+        return head(sequence), None, None
     if not sparse:
         logits = head(sequence)
-        return logits, F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.reshape(-1))
+        return logits, F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.reshape(-1)), None
     if slots:
         masked = labels != IGNORE_INDEX  # (batch, seq)
         torch._assert_async(masked.sum(1).max() <= slots, "a sequence has more masked positions than mlm_slots")
         # the masked positions of each row first, in order (a stable sort of the flags), then the first `slots`
-        places = first_places(masked, slots)
+        places = first_places(masked, slots)  # (batch, slots)
+        rows = torch.arange(places.shape[0], device=places.device)[:, None].expand_as(places)
         logits = head(gather_places(sequence, places).reshape(-1, sequence.shape[-1]))
-        return logits, F.cross_entropy(logits.float(), labels.gather(1, places).reshape(-1))
-    selected = labels.reshape(-1) != IGNORE_INDEX
-    logits = head(sequence.reshape(-1, sequence.shape[-1])[selected])
-    return logits, F.cross_entropy(logits.float(), labels.reshape(-1)[selected])
+        positions = torch.stack([rows, places], -1).reshape(-1, 2)
+        return logits, F.cross_entropy(logits.float(), labels.gather(1, places).reshape(-1)), positions
+    positions = (labels != IGNORE_INDEX).nonzero()  # (num_masked, 2), in row-major order
+    rows, cols = positions.unbind(1)
+    logits = head(sequence[rows, cols])
+    return logits, F.cross_entropy(logits.float(), labels[rows, cols]), positions
+
+
+def labelled_logits(logits: Tensor, positions: Tensor | None, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """An MLM output's logits at the labelled positions and those labels, (k, vocab) and (k,), whatever its plan
+    computed: every position (`positions` None) or the rows at `positions` (the output's `mlm_positions`)."""
+    if positions is not None:
+        labels = labels[positions[:, 0], positions[:, 1]]  # (rows,)
+    else:
+        logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+    chosen = labels != IGNORE_INDEX
+    return logits[chosen], labels[chosen]
 
 
 class BertHeadModel(BertPreTrainedModel):
@@ -152,10 +169,10 @@ class BertHeadModel(BertPreTrainedModel):
 
     reads_pooled_output: bool = True  # the pooled [CLS] vector (sentence-level) or every token (tagging, MLM, QA)
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: BertConfig, execution: Execution = Execution()) -> None:
         super().__init__()
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=self.reads_pooled_output)
+        self.bert = BertModel(config, add_pooling_layer=self.reads_pooled_output, execution=execution)
 
 
 def base_model(model: BertPreTrainedModel) -> BertModel:
@@ -163,34 +180,46 @@ def base_model(model: BertPreTrainedModel) -> BertModel:
     return model if isinstance(model, BertModel) else model.bert  # type: ignore[return-value]
 
 
-class _MLMHeadMixin:
-    """Ties the MLM decoder weight to the input word embeddings, and says where a step with labels reads the
-    encoder (`set_execution`)."""
+class _MLMHeadModel(BertHeadModel):
+    """A head with an MLM decoder (`cls.predictions`), tied to the input word embeddings; its forward runs the encoder
+    and the decoder as the plan given to the call says, else as the model's (`execution`, from construction)."""
 
-    sparse_mlm: bool = True  # with labels, MLM logits at the masked positions only (`masked_lm_logits`)
-    mlm_slots: int = 0  # with sparse_mlm, in training mode: a fixed block of this many places per sequence
-    sparse_last_layer: bool = True  # with sparse_mlm and labels, the last layer only where the heads read it
     reads_cls: bool = False  # the head reads the pooled [CLS] vector too (NSP)
+    cls: nn.Module
 
-    def _slots(self) -> int:
-        """The fixed MLM block of a training step (0: the masked positions as they come); evaluation, whose
-        callers read the logits at the masked positions, always takes those."""
-        return self.mlm_slots if self.training else 0  # type: ignore[attr-defined]
+    @property
+    def execution(self) -> Execution:
+        """The plan of a forward that is given none: the one this model was built with."""
+        return self.bert.execution
 
-    def _read_places(self, labels: Tensor | None, every_layer: bool) -> Tensor | None:
+    def _masked_lm(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None,
+                   labels: Tensor | None, output_hidden_states: bool, output_attentions: bool,
+                   execution: Execution | None) -> tuple[BertModelOutput, Tensor, Tensor | None, Tensor | None]:
+        """The encoder's output, then the MLM logits, loss and positions (`masked_lm_logits`) under the plan."""
+        plan = execution or self.execution
+        # A training step takes the fixed MLM block; evaluation the masked positions as they come, so that held-out
+        # data masked more densely than the training data still runs.
+        slots = plan.mlm_slots if self.training else 0
+        places = self._read_places(labels, output_hidden_states or output_attentions, plan, slots)
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions, places,
+                        plan)
+        logits, loss, positions = masked_lm_logits(self.cls.predictions, out.last_hidden_state, labels,
+                                                   plan.sparse_mlm, slots)
+        return out, logits, loss, positions
+
+    def _read_places(self, labels: Tensor | None, every_layer: bool, plan: Execution, slots: int) -> Tensor | None:
         """Where this forward reads the last layer, for BertModel's output_at: with labels, sparse MLM and
         `sparse_last_layer`, the masked positions and [CLS] when the head reads it (batch, n), n the most in a
         sequence or the fixed slots (+ 1); None (every position) otherwise, or when every layer's states or
         attentions are asked for (`every_layer`), or when the pooler averages every token."""
-        config: BertConfig = self.config  # type: ignore[attr-defined]
-        if labels is None or every_layer or not (self.sparse_mlm and self.sparse_last_layer):
+        config = self.config
+        if labels is None or every_layer or not (plan.sparse_mlm and plan.sparse_last_layer):
             return None
         if self.reads_cls and config.pooling == "mean":
             return None
         wanted = labels != IGNORE_INDEX  # (batch, seq)
         if self.reads_cls:
             wanted = torch.cat([torch.ones_like(wanted[:, :1]), wanted[:, 1:]], 1)
-        slots = self._slots()
         n = min(slots + self.reads_cls, labels.shape[1]) if slots else int(wanted.sum(1).max())
         return first_places(wanted, n) if n else None
 
@@ -198,51 +227,13 @@ class _MLMHeadMixin:
         self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
 
 
-def set_execution(model: nn.Module, sparse_mlm: bool | None = None, unpadded: bool | None = None,
-                  attention: str | None = None, mlm_slots: int | None = None,
-                  sparse_last_layer: bool | None = None) -> None:
-    """Choose how every BERT inside `model` computes a training step; None leaves a setting as it is. None of them
-    changes the weights, config.json or the loss (parity tests: tests/model/test_execution.py):
-
-    - `sparse_mlm` (default True): the MLM transform and decoder only at the masked positions;
-    - `mlm_slots` (default 0): with `sparse_mlm`, N > 0 takes a fixed N places per sequence in training steps
-      (static shapes for torch.compile and CUDA graphs), N at least the data's max_predictions_per_seq;
-    - `sparse_last_layer` (default True): with `sparse_mlm`, the last encoder layer computes its queries,
-      feed-forward block and LayerNorms only where the heads read it (the masked positions and [CLS]); every token
-      stays a key and value of its attention. Nothing else reads that layer's other outputs in a step with labels;
-    - `unpadded` (default True): linear layers, LayerNorm and GELU on the real tokens only (`Packing`);
-    - `attention` (for padded batches, with `unpadded`): "auto" (default; grouped by length on CPU), "padded",
-      or "jagged" (PyTorch's variable-length attention on nested tensors; not with ALiBi).
-    """
-    if attention is not None and attention not in Packing.ATTENTION:
-        raise ConfigError(f"attention = {attention!r}: expected one of {', '.join(Packing.ATTENTION)}")
-    if mlm_slots is not None and mlm_slots < 0:
-        raise ConfigError(f"mlm_slots = {mlm_slots}: expected 0 (the masked positions as they come) or a count > 0")
-    for module in model.modules():
-        if isinstance(module, _MLMHeadMixin):
-            if sparse_mlm is not None:
-                module.sparse_mlm = sparse_mlm
-            if mlm_slots is not None:
-                module.mlm_slots = mlm_slots
-            if sparse_last_layer is not None:
-                module.sparse_last_layer = sparse_last_layer
-        if isinstance(module, BertModel):
-            if attention == "jagged" and module.config.alibi:
-                raise ConfigError("attention = 'jagged' has no attention bias, so it cannot run an ALiBi model "
-                                  "(config alibi: true); use 'auto' or 'padded'")
-            if unpadded is not None:
-                module.unpadded = unpadded
-            if attention is not None:
-                module.attention_kernel = attention
-
-
-class BertForPreTraining(_MLMHeadMixin, BertHeadModel):
+class BertForPreTraining(_MLMHeadModel):
     """BERT's pre-training model: masked LM over the tokens plus next-sentence prediction on [CLS]; loss = sum."""
 
     reads_cls = True
 
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: BertConfig, execution: Execution = Execution()) -> None:
+        super().__init__(config, execution)
         self.cls = BertPreTrainingHeads(config)
         self.post_init()
 
@@ -255,26 +246,25 @@ class BertForPreTraining(_MLMHeadMixin, BertHeadModel):
         next_sentence_label: Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        execution: Execution | None = None,
     ) -> BertForPreTrainingOutput:
-        places = self._read_places(labels, output_hidden_states or output_attentions)
-        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions, places)
-        prediction_logits, mlm_loss = masked_lm_logits(self.cls.predictions, out.last_hidden_state, labels,
-                                                       self.sparse_mlm, self._slots())
+        out, prediction_logits, mlm_loss, positions = self._masked_lm(
+            input_ids, attention_mask, token_type_ids, labels, output_hidden_states, output_attentions, execution)
         nsp_logits = self.cls.seq_relationship(out.pooler_output)  # (batch, 2)
         nsp_loss = None if next_sentence_label is None else F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
         losses = [x for x in (mlm_loss, nsp_loss) if x is not None]  # masked LM alone without NSP labels (RoBERTa)
         loss = losses[0] + losses[1] if len(losses) == 2 else losses[0] if losses else None
-        return BertForPreTrainingOutput(loss, prediction_logits, nsp_logits, mlm_loss, nsp_loss,
+        return BertForPreTrainingOutput(loss, prediction_logits, nsp_logits, positions, mlm_loss, nsp_loss,
                                         out.hidden_states, out.attentions)
 
 
-class BertForMaskedLM(_MLMHeadMixin, BertHeadModel):
+class BertForMaskedLM(_MLMHeadModel):
     """Masked LM alone (fill-mask); no pooler, as in the reference."""
 
     reads_pooled_output = False
 
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: BertConfig, execution: Execution = Execution()) -> None:
+        super().__init__(config, execution)
         self.cls = BertOnlyMLMHead(config)
         self.post_init()
 
@@ -286,12 +276,11 @@ class BertForMaskedLM(_MLMHeadMixin, BertHeadModel):
         labels: Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        execution: Execution | None = None,
     ) -> MaskedLMOutput:
-        places = self._read_places(labels, output_hidden_states or output_attentions)
-        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions, places)
-        logits, loss = masked_lm_logits(self.cls.predictions, out.last_hidden_state, labels, self.sparse_mlm,
-                                        self._slots())
-        return MaskedLMOutput(loss, logits, out.hidden_states, out.attentions)
+        out, logits, loss, positions = self._masked_lm(
+            input_ids, attention_mask, token_type_ids, labels, output_hidden_states, output_attentions, execution)
+        return MaskedLMOutput(loss, logits, positions, out.hidden_states, out.attentions)
 
 
 class BertForNextSentencePrediction(BertHeadModel):

@@ -129,13 +129,7 @@ class Packing:
     GROUP_ROUNDING = 16  # group lengths that round up to the same multiple of this
     GROUP_WORTH = 0.8  # group only when the attention area falls below this fraction of the padded one
 
-    ATTENTION = ("auto", "padded", "jagged")  # how the attention product treats a padded batch, see __init__
-
-    def __init__(self, attention_mask: Tensor, padded: bool = False, attention: str = "auto") -> None:
-        """`attention` (for a padded batch, unless `padded`): "auto" groups by length on CPU when it pays and pads
-        elsewhere; "padded" pads every sequence to the batch's width; "jagged" runs PyTorch's variable-length
-        attention on the packed tokens (`offsets`: nested jagged tensors, flash / memory-efficient kernels on
-        CUDA, the math path on CPU)."""
+    def __init__(self, attention_mask: Tensor, padded: bool = False) -> None:
         self.batch, self.seq_len = attention_mask.shape
         flat = attention_mask.reshape(-1).bool()
         self.keep = flat[:, None] if padded else None  # (batch * seq, 1), only in padded mode
@@ -144,14 +138,7 @@ class Packing:
         masked = padded or self.indices is not None
         self.key_mask = attention_mask[:, None, None, :].bool() if masked else None
         self.groups: list[AttentionGroup] | None = None
-        self.offsets: Tensor | None = None  # (batch + 1,) where each sequence starts in the packed tokens
-        if self.indices is None:
-            return
-        if attention == "jagged":
-            lengths = flat.view(self.batch, self.seq_len).sum(1)
-            if bool((lengths > 0).all()):  # a nested tensor holds no empty sequence; else the padded path
-                self.offsets = F.pad(torch.cumsum(lengths, 0), (1, 0))
-        elif attention == "auto" and attention_mask.device.type == "cpu":
+        if self.indices is not None and attention_mask.device.type == "cpu":
             self._group_by_length(attention_mask.bool())
 
     def _group_by_length(self, mask: Tensor) -> None:

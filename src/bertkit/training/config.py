@@ -112,9 +112,8 @@ class TrainingConfig(Config):
     compute for far less activation memory (larger batches or longer sequences fit on one GPU)."""
     compile: str = spec("none", choices=COMPILE_MODES)
     """torch.compile the model for the training steps (evaluation stays eager): 'none', 'default', 'reduce-overhead'
-    (CUDA graphs on a GPU: fixed shapes only, so pre-train with `unpadded: false` and sparse MLM in fixed slots,
-    `mlm_slots`, or off) or 'max-autotune'. The first steps are slow while it compiles; the weights and
-    checkpoints are the eager model's."""
+    (CUDA graphs on a GPU: fixed shapes only; pre-training's `execution` group has the levers that fix them) or
+    'max-autotune'. The first steps are slow while it compiles; the weights and checkpoints are the eager model's."""
     seed: int = spec(42, ge=0, le=SEED_LIMIT)
     """Seed of every random choice: shuffling, dropout, masking (each process adds its rank for dropout)."""
 
