@@ -28,6 +28,8 @@ _LAZY: dict[str, str] = {
     "load_model": "bertkit.model.folder",
     "load": "bertkit.api",
     "Bert": "bertkit.api",
+    "cos_sim": "bertkit.inference.similarity",
+    "semantic_search": "bertkit.inference.similarity",
 }
 
 __all__ = ["BertkitError", "CheckpointError", "ConfigError", "DataError", "TokenizerError", "__version__", *_LAZY]

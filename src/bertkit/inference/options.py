@@ -88,3 +88,16 @@ class ExportOptions(Config):
     opset: int = spec(OPSET, ge=14, le=23, why="torch's TorchScript exporter writes bertkit's attention "
                       "(scaled_dot_product_attention) from opset 14, and reaches 23")
     """ONNX opset version of the graph."""
+
+
+@dataclass
+class SemanticSearchOptions(Config):
+    """In-memory semantic search's sizes (`bertkit.semantic_search`, as sentence-transformers' util.semantic_search
+    names them; `Bert.rank`'s top_k)."""
+
+    top_k: int = spec(10, ge=1, le=2**31 - 1)
+    """Hits per query, best first (at most the corpus's size)."""
+    query_chunk_size: int = spec(100, ge=1, le=2**20)
+    """Queries scored at once."""
+    corpus_chunk_size: int = spec(500_000, ge=1, le=2**31 - 1)
+    """Corpus rows scored at once: with query_chunk_size, bounds the (queries x rows) scores held at once."""
