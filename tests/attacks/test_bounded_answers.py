@@ -33,6 +33,7 @@ from bertkit.inference.index import IndexOptions, VectorIndex, build_index  # no
 from bertkit.jobs.embed import EmbedConfig  # noqa: E402
 from bertkit.jobs.embed import run as embed  # noqa: E402
 from bertkit.model.heads import base_model  # noqa: E402
+from bertkit.serve import protocols  # noqa: E402
 
 WORDS = "the river bank loan fish song train music night forest road car boat water film good bad".split()
 
@@ -77,7 +78,11 @@ def _text_of(chars: int) -> str:
 # Each endpoint: its head, a request made larger by n (n texts, masks, queries, choices or characters), and a
 # max_response_bytes that the sweep n = 1, 2, 4, 8, 15 crosses; under max_request_texts 16, max_text_chars 2,000.
 SWEEP: dict[str, tuple[str, dict[str, Any], Callable[[int], dict[str, Any]], int]] = {
-    "embed": ("BertModel", {}, lambda n: {"texts": [_text_of(2000)] * n}, 6_000),
+    "embed": ("BertModel", {}, lambda n: {"texts": [_text_of(2000)] * n, "truncate": True}, 6_000),
+    "v1/embeddings": ("BertModel", {}, lambda n: {"input": [_text_of(300)] * n, "model": "m"}, 6_000),
+    "tokenize": ("BertModel", {}, lambda n: {"inputs": [_text_of(2000)] * n}, 500_000),
+    "rerank": ("BertForSequenceClassification", {}, lambda n: {"query": "Where?", "texts": [_text_of(300)] * n,
+                                                               "return_text": True}, 2_000),
     "fill-mask": ("BertForMaskedLM", {}, lambda n: {"texts": ["[MASK] " * 80] * n, "top_k": 5}, 150_000),
     "search": ("BertModel", {}, lambda n: {"queries": ["a river"] * n, "top_k": 50}, 250_000),
     "classify": ("BertForSequenceClassification",
@@ -90,8 +95,12 @@ SWEEP: dict[str, tuple[str, dict[str, Any], Callable[[int], dict[str, Any]], int
 }
 
 
+WORK = {"v1/embeddings": "embed"}  # the batcher of an endpoint that shares another's
+
+
 @pytest.mark.parametrize("endpoint", list(SWEEP))
-def test_every_endpoint_answers_within_its_bound_or_refuses_before_computing(endpoint: str, tmp_path: Path) -> None:
+def test_every_endpoint_answers_within_its_bound_or_refuses_before_computing(endpoint: str, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Generated: every endpoint, with requests growing up to the largest the other limits allow. Each answer is at
     most max_response_bytes; each request whose answer could be larger is a 413 naming the limit, and nothing of it
     reached the model. Both happen for every endpoint."""
@@ -104,15 +113,23 @@ def test_every_endpoint_answers_within_its_bound_or_refuses_before_computing(end
         rows = [words(rng, rng.choice([20, 300, 2000])) for _ in range(60)]
         settings["index"] = str(index_of(tmp_path, folder, rows))
     outcomes = set()
+    tokenized: list[str] = []  # /tokenize's work is the tokenizer's, not a batcher's
+    tokens_of = protocols.tokens_of
+    monkeypatch.setattr(protocols, "tokens_of", lambda *args: tokenized.append(args[1]) or tokens_of(*args))
     with Server(folder, **settings) as server:
-        batcher = server.app.state.batchers[endpoint]
+        batcher = server.app.state.batchers.get(WORK.get(endpoint, endpoint))
+
+        def work() -> int:
+            return batcher.items if batcher is not None else len(tokenized)
+
         for n in (1, 2, 4, 8, 15):
-            before = batcher.items
+            before = work()
             r = httpx.post(f"{server.url}/{endpoint}", json=body(n), timeout=120)
             outcomes.add(r.status_code)
             if r.status_code == 413:
-                assert f"the limit is {limit:,} per request" in r.json()["detail"]
-                assert batcher.items == before, f"n={n}: refused after computing"
+                answer = r.json()  # OpenAI's shape under /v1/
+                assert f"the limit is {limit:,} per request" in (answer.get("detail") or answer["error"]["message"])
+                assert work() == before, f"n={n}: refused after computing"
             else:
                 assert r.status_code == 200, r.text[:300]
                 assert len(r.content) <= limit, f"n={n}: {len(r.content)} bytes answered, the bound is {limit}"

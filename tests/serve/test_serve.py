@@ -146,16 +146,21 @@ def test_head_endpoints(class_name: str, endpoint: str, body: dict, tmp_path: Pa
 
 
 def test_embed_uses_the_folders_pooling_normalisation_and_length() -> None:
-    """/embed answers what bertkit.load(folder).encode does: MiniLM's mean pooling, unit norm, 256 tokens."""
+    """/embed answers what bertkit.load(folder).encode does: MiniLM's mean pooling, unit norm, 256 tokens (a longer
+    text is refused naming the limit, or cut as encode cuts it when the request says truncate)."""
     import bertkit
 
     long_text = " ".join(["The committee met again on Tuesday to discuss the budget of the new library."] * 36)
     texts = [long_text, "a short one"]
     with Server(minilm_folder()) as server:
-        r = httpx.Client(base_url=server.url).post("/embed", json={"texts": texts})
+        c = httpx.Client(base_url=server.url)
+        r = c.post("/embed", json={"texts": texts})
+        assert r.status_code == 413 and "texts[0] has 542 tokens; this model reads at most 256" in r.json()["detail"]
+        r = c.post("/embed", json={"texts": texts, "truncate": True})
         assert r.status_code == 200
         served = torch.tensor(r.json()["embeddings"])
-    api = torch.from_numpy(bertkit.load(minilm_folder()).encode(texts, precision="fp32"))
+    with pytest.warns(UserWarning, match="longer than 256 tokens and were truncated"):
+        api = torch.from_numpy(bertkit.load(minilm_folder()).encode(texts, precision="fp32"))
     assert (served - api).abs().max() <= 1e-5
     assert torch.allclose(served.norm(dim=-1), torch.ones(2), atol=1e-5)
 

@@ -42,11 +42,11 @@ from typing import Any, Literal
 
 import numpy as np
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, Field, create_model
 
 from bertkit.answers import NUMBER_BYTES, OBJECT_BYTES, check_finite, json_bytes
-from bertkit.dataclass_io import field_docs, field_spec
+from bertkit.dataclass_io import check_value, field_docs, field_spec
 from bertkit.errors import BertkitError, CheckpointError
 from bertkit.inference.encoder import Encoders
 from bertkit.inference.fill_mask import MASK, mask_ids, predict_masks
@@ -55,11 +55,16 @@ from bertkit.inference.pooling import POOLINGS, folder_defaults
 from bertkit.inference.precision import DEFAULT_PRECISION
 from bertkit.runtime import release_free_memory
 from bertkit.serve.batching import DynamicBatcher, ItemError, QueueFull, RequestTimeout, prepare_each
+from bertkit.serve.bodies import RequestBody
+from bertkit.serve.operations import ApiKeyCheck, Observe, ServiceMetrics, add_docs, bearer_in_schema, \
+    json_access_log
+from bertkit.serve.protocols import Transport, add_protocol_routes, service_version
 from bertkit.serve.settings import ServeSettings
 from bertkit.model.folder import open_folder
 from bertkit.tasks import TASKS, Serving, serving_task
 
 logger = logging.getLogger("bertkit.serve")
+API_KEY_VARIABLE = "BERTKIT_API_KEY"
 
 
 def declared_size(scope: dict) -> int | None:
@@ -195,27 +200,49 @@ class HostCheck:
 
 
 # --- request and response bodies -------------------------------------------------------------------------------
-class RequestBody(BaseModel):
-    """A request body: a field the endpoint does not know is a 422 naming it (a misspelt option, e.g. "poolng",
-    must not be ignored silently), and so is a value not of the field's type: strict, so `true` or "3" is not a
-    top_k of 1 or 3, nor 2.5 a count."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
+TRUNCATION_SIDES = ("right", "left", "Right", "Left")  # TEI's spellings: lower case, and its schema's
 
 
 def embed_request() -> type[RequestBody]:
     """/embed's request body, its pooling choices those of bertkit.inference.pooling.POOLINGS as they are now
-    (create_app builds it, so a mode registered before the app is created is served)."""
+    (create_app builds it, so a mode registered before the app is created is served). Either TEI's `inputs` (a text
+    or a list; answered with a list of vectors, unit length unless normalize is false) or bertkit's `texts`
+    (answered {embeddings, dimension}, normalised as the folder says unless normalize says otherwise)."""
     return create_model("EmbedRequest", __base__=RequestBody,
-                        texts=(list[str], Field(..., description="texts to embed")),
+                        inputs=(str | list[str] | None, Field(None, description=(
+                            "TEI's shape: a text or a list of texts; the answer is a list of vectors"))),
+                        texts=(list[str] | None, Field(None, description=(
+                            "bertkit's shape: the texts; the answer is {embeddings, dimension}"))),
                         pooling=(Literal[tuple(POOLINGS)] | None, Field(  # type: ignore[valid-type]
                             None, description="the folder's pooling when left out")),
-                        normalize=(bool | None, None))
+                        normalize=(bool | None, Field(None, description=(
+                            "unit-length vectors; when left out, true for inputs (as TEI), the folder's for texts"))),
+                        truncate=(bool | None, Field(None, description=(
+                            "cut a text longer than the model's max input length (GET /info) instead of refusing it "
+                            "with 413; left out: the service's --auto-truncate"))),
+                        truncation_direction=(Literal[TRUNCATION_SIDES], Field(  # type: ignore[valid-type]
+                            "right", description="right keeps a long text's start, left its end")))
 
 
 class EmbedResponse(BaseModel):
     embeddings: list[list[float]]
     dimension: int
+
+
+class TooLong(BertkitError):
+    """A text longer than the model reads, in a request that did not ask to cut it (answered 413)."""
+
+
+def embed_texts(req: Any) -> tuple[list[str], str]:
+    """The texts of an /embed request and the field they came in (`inputs` or `texts`); a 422 unless exactly one
+    is given."""
+    if (req.inputs is None) == (req.texts is None):
+        raise HTTPException(422, "send either `inputs` (a text or a list of texts, as text-embeddings-inference takes "
+                                 "them) or `texts` (a list, bertkit's own shape); this request has " +
+                                 ("both" if req.inputs is not None else "neither"))
+    if req.texts is not None:
+        return req.texts, "texts"
+    return ([req.inputs] if isinstance(req.inputs, str) else req.inputs), "inputs"
 
 
 def spec_field(cls: type, name: str, **kwargs: Any) -> Any:
@@ -287,17 +314,40 @@ class Predictor:
         """Whether the head predicts masked tokens (/fill-mask)."""
         return getattr(getattr(self.model, "cls", None), "predictions", None) is not None
 
-    def embed(self, items: list[tuple[str, str | None, bool | None]]) -> list[list[float]]:
-        """items: (text, pooling, normalize); grouped by options so each group is one encode call."""
-        out: list[list[float]] = [[] for _ in items]
-        groups: dict[tuple[str | None, bool | None], list[int]] = {}
-        for i, (_, pooling, normalize) in enumerate(items):
-            groups.setdefault((pooling, normalize), []).append(i)
-        for (pooling, normalize), rows in groups.items():
-            vectors = self.encoder.encode([items[i][0] for i in rows], pooling=pooling, normalize=normalize)
-            for i, v in zip(rows, vectors.tolist()):
-                out[i] = v
-        return out
+    def count_tokens(self, endpoint: str, n: int) -> None:
+        """Told the tokens each batch of an endpoint read (the service's metrics replace it)."""
+
+    def token_ids(self, text: str, truncate: str | None) -> list[int]:
+        """A text's token ids with [CLS] and [SEP], as the encoder reads them: over its max_length, cut on the
+        `truncate` side ("right" keeps the start, as `encode` does; "left" the end), or, with None, a TooLong naming
+        the limit."""
+        ids = self.tokenizer.encode(text, truncation=False).input_ids
+        limit = self.encoder.max_length
+        if len(ids) <= limit:
+            return ids
+        if truncate is None:
+            raise TooLong(f"{len(ids)} tokens; this model reads at most {limit} (its max input length): send "
+                          "\"truncate\": true to cut it, or a shorter text")
+        body = ids[1:-1]
+        kept = body[:limit - 2] if truncate == "right" else body[len(body) - (limit - 2):]
+        return [ids[0], *kept, ids[-1]]
+
+    def embed(self, items: list[tuple[str, str | None, bool | None, str | None]]) -> list:
+        """items: (text, pooling, normalize, truncate: None, "right" or "left"); each answered (vector, tokens), or
+        refused alone (TooLong); grouped by options so each group is one encode call."""
+        def compute(prepared: list[tuple[list[int], str | None, bool | None]]) -> list[tuple[list[float], int]]:
+            out: list = [None] * len(prepared)
+            groups: dict[tuple[str | None, bool | None], list[int]] = {}
+            for i, (_, pooling, normalize) in enumerate(prepared):
+                groups.setdefault((pooling, normalize), []).append(i)
+            for (pooling, normalize), rows in groups.items():
+                vectors = self.encoder.encode_ids([prepared[i][0] for i in rows], pooling=pooling, normalize=normalize)
+                for i, v in zip(rows, vectors.tolist()):
+                    out[i] = (v, len(prepared[i][0]))
+            self.count_tokens("embed", sum(len(ids) for ids, _, _ in prepared))
+            return out
+
+        return prepare_each(items, lambda item: (self.token_ids(item[0], item[3]), item[1], item[2]), compute)
 
     def open_index(self, folder: str | Path, most_hits: int) -> None:
         """Serve /search over a `bertkit index` folder: its queries embedded by this folder's model with the
@@ -337,20 +387,59 @@ class Predictor:
             results = predict_masks(self.model, self.tokenizer, [r for r, _ in rows], max(k for _, k in rows))
             return [[[vars(p) for p in mask[:k]] for mask in per_text] for per_text, (_, k) in zip(results, rows)]
 
+        def counted(rows: list[tuple[list[int], int]]) -> list[list[list[dict[str, Any]]]]:
+            self.count_tokens("fill-mask", sum(len(ids) for ids, _ in rows))
+            return compute(rows)
+
         return prepare_each(items, lambda item: (mask_ids(self.tokenizer, item[0], self.max_length), item[1]),
-                            compute)
+                            counted)
+
+    @functools.cached_property
+    def reranks(self) -> bool:
+        """Whether the folder is a pair classifier whose score reads as relevance (/rerank): a classifier trained
+        on pairs of texts, with no other columns, whose head has one output (a cross-encoder's score) or two labels
+        (the second one's probability)."""
+        if self.task is None or self.task.name != "classification":
+            return False
+        from bertkit.tasks.classification import problem_type, reads_pairs
+        from bertkit.tasks.columns import input_columns
+
+        settings = self.settings
+        problem, labels = problem_type(settings), len(settings.label_names or [])
+        return (reads_pairs(settings) and not input_columns(settings) and
+                (problem == "regression" or (problem == "single_label_classification" and labels == 2)))
+
+    def rerank(self, items: list[tuple[Any, bool]]) -> list:
+        """items: (a classification example of the query and one text, whether to cut a pair over the model's
+        max_length): each answered as /classify answers it, or refused alone (TooLong) when too long and not cut."""
+        def checked(item: tuple[Any, bool]) -> Any:
+            example, truncate = item
+            limit = self.settings.max_length
+            if not truncate and len(self.tokenizer.encode(example.text, example.pair, truncation=False)) > limit:
+                raise TooLong(f"more than {limit} tokens with the query; this model reads at most {limit} (its max "
+                              "input length): send \"truncate\": true to cut them, or a shorter text")
+            return example
+
+        return prepare_each(items, checked, lambda examples: self.task_batch(examples, "rerank"))
 
     def examples(self, body: dict[str, Any]) -> list:
         """The task's examples of a request body (a dict of its `Serving.request` fields)."""
         assert self.serving is not None
         return self.serving.request_examples(self.serving.request(**body))
 
-    def task_batch(self, examples: list) -> list:
+    def task_batch(self, examples: list, endpoint: str | None = None) -> list:
         """The task's endpoint on a batch of examples (`Serving.batch`, the path of bertkit.load's task calls and
-        `bertkit predict --probabilities` too)."""
+        `bertkit predict --probabilities` too), its tokens counted."""
         serving = self.serving
         assert serving is not None
-        return serving.batch(self.model, examples)
+        return serving.batch(self.model, examples, lambda flat: self.count_tokens(
+            endpoint or serving.endpoint, sum(feature_tokens(f) for f in flat)))
+
+
+def feature_tokens(feature: Any) -> int:
+    """The tokens of one task feature (its input_ids; a multiple-choice feature's, one row per choice)."""
+    ids = feature.get("input_ids", []) if isinstance(feature, dict) else []
+    return sum(len(row) for row in ids) if ids and isinstance(ids[0], list) else len(ids)
 
 
 def longest_rows(index: Any, n: int) -> np.ndarray:
@@ -396,9 +485,12 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     """A FastAPI app serving `folder`; batchers start and stop with the app's lifespan."""
     settings = settings or ServeSettings()
     settings.validate()
+    api_key = settings.api_key or api_key_from_environment()
     predictor = Predictor(folder, settings.precision)
     print(f"bertkit serve: /embed precision {predictor.encoder.precision} ({predictor.encoder.precision_reason})",
           file=sys.stderr, flush=True)
+    metrics = ServiceMetrics()
+    predictor.count_tokens = metrics.count_tokens  # type: ignore[method-assign]
     delay = settings.max_batch_delay_ms / 1000.0
     served = predictor.task.serving if predictor.task is not None else None
     functions: list[tuple[str, Callable]] = [("embed", predictor.embed)]
@@ -406,14 +498,18 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
         functions.append(("fill-mask", predictor.fill_mask))
     if served is not None:
         functions.append((served.endpoint, predictor.task_batch))
+    if predictor.reranks:
+        functions.append(("rerank", predictor.rerank))
     if settings.index:
         predictor.open_index(settings.index, settings.max_top_k)
         functions.append(("search", predictor.search))
     batchers = {
         name: DynamicBatcher(fn, settings.max_batch_size, delay, max_queue=settings.max_queue, cost=item_chars,
-                             max_batch_cost=settings.max_batch_chars, on_idle=release_free_memory)
+                             max_batch_cost=settings.max_batch_chars, on_idle=release_free_memory,
+                             on_batch=metrics.batch_observer(name))
         for name, fn in functions
     }
+    metrics.watch(batchers)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -421,22 +517,29 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
             b.start()
         # One forward pass before the first client: torch's one-time set-up (about 0.3 s) is not a client's wait.
         await asyncio.get_running_loop().run_in_executor(batchers["embed"].executor, predictor.embed,
-                                                         [("warm-up", None, None)])
+                                                         [("warm-up", None, None, "right")])
         yield
         for b in batchers.values():  # graceful: queued work finishes before the threads stop
             await b.stop()
 
     app = FastAPI(title="bertkit", description=f"BERT inference over {Path(folder).name} ({predictor.head})",
-                  version="0.1.0", lifespan=lifespan)
+                  version=service_version(), lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.predictor = predictor
     app.state.batchers = batchers
+    app.state.metrics = metrics
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
-    app.add_middleware(HostCheck, allowed=list(settings.allowed_hosts))  # the outermost: checked first
+    if api_key:  # checked before the body is read
+        app.add_middleware(ApiKeyCheck, key=api_key, open_routes=settings.open_routes)
+        bearer_in_schema(app, settings.open_routes)
+    app.add_middleware(HostCheck, allowed=list(settings.allowed_hosts))
+    app.add_middleware(Observe, metrics=metrics, routes=lambda: [r.path for r in app.routes],  # the outermost
+                       log=json_access_log() if settings.access_log == "json" else None)
 
     async def run(endpoint: str, items: list, request: Request, field: str | None = "texts") -> list:
         """The endpoint's items through its batcher, within the limits; 503 when the queue is full or time runs out,
         400 naming `field[i]` when item i's input is refused (500 for a failure that is not the input's, such as
         a model or index that holds NaN: every number of the results is checked finite here, for every endpoint)."""
+        request.state.texts = len(items)  # the access log's
         try:
             results = await batcher(endpoint).submit(items, settings.request_timeout_s, request.is_disconnected)
             check_finite(results, f"/{endpoint} answer")
@@ -450,6 +553,8 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
             raise HTTPException(503, f"{e}; the request was dropped", headers={"Retry-After": "1"}) from None
         except ItemError as e:
             where = f"{field}[{e.index}]" if field else "the request"
+            if isinstance(e.cause, TooLong):
+                raise HTTPException(413, f"{where} has {e.cause}") from None
             if isinstance(e.cause, (BertkitError, ValueError)) and not isinstance(e.cause, CheckpointError):
                 raise HTTPException(400, f"{where}: {e.cause}" if field else str(e.cause)) from None
             # Not the input's fault: logged with its traceback, answered 500 as an HTTPException so that the
@@ -505,19 +610,32 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
                 "precision": predictor.encoder.precision,
                 "batches": {k: b.batches for k, b in batchers.items()}}
 
-    async def embed(req: Any, request: Request) -> EmbedResponse:
+    def truncation(asked: bool | None, side: str = "right") -> str | None:
+        """The side an over-long text is cut on (None: refused), as a request's `truncate` or the service says."""
+        return side.lower() if (settings.auto_truncate if asked is None else asked) else None
+
+    async def embed_vectors(texts: list[str], field: str, request: Request, pooling: str | None = None,
+                            normalize: bool | None = None, truncate: str | None = None) -> list[tuple[list[float], int]]:
+        """/embed's and /v1/embeddings' work: the limits on the texts, then each text's (vector, tokens)."""
         batcher("embed")
-        check_texts(req.texts)
+        check_texts(texts, field)
+        return await run("embed", [(t, pooling, normalize, truncate) for t in texts], request, field=field)
+
+    async def embed(req: Any, request: Request) -> EmbedResponse | list[list[float]]:
+        texts, field = embed_texts(req)
         dim = predictor.config.hidden_size
-        check_answer(len(req.texts) * (dim * NUMBER_BYTES + OBJECT_BYTES) + OBJECT_BYTES,
-                     f"{len(req.texts)} texts x {dim} numbers")
-        vectors = await run("embed", [(t, req.pooling, req.normalize) for t in req.texts], request)
-        return EmbedResponse(embeddings=vectors, dimension=predictor.config.hidden_size)
+        check_answer(len(texts) * (dim * NUMBER_BYTES + OBJECT_BYTES) + OBJECT_BYTES,
+                     f"{len(texts)} texts x {dim} numbers")
+        normalize = req.normalize if req.normalize is not None or field == "texts" else True  # TEI's default
+        answers = await embed_vectors(texts, field, request, req.pooling, normalize,
+                                      truncation(req.truncate, req.truncation_direction))
+        vectors = [v for v, _ in answers]
+        return vectors if field == "inputs" else EmbedResponse(embeddings=vectors, dimension=dim)
 
     embed.__annotations__["req"] = embed_request()  # built now, from the pooling modes registered now
-    app.post("/embed", response_model=EmbedResponse)(embed)
+    app.post("/embed", response_model=EmbedResponse | list[list[float]])(embed)
 
-    @app.post("/fill-mask", response_model=FillMaskResponse)
+    @app.post("/fill-mask", response_model=FillMaskResponse, include_in_schema="fill-mask" in batchers)
     async def fill_mask(req: FillMaskRequest, request: Request) -> FillMaskResponse:
         batcher("fill-mask")
         check_texts(req.texts)
@@ -548,12 +666,26 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
                                                 field="queries"))
 
     search.__annotations__["req"] = search_request(settings.max_top_k)
-    app.post("/search", response_model=SearchResponse)(search)
+    app.post("/search", response_model=SearchResponse, include_in_schema="search" in batchers)(search)
 
     for declared in task_endpoints():  # every task's route; the one serving this folder's head has a batcher
         add_task_route(app, declared, predictor, batcher, check_texts, check_answer, run)
 
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def scrape() -> Response:
+        """The service's metrics in the Prometheus text format."""
+        return Response(metrics.scrape(), media_type=metrics.content_type)
+
+    add_protocol_routes(app, predictor, settings, str(folder),
+                        Transport(batcher, check_texts, check_answer, run, embed_vectors, truncation))
+    add_docs(app, f"bertkit serve {Path(folder).name}")
     return app
+
+
+def api_key_from_environment() -> str | None:
+    """BERTKIT_API_KEY's value, checked as ServeSettings.api_key is (None when unset or empty)."""
+    key = os.environ.get(API_KEY_VARIABLE) or None
+    return check_value(ServeSettings, "api_key", key, API_KEY_VARIABLE) if key is not None else None
 
 
 # The page's first inputs for the built-in endpoints; a task's come from its serving declaration.
@@ -561,6 +693,10 @@ PAGE_EXAMPLES: dict[str, dict[str, Any]] = {
     "embed": {"texts": ["A cat sat on the mat.", "Stock markets fell sharply today."]},
     "fill-mask": {"texts": ["Paris is the [MASK] of France."], "top_k": 5},
     "search": {"queries": ["a question about the corpus"], "top_k": 5},
+    "rerank": {"query": "Where do lobsters live?", "texts": ["Lobsters live on the sea floor.", "A cat sat on the mat."],
+               "return_text": True},
+    "tokenize": {"inputs": "Lobsters live on the sea floor."},
+    "v1/embeddings": {"input": ["A cat sat on the mat."], "model": "bertkit"},
 }
 
 
@@ -615,7 +751,8 @@ def add_task_route(app: FastAPI, served: type[Serving], predictor: Predictor, ba
         return answer
 
     endpoint.__annotations__["req"] = schema(served.request, RequestBody)
-    app.post(f"/{served.endpoint}", response_model=response)(endpoint)
+    app.post(f"/{served.endpoint}", response_model=response,
+             include_in_schema=predictor.serving is not None and type(predictor.serving) is served)(endpoint)
 
 
 def build_server(folder: str | Path, host: str = "127.0.0.1", port: int = 8000,

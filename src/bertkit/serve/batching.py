@@ -71,8 +71,10 @@ class DynamicBatcher(Generic[Item, Result]):
     def __init__(self, fn: Callable[[list[Item]], Sequence[Result]], max_batch_size: int = 32,
                  max_delay_s: float = 0.005, executor: ThreadPoolExecutor | None = None, max_queue: int = 1024,
                  cost: Callable[[Item], float] | None = None, max_batch_cost: float | None = None,
-                 on_idle: Callable[[], Any] | None = None, idle_every_s: float = 1.0) -> None:
+                 on_idle: Callable[[], Any] | None = None, idle_every_s: float = 1.0,
+                 on_batch: Callable[[int], Any] | None = None) -> None:
         self.fn = fn
+        self.on_batch = on_batch  # told each batch's size as it is run (the service's batch-size histogram)
         self.on_idle = on_idle  # run in the executor when the queue runs empty, at most every idle_every_s
         self.idle_every_s = idle_every_s
         self._last_idle = float("-inf")
@@ -181,6 +183,8 @@ class DynamicBatcher(Generic[Item, Result]):
             return
         loop = asyncio.get_running_loop()
         items = [item for item, _ in batch]
+        if self.on_batch is not None:
+            self.on_batch(len(items))
         try:
             results = list(await loop.run_in_executor(self.executor, self.fn, items))
         except Exception as e:  # noqa: BLE001 (answered below)

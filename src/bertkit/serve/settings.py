@@ -11,6 +11,10 @@ from bertkit.inference.options import DEFAULT_PRECISION, EncodeOptions
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 # An allowed Host: '*', or a host name, optionally '*.' before it for its subdomains (no scheme, port or path).
 HOST_PATTERN = (rf"\*|(?:\*\.)?{_LABEL}(?:\.{_LABEL})*", "'*', a host name, or '*.' and a name (no scheme or port)")
+# An API key: printable ASCII without spaces (it travels in a header), long enough not to be guessed.
+API_KEY_PATTERN = (r"[!-~]{16,}", "at least 16 printable ASCII characters, no spaces (e.g. `openssl rand -hex 16`)")
+ROUTE_PATTERN = (r"/[A-Za-z0-9._~/-]*", "a path of this service, such as /health")
+ACCESS_LOG_FORMATS = ("text", "json", "off")
 
 
 @dataclass
@@ -75,3 +79,19 @@ class ServeSettings(Config):
     """Names the service answers under besides IP addresses and localhost (and the name it is bound to), checked
     against each request's Host header: "*.example.org" for its subdomains, "*" for any name. Other names get 400,
     so a page whose name was made to resolve to this machine (DNS rebinding) cannot use a loopback service."""
+
+    api_key: str | None = spec(None, pattern=API_KEY_PATTERN[0], meaning=API_KEY_PATTERN[1])
+    """A key every request must bring as `Authorization: Bearer KEY` (401 otherwise), except those to open_routes;
+    compared in constant time. Unset: the environment variable BERTKIT_API_KEY, else no key (anyone who can reach
+    the port may use the service). Prefer the variable: a command line is visible to every user of the machine."""
+    open_routes: list[str] = spec(default_factory=lambda: ["/health", "/metrics"], empty=True,
+                                  pattern=ROUTE_PATTERN[0], meaning=ROUTE_PATTERN[1])
+    """Paths answered without the API key (a probe's and Prometheus's); a path also opens the paths under it
+    ("/docs" opens Swagger UI's files), "/" only itself."""
+    auto_truncate: bool = spec(False)
+    """Cut a text longer than the model reads (its max input length, in tokens) instead of refusing it (413), for
+    requests that do not say: /v1/embeddings (OpenAI's protocol has no field for it), and /embed or /rerank
+    without `truncate`."""
+    access_log: str = spec("text", choices=ACCESS_LOG_FORMATS)
+    """Each request's line on stderr: uvicorn's text line, one JSON object (time, method, route, status,
+    latency_ms, texts: the texts or examples it sent to the model), or none."""
