@@ -35,7 +35,7 @@ from bertkit.data.dataset import IGNORE_INDEX
 # bertkit.data.tables reads every data file; a plug-in task's reader may take these names from here
 from bertkit.data.tables import read_jsonl, read_table, read_text, require_field  # noqa: F401
 from bertkit.dataclass_io import Config, config_from_dict, spec
-from bertkit.errors import ConfigError, data_error
+from bertkit.errors import BertkitError, ConfigError, data_error
 from bertkit.model.config import BertConfig
 
 logger = logging.getLogger(__name__)
@@ -292,6 +292,22 @@ def predict(task: Task, model: torch.nn.Module, examples: Sequence, features: Se
             settings: TaskSettings, batch_size: int, tokenizer: Any = None) -> list:
     """Run the model over the features and decode one prediction per example."""
     return task.decode(examples, features, outputs(task, model, features, settings, batch_size, tokenizer), settings)
+
+
+def answer_examples(serving: Serving, model: torch.nn.Module, examples: Sequence, batch_size: int,
+                    where: Callable[[int], str]) -> list:
+    """Every example's answer as the server gives it (`Serving.batch`, batch_size examples per model run): what
+    `bertkit.load(...)`'s task calls and `bertkit predict --probabilities` return. The first example refused (as the
+    server refuses a request item) raises its error, its message prefixed with `where(i)`."""
+    answers: list = []
+    for start in range(0, len(examples), batch_size):
+        answers += serving.batch(model, examples[start:start + batch_size])
+    for i, answer in enumerate(answers):
+        if isinstance(answer, (BertkitError, ValueError)):  # the input's fault: the server's 400, named
+            raise type(answer)(f"{where(i)}: {answer}") from answer
+        if isinstance(answer, Exception):
+            raise answer
+    return answers
 
 
 def evaluate(task: Task, model: torch.nn.Module, examples: Sequence, features: Sequence[Feature],

@@ -735,7 +735,9 @@ def read_logits(logits: np.ndarray, problem_type: str | None, names: Sequence[st
     problem_type is BertConfig's: "regression" -> {"value"}; "multi_label_classification" -> a sigmoid per label,
     {"labels": those above 0.5, "label"/"probability": the most probable, "probabilities"}; otherwise a softmax
     over the labels -> {"label", "probability", "probabilities"}. None means regression for one output, else
-    single-label. Non-finite logits are a CheckpointError: a NaN probability is never an answer.
+    single-label. Every answer has all five keys, as /classify's response has (a key the head does not give is
+    None; no probabilities: {}), so Python's answer and the server's are the same dict. Non-finite logits are a
+    CheckpointError: a NaN probability is never an answer.
     """
     logits = np.asarray(logits, dtype=np.float64).reshape(-1)
     if not np.isfinite(logits).all():  # the inputs are bounded (numeric_vector), so only the weights can do this
@@ -744,15 +746,33 @@ def read_logits(logits: np.ndarray, problem_type: str | None, names: Sequence[st
     if problem_type is None:
         problem_type = "regression" if logits.size == 1 else "single_label_classification"
     if problem_type == "regression":
-        return {"label": None, "probability": None, "probabilities": {}, "value": float(logits[0])}
+        return {"label": None, "probability": None, "probabilities": {}, "labels": None, "value": float(logits[0])}
     multi = problem_type == "multi_label_classification"
     probs = 1.0 / (1.0 + np.exp(-logits)) if multi else softmax(logits)
     best = int(probs.argmax())
-    out: dict[str, Any] = {"label": names[best], "probability": float(probs[best]),
-                           "probabilities": {n: float(p) for n, p in zip(names, probs)}}
-    if multi:
-        out["labels"] = [n for n, p in zip(names, probs) if p > 0.5]
-    return out
+    return {"label": names[best], "probability": float(probs[best]),
+            "probabilities": {n: float(p) for n, p in zip(names, probs)},
+            "labels": [n for n, p in zip(names, probs) if p > 0.5] if multi else None, "value": None}
+
+
+def reranks(settings: ClassificationSettings) -> bool:
+    """Whether a classifier's answers read as how relevant a text is to a query (`relevance`): trained on pairs of
+    texts, with no other columns, and a head of one output (a cross-encoder's score) or of two labels."""
+    problem, labels = problem_type(settings), len(settings.label_names or [])
+    return (reads_pairs(settings) and not input_columns(settings) and
+            (problem == "regression" or (problem == "single_label_classification" and labels == 2)))
+
+
+def relevance(answer: Mapping[str, Any], names: Sequence[str], raw: bool = False) -> float:
+    """A pair classifier's answer (`read_logits`) as a relevance score: a one-output head's sigmoid (a
+    cross-encoder's score, as sentence-transformers' CrossEncoder gives it), or a two-label head's probability of
+    its second label (the positive class, as in the binary F1 of evaluation: "1", "pos"...); `raw`: the logit (of
+    the second label against the first)."""
+    if answer.get("value") is not None:
+        value = answer["value"]
+        return value if raw else 1.0 / (1.0 + math.exp(-value))
+    p = answer["probabilities"]
+    return math.log(p[names[1]]) - math.log(p[names[0]]) if raw else p[names[1]]
 
 
 def check_stray_labels(path: str | os.PathLike, examples: Sequence[TextExample], problem: str) -> None:

@@ -209,9 +209,32 @@ class NerServing(Serving):
         """Each word with its tag, as `decode` reads it (`word_tags`: the tag at its first piece), the tag's
         probability and the word's place in the text."""
         tags = word_tags(features[0], outputs[0]["logits"], self.settings.label_names or [])
-        spans = example.spans or [(0, 0)] * len(example.words)
+        if example.spans is None:  # a file's sentence (`bertkit predict --probabilities`): words with no text around
+            return [{"token": w, "label": tag, "probability": p} for w, (tag, p) in zip(example.words, tags)]
         return [{"token": w, "label": tag, "probability": p, "start": a, "end": b}
-                for w, (tag, p), (a, b) in zip(example.words, tags, spans)]
+                for w, (tag, p), (a, b) in zip(example.words, tags, example.spans)]
+
+
+def entities(words: Sequence[Mapping[str, Any]], text: str) -> list[dict[str, Any]]:
+    """A served text's tagged words (`NerServing.answer`) grouped into entities, read as seqeval reads IOB2: a B-X
+    word starts an X entity, the I-X words after it continue it, and an I-X after anything else starts one (a tag
+    with neither prefix, from a tag set of bare types, reads as I-). Each entity: its type, its text as it was sent (text[start:end], case and accents kept), its span in characters,
+    and its score, the mean of its words' tag probabilities (transformers' "simple" aggregation)."""
+    spans: list[tuple[str, int, int, list[float]]] = []  # type, start, end, the words' probabilities
+    previous = None  # the type of the entity the last word was in
+    for word in words:
+        tag = word["label"]
+        if tag == OUTSIDE:
+            previous = None
+            continue
+        begins, kind = (tag[:2] == "B-", tag[2:]) if tag[:2] in ("B-", "I-") else (False, tag)
+        if not begins and kind == previous:
+            spans[-1] = (kind, spans[-1][1], word["end"], [*spans[-1][3], word["probability"]])
+        else:
+            spans.append((kind, word["start"], word["end"], [word["probability"]]))
+        previous = kind
+    return [{"label": kind, "text": text[a:b], "start": a, "end": b, "score": sum(p) / len(p)}
+            for kind, a, b, p in spans]
 
 
 class NerTask(Task):
