@@ -375,7 +375,8 @@ def test_11_embed_on_a_full_disk_names_the_file(tmp_path: Path, small_disk: Path
 
 
 def test_c4_every_verb_resolves_shipped_names(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """C4: `info`, `tokenize`, `convert --from-hf` accept bertkit-mini as embed and finetune do."""
+    """C4: `info`, `tokenize`, `convert --from-hf` accept bertkit-mini as embed and finetune do; a name that names
+    nothing says what it could have been (tests/pretrained/test_hub_names.py: Hub ids)."""
     (tmp_path / "in.txt").write_text("the cat sat\n")
     assert main(["info", "bertkit-mini"]) == 0
     assert "class:       BertForPreTraining" in capsys.readouterr().out
@@ -384,7 +385,8 @@ def test_c4_every_verb_resolves_shipped_names(tmp_path: Path, capsys: pytest.Cap
     assert main(["convert", "--from-hf", "bertkit-mini", "--out", str(tmp_path / "copy")]) == 0
     assert (tmp_path / "copy" / "vocab.txt").is_file()
     assert main(["tokenize", str(tmp_path / "in.txt"), "--model", "bertkit-maxi"]) == 1
-    assert "bertkit-maxi: no such tokenizer folder (nor a shipped model's name: bertkit-mini)" in capsys.readouterr().err
+    assert ("bertkit-maxi: no such model folder, nor a shipped model's name (bertkit-mini), nor a Hugging Face Hub "
+            "model in the cache") in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -115,8 +115,10 @@ def shard_paths(index_path: Path) -> list[Path]:
         raise CheckpointError(f"{index_path}: not a safetensors shard index ({e})") from None
     paths = []
     for shard in shards:
-        shard_path = (index_path.parent / shard).resolve()
-        if shard_path.parent != index_path.parent.resolve():  # '../elsewhere.safetensors' or an absolute path
+        # By name ('../elsewhere.safetensors', an absolute path), not by where a link leads: the Hugging Face cache
+        # links every file of a model's folder to its blob in another folder.
+        shard_path = Path(os.path.normpath(index_path.parent / shard))
+        if shard_path.parent != Path(os.path.normpath(index_path.parent)):
             raise CheckpointError(f"{index_path}: weight_map names {shard!r}, which is not a file of this folder")
         paths.append(shard_path)
     return paths
