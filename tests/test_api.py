@@ -112,9 +112,12 @@ def test_classify_is_predict_is_the_server_bitwise(kind: str, tmp_path: Path) ->
 
 def test_rank_orders_documents_by_the_pair_classifiers_relevance(tmp_path: Path) -> None:
     """CrossEncoder.rank's shape: corpus_id and score, best first; the score is /classify's probability of the
-    positive (second) label for the pair (query, document)."""
-    bert = bertkit.load(finetuned(tmp_path, "pairs"))
+    positive (second) label for the pair (query, document), as the server's /rerank scores it."""
+    folder = finetuned(tmp_path, "pairs")
+    bert = bertkit.load(folder)
     ranked = bert.rank("Where does he live?", TEXTS, return_documents=True)
+    reranked = served(folder, "/rerank", {"query": "Where does he live?", "texts": TEXTS}, len(TEXTS))
+    assert [(hit["corpus_id"], hit["score"]) for hit in ranked] == [(hit["index"], hit["score"]) for hit in reranked]
     answers = bert.classify([("Where does he live?", text) for text in TEXTS])
     assert sorted(hit["corpus_id"] for hit in ranked) == [0, 1, 2]
     assert [hit["score"] for hit in ranked] == sorted((a["probabilities"]["pos"] for a in answers), reverse=True)

@@ -399,15 +399,9 @@ class Predictor:
         """Whether the folder is a pair classifier whose score reads as relevance (/rerank): a classifier trained
         on pairs of texts, with no other columns, whose head has one output (a cross-encoder's score) or two labels
         (the second one's probability)."""
-        if self.task is None or self.task.name != "classification":
-            return False
-        from bertkit.tasks.classification import problem_type, reads_pairs
-        from bertkit.tasks.columns import input_columns
+        from bertkit.tasks.classification import reranks
 
-        settings = self.settings
-        problem, labels = problem_type(settings), len(settings.label_names or [])
-        return (reads_pairs(settings) and not input_columns(settings) and
-                (problem == "regression" or (problem == "single_label_classification" and labels == 2)))
+        return self.task is not None and self.task.name == "classification" and reranks(self.settings)
 
     def rerank(self, items: list[tuple[Any, bool]]) -> list:
         """items: (a classification example of the query and one text, whether to cut a pair over the model's

@@ -33,6 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from bertkit.answers import NUMBER_BYTES, OBJECT_BYTES, json_bytes
 from bertkit.serve.bodies import RequestBody
 from bertkit.serve.settings import ServeSettings
+from bertkit.tasks.classification import relevance  # /rerank's score, as Bert.rank's
 
 
 @dataclasses.dataclass
@@ -111,17 +112,6 @@ class Rank(BaseModel):
     index: int = Field(..., description="the text's place in the request")
     score: float
     text: str | None = None
-
-
-def relevance(answer: dict[str, Any], names: list[str], raw: bool) -> float:
-    """A pair classifier's answer (`read_logits`) as a relevance score: a one-output head's sigmoid (a
-    cross-encoder's score), or a two-label head's probability of its second label (the positive class, as in the
-    binary F1 of evaluation: "1", "pos"...); `raw`: the logit (of the second label against the first)."""
-    if answer.get("value") is not None:
-        value = answer["value"]
-        return value if raw else 1.0 / (1.0 + math.exp(-value))
-    p = answer["probabilities"]
-    return math.log(p[names[1]]) - math.log(p[names[0]]) if raw else p[names[1]]
 
 
 def service_version() -> str:
