@@ -525,6 +525,8 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     if api_key:  # checked before the body is read
         app.add_middleware(ApiKeyCheck, key=api_key, open_routes=settings.open_routes)
         bearer_in_schema(app, settings.open_routes)
+        print(f"bertkit serve: every request needs the API key, but to {', '.join(settings.open_routes) or 'none'}",
+              file=sys.stderr, flush=True)
     app.add_middleware(HostCheck, allowed=list(settings.allowed_hosts))
     app.add_middleware(Observe, metrics=metrics, routes=lambda: [r.path for r in app.routes],  # the outermost
                        log=json_access_log() if settings.access_log == "json" else None)
@@ -767,7 +769,8 @@ def build_server(folder: str | Path, host: str = "127.0.0.1", port: int = 8000,
     print(f"bertkit serve: at most {cap} connections (open-file limit {fd_limit}), each given "
           f"{settings.read_timeout_s:g} s to send its request", file=sys.stderr, flush=True)
     config = uvicorn.Config(WholeBodyFirst(app, settings.max_body_bytes), host=host, port=port, log_level="info",
-                            timeout_graceful_shutdown=10, http=guard.protocol, backlog=burst)
+                            timeout_graceful_shutdown=10, http=guard.protocol, backlog=burst,
+                            access_log=settings.access_log == "text")  # json: the app's own lines (Observe)
     return GuardedServer(config, guard)
 
 
