@@ -119,3 +119,14 @@ def test_task_pages_highlight_entities_answers_and_probabilities(tmp_path: Path)
             else:
                 labels = re.findall(r'<span class="name" title="([^"]*)">', html)
                 assert sorted(labels) == ["neg", "neg", "pos", "pos"]  # two texts, two labels each
+
+
+def test_swagger_ui_renders_offline_from_the_package(tmp_path: Path) -> None:
+    """/docs in a browser with no network: Swagger UI (its files from the service) draws an operation for each route
+    of /openapi.json, the protocols' among them, and none of another head's."""
+    with Server(tiny_folder(tmp_path, "BertForSequenceClassification")) as server:
+        dom = browse(f"{server.url}/docs")
+        paths = httpx.get(f"{server.url}/openapi.json").json()["paths"]
+    drawn = set(re.findall(r'data-path="([^"]+)"', dom))
+    assert drawn == set(paths) and {"/v1/embeddings", "/rerank", "/classify"} <= drawn, drawn
+    assert "/ner" not in drawn
