@@ -22,7 +22,7 @@ from bertkit.jobs.distill import DistillConfig
 from bertkit.jobs.evaluate import EvaluateConfig
 from bertkit.jobs.finetune import TASK_LR, FinetuneConfig
 from bertkit.jobs.predict import PredictConfig
-from bertkit.jobs.pretrain import PhaseConfig, PretrainConfig
+from bertkit.jobs.pretrain import ExecutionConfig, PhaseConfig, PretrainConfig
 from bertkit.data.prepare import PrepareOptions
 from bertkit.inference.options import AttentionOptions, ExportOptions, FeatureOptions, FillMaskOptions
 from bertkit.serve.settings import ServeAddress, ServeSettings
@@ -34,7 +34,7 @@ from bertkit.training.config import TrainingConfig
 # but a group of them (the task's options), and the other configs whose every field is an option of the verb.
 VERBS: dict[str, tuple[type, dict[str, type], tuple[str, ...], tuple[type, ...]]] = {
     "prepare-pretraining": (PretrainingDataConfig, {}, (), (PrepareOptions,)),
-    "pretrain": (PretrainConfig, {"training": TrainingConfig}, (), ()),
+    "pretrain": (PretrainConfig, {"training": TrainingConfig, "execution": ExecutionConfig}, (), ()),
     "finetune": (FinetuneConfig, {"training": TrainingConfig}, ("options",), ()),
     "evaluate": (EvaluateConfig, {}, (), ()),
     "predict": (PredictConfig, {}, (), ()),
