@@ -61,7 +61,8 @@ def test_metrics_move_as_requests_arrive(tmp_path: Path) -> None:
 
 def test_an_api_key_guards_every_route_but_the_open_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With a key: a request without `Authorization: Bearer KEY`, or with another key, is a 401 on every route
-    (before its body is read), /health and /metrics answer anyway; the key is compared with hmac.compare_digest."""
+    (before its body is read), /health, /metrics and the page at / answer anyway (the page's own requests carry the
+    key: tests/serve/test_page.py); the key is compared with hmac.compare_digest."""
     import bertkit.serve.operations as operations
 
     compared: list[bytes] = []
@@ -70,7 +71,7 @@ def test_an_api_key_guards_every_route_but_the_open_ones(tmp_path: Path, monkeyp
     with Server(tiny_folder(tmp_path, "BertForMaskedLM"), api_key=KEY) as server:
         c = httpx.Client(base_url=server.url)
         for method, path in (("POST", "/embed"), ("POST", "/fill-mask"), ("POST", "/v1/embeddings"),
-                             ("POST", "/tokenize"), ("GET", "/info"), ("GET", "/"), ("GET", "/docs"),
+                             ("POST", "/tokenize"), ("GET", "/info"), ("GET", "/docs"), ("GET", "/docs/x"),
                              ("GET", "/openapi.json"), ("POST", "/nowhere")):
             for headers in ({}, {"Authorization": "Bearer wrong-key-of-some-length"}, {"Authorization": KEY}):
                 r = c.request(method, path, json={"texts": ["a [MASK]"]}, headers=headers)
@@ -80,6 +81,7 @@ def test_an_api_key_guards_every_route_but_the_open_ones(tmp_path: Path, monkeyp
         assert c.post("/embed", json={"texts": ["a"]}, headers=auth).status_code == 200
         assert c.post("/fill-mask", json={"texts": ["a [MASK]"]}, headers=auth).status_code == 200
         assert c.get("/health").status_code == 200 and c.get("/metrics").status_code == 200
+        assert c.get("/").status_code == 200 and c.get("/health").json()["api_key"] is True
         security = c.get("/openapi.json", headers=auth).json()
         assert security["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
         assert security["paths"]["/embed"]["post"]["security"] == [{"bearer": []}]

@@ -130,3 +130,19 @@ def test_swagger_ui_renders_offline_from_the_package(tmp_path: Path) -> None:
     drawn = set(re.findall(r'data-path="([^"]+)"', dom))
     assert drawn == set(paths) and {"/v1/embeddings", "/rerank", "/classify"} <= drawn, drawn
     assert "/ner" not in drawn
+
+
+def test_page_sends_the_api_key_it_is_given_and_shows_the_refusal_without_it(tmp_path: Path) -> None:
+    """With --api-key, the page itself is open (code and examples only) and each panel's request carries the key
+    given as the page's fragment; opened without it, each panel shows the service's 401 instead of an answer."""
+    key = "k" * 16 + "-page-test"
+    with Server(tiny_folder(tmp_path, "BertForSequenceClassification"), api_key=key) as server:
+        assert httpx.get(f"{server.url}/").status_code == 200
+        assert httpx.post(f"{server.url}/classify", json={"texts": ["a"]}).status_code == 401
+        with_key = browse(f"{server.url}/?run#key={key}")
+        without = browse(f"{server.url}/?run")
+    labels = re.findall(r'<span class="name" title="([^"]*)">', panel_html(with_key, "classify"))
+    assert sorted(labels) == ["neg", "neg", "pos", "pos"]
+    refused = re.search(r'<section id="panel-classify" data-state="(\w+)">(.*?)</section>', without, re.S)
+    assert refused and refused.group(1) == "error" and "401: this service needs an API key" in refused.group(2)
+    assert 'id="key-row"' in with_key and 'id="key-row" hidden' not in with_key  # the field is shown

@@ -602,7 +602,7 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "model": predictor.head, "endpoints": sorted(batchers),
+        return {"status": "ok", "model": predictor.head, "endpoints": sorted(batchers), "api_key": bool(api_key),
                 "precision": predictor.encoder.precision,
                 "batches": {k: b.batches for k, b in batchers.items()}}
 

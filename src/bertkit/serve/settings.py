@@ -84,10 +84,11 @@ class ServeSettings(Config):
     """A key every request must bring as `Authorization: Bearer KEY` (401 otherwise), except those to open_routes;
     compared in constant time. Unset: the environment variable BERTKIT_API_KEY, else no key (anyone who can reach
     the port may use the service). Prefer the variable: a command line is visible to every user of the machine."""
-    open_routes: list[str] = spec(default_factory=lambda: ["/health", "/metrics"], empty=True,
+    open_routes: list[str] = spec(default_factory=lambda: ["/", "/health", "/metrics"], empty=True,
                                   pattern=ROUTE_PATTERN[0], meaning=ROUTE_PATTERN[1])
-    """Paths answered without the API key (a probe's and Prometheus's); a path also opens the paths under it
-    ("/docs" opens Swagger UI's files), "/" only itself."""
+    """Paths answered without the API key: the page (its code and example requests only; every request it sends
+    carries the key it asks for), a probe's and Prometheus's. A path also opens the paths under it ("/docs" opens
+    Swagger UI's files), "/" only itself."""
     auto_truncate: bool = spec(False)
     """Cut a text longer than the model reads (its max input length, in tokens) instead of refusing it (413), for
     requests that do not say: /v1/embeddings (OpenAI's protocol has no field for it), and /embed or /rerank
