@@ -24,10 +24,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def serve_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit serve`."""
-    try:
+    try:  # the extra's packages, before any work: uvicorn is imported only when the server starts
+        import uvicorn  # noqa: F401
+
         from bertkit.serve import serve
     except ImportError as e:
-        raise ConfigError(f"serving needs fastapi and uvicorn: pip install 'bertkit[serve]' ({e})") from None
+        raise ConfigError(f"serving needs the serve extra (fastapi, uvicorn and prometheus-client; fastapi-offline for "
+                          f"/docs), and {e.name or e} is not installed: pip install 'bertkit[serve]'") from None
     address = config_from_options(ServeAddress, args)
     settings = config_from_options(ServeSettings, args)
     serve(args.model, address.host, address.port, settings)
