@@ -56,8 +56,9 @@ log = logging.getLogger(__name__)
 # round to the same width. Attention's arithmetic for a sequence depends on the width it is padded to (torch's CPU
 # kernel blocks and sums by it; measured bitwise equal alone and in any batch at one width, with or without an
 # all-true mask; BertModel's Packing finds nothing to regroup in such a batch), so this way it depends on the
-# sequence alone, not on its batch-mates. Issue 24, N11: int8 rounds every matrix product's input to a grid, which
-# turned last-bit differences of the width into embeddings 6e-3 apart between batch sizes.
+# sequence alone, not on its batch-mates. int8 needs it: it rounds every matrix product's input to a grid, which
+# turned last-bit differences of the width into embeddings 6e-3 apart between batch sizes
+# (docs/results/int8-short-texts-epyc-avx2-2026-11-25.md).
 WIDTH_STEP = 16
 # bf16 on a CPU: a batch whose padding is at most this fraction of its positions runs every position (shapes that
 # repeat, for oneDNN's per-shape kernels); one with more runs its real tokens packed (see Encoder). Measured on a
@@ -122,7 +123,7 @@ class Encoder:
     one used. int8_kernel: "fbgemm" or "onednn" for the int8 products (default: BERTKIT_INT8_KERNEL, else oneDNN on
     CPUs with AMX, fbgemm elsewhere; `choose_int8_kernel`); `int8_kernel` holds the one used.
     An int8 encoder keeps a float32 copy too (`float_bert`), for the texts of few distinct tokens.
-    Embeddings do not depend on the batch size or the other texts of a batch, in int8 bit for bit (issue 24).
+    Embeddings do not depend on the batch size or the other texts of a batch, in int8 bit for bit (WIDTH_STEP).
     Batches are sorted by length and padded to a multiple of WIDTH_STEP tokens. The linear layers then run on the
     real tokens only (packed), except in bf16 on a CPU for a batch of little padding (`runs_padded`): there PyTorch
     multiplies with oneDNN, which builds a kernel for every new matrix shape, and the packed token count is new in

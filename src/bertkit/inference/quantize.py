@@ -97,8 +97,8 @@ def default_calibration_texts(paragraphs: int = DEFAULT_CALIBRATION_PARAGRAPHS,
                               repeats: int = DEFAULT_CALIBRATION_REPEATS) -> list[str]:
     """Every length of text that int8 runs, from the shipped Persuasion: its first `paragraphs` long paragraphs,
     `sentences` sentences of 4 to 20 words spread over the book (narration and dialogue), and `repeats` sentences of
-    8 to 15 words each repeated to about REPEATED_WORDS words. Issue 24: on long paragraphs alone, calibration set
-    input ranges that short texts overflow, and repeated sentences fell below the goal
+    8 to 15 words each repeated to about REPEATED_WORDS words: on long paragraphs alone, calibration set input
+    ranges that short texts overflow, and repeated sentences fell below the goal
     (docs/results/int8-short-texts-epyc-avx2-2026-11-25.md)."""
     split = [re.split(r"(?<=[.!?])\s+", p) for p in _persuasion_paragraphs()]
     pool = list(dict.fromkeys(s.strip("\"' ") for parts in split for s in parts))  # distinct, in book order

@@ -46,7 +46,8 @@ class GELU(nn.Module):
     torch runs a float32 GELU on CPU through oneDNN, which compiles and caches one kernel per tensor shape (about
     117 KB each, up to 1,024 of them). On the packed path (`Packing`) the activation's row count is the batch's
     token count, new in nearly every batch, so memory grew with the length of a job, past the cache's limit too:
-    `bertkit embed` with a small model held 712 MB after 600 k lines against 288 MB without the cache (issue 28).
+    `bertkit embed` with a small model held 712 MB after 600 k lines against 288 MB without the cache
+    (docs/results/embed-memory-epyc-avx2-2026-11-25.md).
     Whole blocks and the last partial one bound the shapes to BLOCK_ROWS per width. GELU is element-wise, so the
     blocks give exactly the values of one call, and the gradients of one call on one thread (tested): each block is
     below torch's parallel grain, while a single call's tanh-GELU gradient can differ by an ulp where its thread

@@ -10,10 +10,10 @@ step).
   `warning` says so at the start of the run.
 - bf16 weights (TrainingConfig.bf16_weights; `Bf16Weights`). Under bf16 autocast the weights stay float32: every
   forward casts each weight to bf16 again, and activations go back and forth between the two types (LayerNorm and
-  the residual stream in float32, matrix products in bf16). The H100 profile of issue 29 found 13% of CUDA time in
-  copies. (On an AMX CPU the copies are mostly of activations, which this does not remove: 12.9% of the step under
-  autocast, 12.4% on bf16 weights, and the step is level with autocast's there:
-  docs/results/pretrain-bf16-weights-cpu-xeon-amx-2026-11-27.md.) Mixed precision with master weights
+  the residual stream in float32, matrix products in bf16). A BERT-base step's profile on an H100 found 13% of CUDA
+  time in copies (docs/results/gpu-suite-h100-2026-11-24.md). (On an AMX CPU the copies are mostly of activations,
+  which this does not remove: 12.9% of the step under autocast, 12.4% on bf16 weights, and the step is level with
+  autocast's there: docs/results/pretrain-bf16-weights-cpu-xeon-amx-2026-11-27.md.) Mixed precision with master weights
   (Micikevicius et al. 2018; NVIDIA's BERT, Megatron) runs the steps on a bf16 copy of the model instead and keeps
   the float32 weights for the update, where bf16's 8-bit mantissa would lose small updates: the steps run
   `working`, a bf16 copy (weights, activations, LayerNorms and residual stream in bf16; the heads still compute
