@@ -20,7 +20,7 @@ VERBS = {
     "embed": ["--model", "--pooling", "--normalize", "-o", "--resume", "--dtype", "--text-field", "--id-field",
               "--shard-size"],
     "index": ["-o", "--kind", "--hnsw-m", "--ef-search", "--nlist", "--nprobe", "--pq-m"],
-    "search": ["--index", "--top-k", "--queries-file", "--model"],
+    "search": ["--index", "--top-k", "--queries-file", "--model", "--rerank", "--rerank-top"],
     "fill-mask": ["--model", "--top-k"],
     "extract-features": ["--model", "--layers"],
     "attention": ["--model", "--pair"],

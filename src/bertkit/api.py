@@ -36,9 +36,9 @@ from bertkit.jobs.predict import PredictConfig
 from bertkit.model import BertPreTrainedModel
 from bertkit.model.checkpoint import save_pretrained
 from bertkit.model.folder import open_folder
-from bertkit.tasks import Serving, serving_task
+from bertkit.tasks import Serving, folder_serving
 from bertkit.tasks.base import answer_examples
-from bertkit.tasks.classification import reranks, relevance
+from bertkit.tasks.classification import relevance_scores, reranks
 from bertkit.tasks.ner import entities
 
 TASK_BATCH = 64  # examples per model run of the task calls: PredictConfig.batch_size's default, its range checked
@@ -75,9 +75,7 @@ class Bert:
 
     def __post_init__(self) -> None:
         self.encoders = Encoders(self.model, self.tokenizer, self.defaults)
-        task = serving_task(self.model.config, type(self.model).__name__)
-        self.serving = None if task is None else task.serving(task, task.settings_of(self.model.config),
-                                                              self.tokenizer)
+        self.serving = folder_serving(self.model, self.tokenizer)
 
     @property
     def calls(self) -> tuple[str, ...]:
@@ -147,13 +145,12 @@ class Bert:
         sentence-transformers' CrossEncoder.rank gives it: [{"corpus_id": its index, "score": relevance (a
         one-output head's sigmoid, a two-label head's second label's probability), "text" with
         return_documents}], the top_k best (all when None). The server's /rerank scores the same way."""
-        self._check_call("rank")
+        serving = self._served("rank")
         if top_k is not None:
             top_k = check_value(SemanticSearchOptions, "top_k", top_k, "top_k")
+        batch_size = check_value(PredictConfig, "batch_size", batch_size, "batch_size")
         documents = list(documents)
-        answers = self.classify([(query, d) for d in documents], batch_size=batch_size) if documents else []
-        names = list(self.serving.settings.label_names or [])  # type: ignore[union-attr]
-        scores = [relevance(a, names) for a in answers]
+        scores = relevance_scores(serving, self.model, [query] * len(documents), documents, batch_size)
         order = sorted(range(len(documents)), key=lambda i: -scores[i])[:top_k]
         return [{"corpus_id": i, "score": scores[i], **({"text": documents[i]} if return_documents else {})}
                 for i in order]

@@ -136,6 +136,13 @@ def serving_task(config: Any, head: str) -> Task | None:
     return None
 
 
+def folder_serving(model: Any, tokenizer: Any) -> Serving | None:
+    """The serving object of a loaded folder's head (`serving_task`), built with the task settings saved in the
+    folder, as `bertkit predict` and the server read them; None when no task serves the head."""
+    task = serving_task(model.config, type(model).__name__)
+    return None if task is None else task.serving(task, task.settings_of(model.config), tokenizer)
+
+
 _declare_heads(TASKS)
 
 
@@ -147,4 +154,5 @@ def get_task(name: str) -> Task:
     return TASKS[key]()
 
 
-__all__ = ["ALIASES", "SERVER_ENDPOINTS", "TASKS", "Serving", "Task", "get_task", "register_task", "serving_task"]
+__all__ = ["ALIASES", "SERVER_ENDPOINTS", "TASKS", "Serving", "Task", "folder_serving", "get_task", "register_task",
+           "serving_task"]

@@ -42,8 +42,8 @@ from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
 from bertkit.model.config import BertConfig
-from bertkit.tasks.base import (DEFAULT_METRIC, Feature, Head, Serving, Task, TaskOptions, TaskSettings, softmax,
-                                task_options)
+from bertkit.tasks.base import (DEFAULT_METRIC, Feature, Head, Serving, Task, TaskOptions, TaskSettings,
+                                answer_examples, softmax, task_options)
 from bertkit.tasks.columns import (LEGACY_Z_CLIP, category_ids, check_numeric_limits, fit_numeric, fit_numeric_range,
                                    input_columns, numeric_vector, row_inputs, template_columns)
 
@@ -763,6 +763,15 @@ def reranks(settings: ClassificationSettings) -> bool:
             (problem == "regression" or (problem == "single_label_classification" and labels == 2)))
 
 
+def classifier_kind(settings: ClassificationSettings) -> str:
+    """What a classifier reads and answers, in words ("a classifier of single texts with 3 labels"), for errors
+    that say why it cannot do something (`reranks`)."""
+    outputs = "one output" if problem_type(settings) == "regression" else f"{len(settings.label_names or [])} labels"
+    columns = input_columns(settings)
+    also = f" and the columns {', '.join(map(repr, columns))}" if columns else ""
+    return f"a classifier of {'pairs of texts' if reads_pairs(settings) else 'single texts'}{also} with {outputs}"
+
+
 def relevance(answer: Mapping[str, Any], names: Sequence[str], raw: bool = False) -> float:
     """A pair classifier's answer (`read_logits`) as a relevance score: a one-output head's sigmoid (a
     cross-encoder's score, as sentence-transformers' CrossEncoder gives it), or a two-label head's probability of
@@ -773,6 +782,21 @@ def relevance(answer: Mapping[str, Any], names: Sequence[str], raw: bool = False
         return value if raw else 1.0 / (1.0 + math.exp(-value))
     p = answer["probabilities"]
     return math.log(p[names[1]]) - math.log(p[names[0]]) if raw else p[names[1]]
+
+
+def relevance_scores(serving: Serving, model: Any, queries: Sequence[str], documents: Sequence[str],
+                     batch_size: int) -> list[float]:
+    """Each (query, document) pair's relevance by a pair classifier that `reranks`: the pairs through the path
+    /classify runs (request_examples, then Serving.batch, batch_size pairs per model run), read by `relevance`.
+    What `Bert.rank` and `bertkit search --rerank` score with."""
+    if len(queries) != len(documents):
+        raise ValueError(f"{len(queries)} queries but {len(documents)} documents; give one query per document")
+    if not documents:
+        return []
+    examples = serving.request_examples(ClassifyRequest(texts=list(queries), pairs=list(documents)))
+    answers = answer_examples(serving, model, examples, batch_size, lambda i: f"texts[{i}]")
+    names = serving.settings.label_names or []
+    return [relevance(answer, names) for answer in answers]
 
 
 def check_stray_labels(path: str | os.PathLike, examples: Sequence[TextExample], problem: str) -> None:
