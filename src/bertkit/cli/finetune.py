@@ -26,14 +26,15 @@ def _add_finetune(sub: Any) -> None:
     p = sub.add_parser(
         "finetune",
         description="Fine-tune MODEL on TRAIN, evaluating on DEV every epoch (or --eval-every N "
-                    "steps); the best model by the task's main metric is kept in OUTPUT/best. Every field of "
+                    "steps); the best model by the task's main metric is kept in OUTPUT/best (without DEV: no "
+                    "evaluation, and the last step's model, OUTPUT/final, is the result). Every field of "
                     "FinetuneConfig, its training: TrainingConfig and the task's options is an option here; "
                     "--config reads them from a YAML/JSON file first.")
     add_run_options(p, "FinetuneConfig")
     add_config_options(p, config_fields(FinetuneConfig, {"training": TrainingConfig}, skip=("options",)),
                        aliases={"training.output_dir": ("output",)},
                        groups={"": "the run", "training": "training (fine-tuning defaults: 3 epochs, batch 32, "
-                               "warm-up 0.1, the task's LR, no TensorBoard)"})
+                               "warm-up 0.1, the task's LR, no trackers)"})
     tasks = p.add_argument_group("task options (the --task's; [names] marks an option only those tasks have)")
     add_config_options(tasks, task_option_fields(), switches=True)
     p.set_defaults(func=_finetune)

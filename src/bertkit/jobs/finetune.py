@@ -5,8 +5,8 @@ payoff comparison share.
 Training is the one Trainer's (AdamW with decoupled weight decay, linear warm-up and decay, gradient clipping at
 1.0, bf16 autocast where supported, evaluation every epoch or every N steps, `best/` kept by the task's main
 metric, metrics.jsonl, resume); this module only wires a task's data, head and metric into it. The fine-tuned
-folder (`OUTPUT/best`) loads with `from_pretrained` and carries the tokenizer, the label names, the task and its
-settings.
+folder (`OUTPUT/best`, or `OUTPUT/final` when there is no dev file) loads with `from_pretrained` and carries the
+tokenizer, the label names, the task and its settings.
 """
 
 from __future__ import annotations

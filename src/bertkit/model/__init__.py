@@ -8,6 +8,7 @@ _EXPORTS = {
     "BertModel": "bertkit.model.bert",
     "BertModelOutput": "bertkit.model.bert",
     "BertPreTrainedModel": "bertkit.model.bert",
+    "Execution": "bertkit.model.execution",
     **{name: "bertkit.model.heads" for name in (
         "MODEL_CLASSES", "BertForMaskedLM", "BertForMultipleChoice", "BertForNextSentencePrediction",
         "BertForPreTraining", "BertForPreTrainingOutput", "BertForQuestionAnswering", "BertForSequenceClassification",
