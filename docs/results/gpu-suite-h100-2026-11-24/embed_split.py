@@ -2,7 +2,10 @@
 bf16) and sentence-transformers (fp16), on the GPU suite's WikiText-2 paragraphs (max 256 tokens). MiniLM's
 architecture with random weights (throughput does not depend on the weights), best of 3.
 
-    python3 benchmarks/gpu_embed_split.py --data DATA --minilm MINILM_FOLDER       # on a CUDA machine
+    PYTHONPATH=benchmarks python3 docs/results/gpu-suite-h100-2026-11-24/embed_split.py --data DATA \
+        --minilm MINILM_FOLDER       # on a CUDA machine, from the checkout's root (benchmarks/: its gpu_suite.py)
+
+A probe of the GPU suite's report (docs/results/gpu-suite-h100-2026-11-24.md), kept beside it.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ def main() -> None:
     p.add_argument("--minilm", required=True, help="all-MiniLM-L6-v2 folder (its config and vocabulary are used)")
     args = p.parse_args()
     if not torch.cuda.is_available():
-        raise SystemExit("gpu_embed_split.py needs a CUDA GPU")
+        raise SystemExit("embed_split.py needs a CUDA GPU")
     folder = Path(tempfile.mkdtemp(prefix="embed_split_"))
     for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         if (Path(args.minilm) / name).exists():

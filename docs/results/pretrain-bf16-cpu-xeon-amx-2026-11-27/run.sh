@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Issue 29's CPU measurements on a CPU with bf16 matrix units (avx512_bf16 or amx_bf16 in /proc/cpuinfo): bf16
-# autocast pre-training against float32 on the same CPU, and the CPU goals again with it (first run on a 2-core AMX
-# Xeon: docs/results/pretrain-bf16-cpu-xeon-amx-2026-11-27.md). 30-40 minutes on 2 cores. Without those units
+# bf16 pre-training on a CPU with bf16 matrix units (avx512_bf16 or amx_bf16 in /proc/cpuinfo): bf16 autocast and
+# bf16 weights against float32 on the same CPU, the step and the mini recipe end to end. The measurement of
+# docs/results/pretrain-bf16-cpu-xeon-amx-2026-11-27.md (kept beside it) and, with the bf16-weights rows, of
+# pretrain-bf16-weights-cpu-xeon-amx-2026-11-27.md. 30-45 minutes on 2 cores. Without those units
 # PyTorch emulates bf16 (bertkit-mini's step 32x slower on an AVX2 EPYC), so the script stops unless FORCE=1.
 # Usage, from the repository root, with the mini recipe's data (benchmarks/pretrain_evidence.sh makes both):
-#   PT=runs/pretrain_evidence/pt128 HELDOUT=runs/pretrain_evidence/heldout bash benchmarks/cpu_bf16_issue29.sh [OUT]
+#   PT=runs/pretrain_evidence/pt128 HELDOUT=runs/pretrain_evidence/heldout \
+#     bash docs/results/pretrain-bf16-cpu-xeon-amx-2026-11-27/run.sh [OUT]
 # What it measures, each into OUT (default runs/cpu-bf16) as JSON or a log:
 #   0. what a new matrix shape costs a bf16 linear layer (benchmarks/bench_gemm_shapes.py);
 #   1. the step, each lever and transformers in fp32, under bf16 autocast and on bf16 weights, on fresh batches:
@@ -14,7 +16,7 @@
 #   3. the recipe's 3,000 steps under bf16 end to end (goal: its 30-minute held-out MLM accuracy, 0.117, in half the
 #      time; with the fixed shapes bertkit keeps there), then on bf16 weights; rerun the script to resume them.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."   # the checkout's root
 OUT=${1:-runs/cpu-bf16}
 : "${PT:?set PT to the prepared training folder of the recipe}" "${HELDOUT:?set HELDOUT to its held-out folder}"
 mkdir -p "$OUT"

@@ -1,7 +1,9 @@
 """Where one BERT-base pre-training step spends its time on CUDA: bertkit eager, bf16 autocast, fused AdamW (the GPU
 suite's step), full-length seq-128 batches; prints ms/step and the profiler's top ops by CUDA and by CPU time.
 
-    python3 benchmarks/gpu_profile_step.py [BATCH]          # on a CUDA machine; default batch 64
+    PYTHONPATH=benchmarks python3 benchmarks/device/gpu_profile_step.py [BATCH]   # on a CUDA machine; default 64
+
+(benchmarks/ on the path for its common.py; benchmarks/device/gpu_pretrain_levers.sh runs it so.)
 """
 
 from __future__ import annotations
