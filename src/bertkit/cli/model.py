@@ -14,7 +14,11 @@ from bertkit.pretrained import resolve_model_dir
 
 # Tokenizer files copied as they are when bertkit's tokenizer cannot rewrite them, and sentence-transformers'
 # settings (sequence limit, pooling) that `embed` reads.
-_TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+_TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json", "vocab.json",
+                    "merges.txt", "spiece.model", "sentencepiece.bpe.model", "added_tokens.json")
+# A folder's vocabulary: WordPiece's vocab.txt (BERT, DistilBERT, ELECTRA), tokenizers' tokenizer.json (any family),
+# byte-level BPE's vocab.json + merges.txt (RoBERTa), SentencePiece's model (XLM-R, ALBERT).
+_VOCABULARY_FILES = ("vocab.txt", "tokenizer.json", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
 _SENTENCE_FILES = ("sentence_bert_config.json", "modules.json", "1_Pooling/config.json")
 _SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
                    "mask_token": "[MASK]"}
@@ -31,9 +35,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=info_command)
 
     p = subparsers.add_parser("convert", description="--from-hf: read a Hugging Face BERT folder (model.safetensors or "
-                              "pytorch_model.bin, any head) and write a bertkit folder. --to-hf: write a folder "
+                              "pytorch_model.bin, any head; BERT, DistilBERT, RoBERTa, XLM-R, ALBERT or ELECTRA) "
+                              "and write a bertkit folder (a family's in its own layout). --to-hf: write a folder "
                               "that transformers' from_pretrained and AutoTokenizer load (config.json with "
-                              "architectures, model.safetensors, vocab.txt, tokenizer_config.json).")
+                              "architectures, model.safetensors, the tokenizer's files).")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--from-hf", metavar="DIR", help="Hugging Face folder to import")
     src.add_argument("--to-hf", metavar="DIR", help="bertkit folder to export")
@@ -150,7 +155,8 @@ def convert_command(args: argparse.Namespace) -> int:
     import bertkit.tasks  # noqa: F401 (registers the tasks' heads: a config naming only its task opens)
     from bertkit.io import atomic_write_json
     from bertkit.model import MODEL_CLASSES
-    from bertkit.model.checkpoint import VOCAB_NAME, save_pretrained
+    from bertkit.model.checkpoint import VOCAB_NAME, family_layout, save_pretrained
+    from bertkit.model.families import unexpressed
     from bertkit.model.folder import load_model
 
     src = resolve_model_dir(args.from_hf or args.to_hf)
@@ -163,32 +169,32 @@ def convert_command(args: argparse.Namespace) -> int:
     if args.to_hf and not getattr(model, "in_transformers", True):
         raise CheckpointError(f"{src}: {type(model).__name__} is a bertkit-only head that transformers has no class "
                               "for; export its encoder with --class BertModel, or keep the bertkit folder")
-    if args.to_hf and not model.config.bert_compatible:
-        c = model.config
-        options = [o for o, on in (("pre-LN blocks (layer_norm_position 'pre')", c.layer_norm_position == "pre"),
-                                   ("ALiBi attention biases (alibi true)", c.alibi),
-                                   ("mean pooling (pooling 'mean')", c.pooling == "mean"),
-                                   ("ALBERT's factorised embedding (embedding_size)",
-                                    c.embedding_width != c.hidden_size),
-                                   ("ALBERT's cross-layer sharing (share_layers)", c.share_layers),
-                                   ("non-text columns beside the text (tabular_inputs)", bool(c.tabular_inputs)))
-                   if on]
+    family = model.config.family
+    if args.to_hf and family != "bert" and not family_layout(model):
         raise CheckpointError(
-            f"{src}: this model uses {' and '.join(options)}, which transformers' BertModel does not have: it would "
-            "load these weights and compute something else. Keep the bertkit folder (bertkit.load / from_pretrained "
-            "read it), or pre-train with the paper's architecture")
-    if not (src / VOCAB_NAME).is_file():
-        raise CheckpointError(f"{src / VOCAB_NAME}: missing; a model folder needs its vocabulary")
+            f"{src}: this {family} model has {' and '.join(unexpressed(model.config, type(model).__name__))}, which "
+            f"transformers' {family} classes do not have: they would load these weights and compute something else. "
+            "Keep the bertkit folder (bertkit.load / from_pretrained read it)")
+    if args.to_hf and family == "bert" and not model.config.bert_compatible:
+        raise CheckpointError(
+            f"{src}: this model uses {' and '.join(model.config.bertkit_options())}, which transformers' BertModel "
+            "does not have: it would load these weights and compute something else. Keep the bertkit folder "
+            "(bertkit.load / from_pretrained read it), or pre-train with the paper's architecture")
+    vocabularies = [name for name in _VOCABULARY_FILES if (src / name).is_file()]
+    if not vocabularies:
+        raise CheckpointError(f"{src}: no tokenizer (expected one of {', '.join(_VOCABULARY_FILES)}); a model folder "
+                              "needs its vocabulary")
     tokenizer_cls = _tokenizer_class()
+    wordpiece = family == "bert" and (src / VOCAB_NAME).is_file()
 
     def write_tokenizer(target: Path) -> None:
-        if args.from_hf and tokenizer_cls is not None:
+        if args.from_hf and wordpiece and tokenizer_cls is not None:
             tokenizer_cls.from_pretrained(str(src)).save_pretrained(str(target))  # normalised by bertkit
-        else:
+        else:  # a family's tokenizer files go as they are: bertkit and transformers read the same ones
             _copy_files(src, target, _TOKENIZER_FILES)
-        if args.to_hf:
+        if args.to_hf and wordpiece:
             atomic_write_json(target / "tokenizer_config.json",
-                              _hf_tokenizer_config(src, model.config.max_position_embeddings))
+                              _hf_tokenizer_config(src, model.config.max_sequence_length))
             atomic_write_json(target / "special_tokens_map.json", _SPECIAL_TOKENS)
         _copy_files(src, target, _SENTENCE_FILES)
 

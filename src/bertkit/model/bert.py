@@ -55,27 +55,45 @@ def fused_linear(x: Tensor, *layers: nn.Linear) -> Tensor:
 class BertEmbeddings(nn.Module):
     """Sum of word-piece, segment and learned absolute position embeddings, then LayerNorm and dropout.
 
-    With ALBERT's factorised embedding (config.embedding_size = E < hidden), the three tables are E wide and one
-    linear layer projects the normalised sum to the hidden size."""
+    With a factorised embedding (config.embedding_size = E < hidden: ALBERT, ELECTRA-small), the three tables are E
+    wide and one linear layer projects the normalised sum to the hidden size. Segments: BERT's A and B, one row
+    added to every token whatever token_type_ids say (type_vocab_size 1: RoBERTa), or none (0: DistilBERT).
+    Positions: 0, 1, 2, ..., or RoBERTa's, counted over the real tokens from pad_token_id + 1
+    (config.padding_aware_positions)."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         width = config.embedding_width
         self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
+        padding_idx = config.pad_token_id if config.padding_aware_positions else None  # as RoBERTa's table has it
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, width, padding_idx=padding_idx)
+        self.segments = config.type_vocab_size
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width) if self.segments else None
         self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
         factorised = width != config.hidden_size
         self.projection = nn.Linear(width, config.hidden_size) if factorised else None
+        self.pad_token_id = config.pad_token_id
+        self.padding_aware = config.padding_aware_positions
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor) -> Tensor:
-        seq_len = input_ids.shape[1]
-        positions = torch.arange(seq_len, device=input_ids.device)
-        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
-        x = x + self.position_embeddings(positions)  # (batch, seq, E)
+        x = self.word_embeddings(input_ids)
+        if self.segments == 1:
+            x = x + self.token_type_embeddings.weight[0]
+        elif self.segments:
+            x = x + self.token_type_embeddings(token_type_ids)
+        x = x + self.position_embeddings(self.positions(input_ids))  # (batch, seq, E)
         x = self.dropout(self.LayerNorm(x))
         return x if self.projection is None else self.projection(x)  # (batch, seq, hidden)
+
+    def positions(self, input_ids: Tensor) -> Tensor:
+        """Position ids: (seq,) 0, 1, 2, ...; or RoBERTa's (batch, seq), fairseq's make_positions as transformers
+        computes them: pad_token_id + the count of real tokens up to and including this one, pad_token_id at a pad
+        token (from the ids, not the attention mask: a pad id inside the mask is a pad too)."""
+        if not self.padding_aware:
+            return torch.arange(input_ids.shape[1], device=input_ids.device)
+        real = input_ids.ne(self.pad_token_id).int()
+        return (torch.cumsum(real, dim=1).type_as(real) * real).long() + self.pad_token_id
 
 
 class BertSelfAttention(nn.Module):
@@ -293,14 +311,18 @@ class BertEncoder(nn.Module):
         )
 
 
+POOLER_ACTIVATIONS = {"tanh": nn.Tanh, "gelu": GELU, "relu": nn.ReLU}
+
+
 class BertPooler(nn.Module):
     """tanh(W h_[CLS] + b): the sentence-level representation that NSP and classification heads read.
-    With config.pooling = 'mean', the mean of the real tokens' vectors takes h_[CLS]'s place."""
+    With config.pooling = 'mean', the mean of the real tokens' vectors takes h_[CLS]'s place; config.pooler_act
+    puts GELU (ELECTRA's classification head) or ReLU (DistilBERT's pre_classifier) in tanh's."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.activation = nn.Tanh()
+        self.activation = POOLER_ACTIVATIONS[config.pooler_act]()
         self.mean = config.pooling == "mean"
 
     def forward(self, last_hidden_state: Tensor, attention_mask: Tensor) -> Tensor:
@@ -400,10 +422,11 @@ class BertModel(BertPreTrainedModel):
         `execution`: this call's plan (default: the one given at construction)."""
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (batch, seq), got shape {tuple(input_ids.shape)}")
-        if input_ids.shape[1] > self.config.max_position_embeddings:
+        if input_ids.shape[1] > self.config.max_sequence_length:
             raise ValueError(
-                f"sequence length {input_ids.shape[1]} exceeds max_position_embeddings "
-                f"({self.config.max_position_embeddings}); truncate the input"
+                f"sequence length {input_ids.shape[1]} exceeds the {self.config.max_sequence_length} positions the "
+                f"model has (max_position_embeddings {self.config.max_position_embeddings}"
+                f"{', less pad_token_id + 1' if self.config.padding_aware_positions else ''}); truncate the input"
             )
         if output_at is not None and (output_hidden_states or output_attentions):
             raise ValueError("output_at computes the last layer at some positions only; hidden states and "

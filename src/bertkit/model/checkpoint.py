@@ -8,6 +8,11 @@ Loading also reads Hugging Face folders as they are found in the wild: `pytorch_
 weights with or without the `bert.` prefix, TF-era `LayerNorm.gamma/beta` names, `position_ids` buffers, and
 checkpoints whose heads differ from the class asked for (new heads are initialised freshly, extra heads dropped;
 both are reported in `model.load_report` and logged).
+
+Folders of the BERT family (DistilBERT, RoBERTa, XLM-R, ALBERT, ELECTRA) are read and written through their
+adapter (`bertkit.model.families`): their tensor names become bertkit's as the file is read, and go back to theirs
+as it is written. There every file tensor must have a name of the family's layout, and the encoder's tensors must
+all be there, none left over: a CheckpointError names those that are not.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from torch import Tensor
 
 from bertkit.errors import BertkitError, CheckpointError
 from bertkit.io import atomic_path, atomic_write_json, make_dir, read_json_object
+from bertkit.model import families
 from bertkit.model.bert import BertPreTrainedModel
 from bertkit.model.config import BertConfig
 from bertkit.model.execution import Execution
@@ -354,8 +360,13 @@ def _with_overrides(config: BertConfig, overrides: dict[str, Any]) -> BertConfig
     return dataclasses.replace(config, **overrides)
 
 
-def load_state_into(model: BertPreTrainedModel, state: dict[str, Tensor], source: Path, strict: bool = False) -> LoadReport:
-    """Copy a file's tensors into the model by name, checking every shape; returns what was loaded and what not."""
+def load_state_into(model: BertPreTrainedModel, state: dict[str, Tensor], source: Path, strict: bool = False,
+                    origin: dict[str, str] | None = None) -> LoadReport:
+    """Copy a file's tensors into the model by name, checking every shape; returns what was loaded and what not.
+
+    origin: for a family's folder, {bertkit name: the file's name} of `state`, whose names are bertkit's already
+    (`families.bertkit_names`); messages and the report then name the file's tensors, and a tensor of the encoder
+    missing from the file or left over in it is a CheckpointError."""
     report = LoadReport(source=source, model_class=type(model).__name__)
     aliases = tied_aliases(model)
     model_state = model.state_dict()
@@ -380,8 +391,9 @@ def load_state_into(model: BertPreTrainedModel, state: dict[str, Tensor], source
     if not_float:
         raise CheckpointError(f"{source}: {'; '.join(not_float[:5])}{'; ...' if len(not_float) > 5 else ''}: "
                               "expected a floating-point type (F32, F16, BF16) for these float parameters")
+    named = origin.get if origin is not None else (lambda key, default: key)
     mismatches = [
-        f"{key!r}: shape {tuple(state[key].shape)} in the file, {tuple(model_state[name].shape)} expected"
+        f"{named(key, key)!r}: shape {tuple(state[key].shape)} in the file, {tuple(model_state[name].shape)} expected"
         for key, name in mapping.items()
         if tuple(state[key].shape) != tuple(model_state[name].shape)
     ]
@@ -391,12 +403,49 @@ def load_state_into(model: BertPreTrainedModel, state: dict[str, Tensor], source
             + (f"; and {len(mismatches) - 5} more" if len(mismatches) > 5 else "")
         )
     report.missing = sorted(model_keys - set(mapping.values()))
+    if origin is not None:
+        _check_family_encoder(report, origin, model.config.family)
     if strict and not report.complete:
         raise CheckpointError(f"strict loading failed:\n{report}")
     with torch.no_grad():
         model.load_state_dict({name: state[key] for key, name in mapping.items()}, strict=False)
     report.loaded = len(mapping)
     return report
+
+
+def _check_family_encoder(report: LoadReport, origin: dict[str, str], family: str) -> None:
+    """A family folder's encoder is all there and nothing more (a CheckpointError names what is not); the report's
+    file names become the file's own."""
+    missing = [name for name in report.missing if families.is_encoder(name)]
+    extra = [origin.get(name, name) for name in report.unexpected if families.is_encoder(name)]
+    if missing or extra:
+        said = [f"missing from the file: {_short_list(missing)} (bertkit's names)" if missing else "",
+                f"left over in the file: {_short_list(extra)}" if extra else ""]
+        raise CheckpointError(f"{report.source}: the weights are not the {family} encoder config.json describes; "
+                              + "; ".join(x for x in said if x))
+    report.unexpected = [origin.get(name, name) for name in report.unexpected]
+    report.ignored = [origin.get(name, name) for name in report.ignored]
+    report.renamed = [origin.get(name, name) for name in report.renamed]
+
+
+def read_family_state(config: BertConfig, weights: Path,
+                      state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str] | None]:
+    """A weights file's tensors (or shapes) under bertkit's names, and {bertkit name: file name} for a family's
+    folder (None for BERT's, whose names are bertkit's)."""
+    if config.family == "bert":
+        return state, None
+    names = families.bertkit_names(config.family, state, weights)
+    renamed: dict[str, Any] = {}
+    for key, name in names.items():
+        if name in renamed:  # two file tensors, one place (a pooler and a classifier.dense, say)
+            raise CheckpointError(f"{weights}: {names_of(names, name)} are both bertkit's {name}; a {config.family} "
+                                  "folder holds one of them")
+        renamed[name] = state[key]
+    return renamed, {name: key for key, name in names.items()}
+
+
+def names_of(names: dict[str, str], target: str) -> str:
+    return " and ".join(repr(k) for k, v in names.items() if v == target)
 
 
 def load_pretrained(
@@ -435,13 +484,16 @@ def load_pretrained(
     # Sizes first, from the safetensors header (or the memory-mapped .bin): before any tensor data is read, and
     # before cls(config) allocates what the config says.
     if weights.suffix == ".bin":
-        state = read_state_dict(weights)
+        state, origin = read_family_state(config, weights, read_state_dict(weights))
         check_config_sizes(config, {k: tuple(v.shape) for k, v in state.items()}, weights, where)
     else:
-        check_config_sizes(config, safetensors_shapes(weights), weights, where)
-        state = read_state_dict(weights)
-    model = cls(config) if execution is None else cls(config, execution=execution)  # type: ignore[call-arg]
-    report = load_state_into(model, state, weights, strict=strict)
+        check_config_sizes(config, read_family_state(config, weights, safetensors_shapes(weights))[0], weights, where)
+        state, origin = read_family_state(config, weights, read_state_dict(weights))
+    kwargs: dict[str, Any] = {} if execution is None else {"execution": execution}
+    if cls.__name__ == "BertModel" and config.family in families.NO_BASE_POOLER:
+        kwargs["add_pooling_layer"] = False  # as the family's base model (DistilBertModel, ElectraModel)
+    model = cls(config, **kwargs)
+    report = load_state_into(model, state, weights, strict=strict, origin=origin)
     if report.missing or report.unexpected:
         logger.warning("%s", report)
     else:
@@ -457,15 +509,26 @@ def load_pretrained(
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def family_layout(model: BertPreTrainedModel) -> bool:
+    """Whether the model is written in its family's layout (a DistilBERT, RoBERTa, XLM-R, ALBERT or ELECTRA folder
+    that transformers reads as such); else in BERT's or bertkit's own (model_type 'bertkit')."""
+    config = model.config
+    if config.family == "bert":
+        return False
+    return not families.unexpressed(config, type(model).__name__)
+
+
 def export_state_dict(model: BertPreTrainedModel) -> dict[str, Tensor]:
     """The model's tensors under transformers' names, each its own contiguous copy (safetensors forbids sharing).
 
     Tied weights are written out in full, as transformers 4 wrote them: `cls.predictions.decoder.weight` (a copy
     of the word embeddings) and `cls.predictions.decoder.bias` (a copy of `cls.predictions.bias`). A model with a
     bertkit-only architecture (which transformers cannot load anyway) is written without these copies: bertkit
-    ties them on loading, and the file is a quarter smaller for a small model.
+    ties them on loading, and the file is a quarter smaller for a small model. A model of the BERT family in its
+    family's layout is written under the family's names (`bertkit.model.families`).
     """
-    full_copies = model.config.bert_compatible
+    in_family = family_layout(model)
+    full_copies = model.config.bert_compatible or in_family
     aliases = set() if full_copies else set(tied_aliases(model))
     out: dict[str, Tensor] = {}
     seen: set[int] = set()
@@ -478,18 +541,22 @@ def export_state_dict(model: BertPreTrainedModel) -> dict[str, Tensor]:
         seen.add(ptr)
     if _LM_BIAS in out and full_copies:
         out[_DECODER_BIAS] = out[_LM_BIAS].clone()
+    if in_family:
+        names = families.family_names(model.config.family, type(model).__name__, out)
+        out = {names[k]: v for k, v in out.items() if k in names}
     return {k: v.cpu() for k, v in out.items()}
 
 
 def hf_config_dict(model: BertPreTrainedModel) -> dict[str, Any]:
-    """config.json: bertkit's config in Hugging Face's layout plus `architectures`, so transformers picks the class."""
-    d = model.config.to_dict()
+    """config.json: bertkit's config in Hugging Face's layout plus `architectures`, so transformers picks the class
+    (in the family's own keys for a model of the BERT family in its layout)."""
+    d = families.hf_config(model.config, type(model).__name__) if family_layout(model) else model.config.to_dict()
     if type(model).__name__ == "BertForQuestionAnswering" and d["num_labels"] != 2:
         # transformers sizes the QA output layer (start, end) from num_labels; bertkit's always has 2 outputs.
         d["num_labels"] = 2
         for key in ("label_names", "id2label", "label2id"):
             d.pop(key, None)
-    d["architectures"] = [type(model).__name__]
+    d.setdefault("architectures", [type(model).__name__])
     d["tie_word_embeddings"] = True
     return d
 
@@ -504,6 +571,11 @@ def _write_files(model: BertPreTrainedModel, folder: Path) -> None:
     """Weights first, then config.json, each atomically."""
     from safetensors.torch import save_file
 
+    config = model.config
+    if config.family != "bert" and not family_layout(model):
+        logger.warning("%s: %s with %s is written in bertkit's layout (model_type 'bertkit'): transformers' %s "
+                       "classes do not compute it", folder, type(model).__name__,
+                       ", ".join(families.unexpressed(config, type(model).__name__)), config.family)
     with atomic_path(folder / SAFETENSORS_NAME) as tmp:
         save_file(export_state_dict(model), str(tmp), metadata={"format": "pt"})
     atomic_write_json(folder / CONFIG_NAME, hf_config_dict(model))

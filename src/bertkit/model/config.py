@@ -32,6 +32,9 @@ LAYER_NORM_POSITIONS = ("post", "pre")
 POOLINGS = ("cls", "mean")  # what BertPooler reads
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")  # as transformers'
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+POOLER_ACTIVATIONS = ("tanh", "gelu", "relu")
+# The Hugging Face layouts a model is read from and written to (bertkit.model.families holds the names of each).
+FAMILIES = ("bert", "distilbert", "roberta", "xlm-roberta", "albert", "electra")
 # Size bounds far above every published encoder (XLM-R's 250k vocabulary, BERT-large's 24 x 1024, 8k positions)
 # and far below what would make allocating the model the way a config.json that lies about its sizes fails.
 MAX_VOCAB = 2**22
@@ -80,14 +83,20 @@ class BertConfig(Config):
     """Dropout on the attention probabilities (paper: 0.1)."""
     max_position_embeddings: int = spec(512, ge=1, le=MAX_POSITIONS)
     """Longest sequence the learned position embeddings cover."""
-    type_vocab_size: int = spec(2, ge=1, le=2**16)
-    """Number of segment (token type) ids: A and B."""
+    type_vocab_size: int = spec(2, ge=0, le=2**16)
+    """Number of segment (token type) ids: 2 for BERT's A and B. 1: one segment row added to every token, whatever
+    token_type_ids say (RoBERTa, XLM-R). 0: no segment embeddings at all (DistilBERT)."""
     initializer_range: float = spec(0.02, gt=0, lt=1, why="BERT uses 0.02")
     """Standard deviation of the truncated-normal-like init (the reference uses N(0, 0.02))."""
     layer_norm_eps: float = spec(1e-12, gt=0, le=1e-3, why=LAYER_NORM_EPS_WHY)
     """LayerNorm epsilon of the reference implementation."""
     pad_token_id: int = spec(0, ge=0, le=MAX_VOCAB)
     """Id of [PAD] in the vocabulary."""
+    padding_aware_positions: bool = False
+    """RoBERTa's position ids (fairseq's make_positions, as transformers computes them): the real tokens of a
+    sequence count up from pad_token_id + 1, skipping the pad tokens, which take position pad_token_id. The first
+    pad_token_id + 1 rows of the position table are then never a real token's, so the longest sequence is
+    max_position_embeddings - pad_token_id - 1 (514 rows, pad 1: 512 tokens). False: positions 0, 1, 2, ... (BERT)."""
     layer_norm_position: str = spec("post", choices=LAYER_NORM_POSITIONS)
     """'post' (the paper: LayerNorm(x + sublayer(x))) or 'pre' (x + sublayer(LayerNorm(x)), plus one LayerNorm
     after the last layer; Xiong et al. 2020). Pre-LN trains stably at higher learning rates, which is why
@@ -110,6 +119,18 @@ class BertConfig(Config):
     real tokens). A model pre-trained by masked LM alone never trains its [CLS] vector, while every token's vector
     is trained; 'mean' lets a sentence-level head start from those. A bertkit option (transformers' BertModel
     pools [CLS] only)."""
+    pooler_act: str = spec("tanh", choices=POOLER_ACTIVATIONS)
+    """The non-linearity of the dense layer on the first token that sentence-level heads read (BertPooler):
+    'tanh' (BERT, ALBERT, RoBERTa), 'gelu' (exact; ELECTRA's classification head) or 'relu' (DistilBERT's
+    pre_classifier)."""
+    mlm_act: str | None = spec(None, choices=ACTIVATIONS)
+    """The masked-LM transform's activation; None: hidden_act (BERT, ALBERT, DistilBERT). RoBERTa's and ELECTRA's
+    generator's heads apply exact GELU whatever hidden_act says."""
+    family: str = spec("bert", choices=FAMILIES)
+    """The Hugging Face layout the model is read from and written to: config.json's keys and model_type, the
+    tensor names (`bertkit.model.families`). The architecture itself is set by the fields above; a folder is
+    written in its family's layout when that family's classes compute what these fields say, else in bertkit's
+    own (model_type 'bertkit')."""
     # --- task head settings (saved with a fine-tuned model) ---
     num_labels: int = spec(2, ge=1, le=MAX_VOCAB)
     """Output size of classification and tagging heads."""
@@ -147,6 +168,10 @@ class BertConfig(Config):
         if self.pad_token_id >= self.vocab_size:
             raise ConfigError(f"BertConfig.pad_token_id: expected a token id in 0..{self.vocab_size - 1} "
                               f"(vocab_size {self.vocab_size}), found {self.pad_token_id!r}")
+        if self.max_sequence_length < 1:
+            raise ConfigError(f"BertConfig.max_position_embeddings ({self.max_position_embeddings}) leaves no "
+                              f"position for a token: with padding_aware_positions the first pad_token_id + 1 = "
+                              f"{self.pad_token_id + 1} rows are never a real token's")
         if self.tabular_inputs is not None:
             t = self.tabular_inputs
             if not (set(t) <= {"numeric", "categories", "embedding_size"}
@@ -177,8 +202,29 @@ class BertConfig(Config):
 
         A folder of an incompatible model is written with model_type 'bertkit', and `bertkit convert --to-hf`
         refuses it."""
-        return (self.layer_norm_position == "post" and not self.alibi and self.pooling == "cls"
-                and self.embedding_width == self.hidden_size and not self.share_layers and not self.tabular_inputs)
+        return not self.bertkit_options()
+
+    def bertkit_options(self) -> list[str]:
+        """The options on in this config that transformers' BertModel does not have, each said in words (empty for
+        a BERT that transformers computes the same)."""
+        on = (("pre-LN blocks (layer_norm_position 'pre')", self.layer_norm_position == "pre"),
+              ("ALiBi attention biases (alibi true)", self.alibi),
+              ("mean pooling (pooling 'mean')", self.pooling == "mean"),
+              ("ALBERT's factorised embedding (embedding_size)", self.embedding_width != self.hidden_size),
+              ("ALBERT's cross-layer sharing (share_layers)", self.share_layers),
+              ("non-text columns beside the text (tabular_inputs)", bool(self.tabular_inputs)),
+              ("no segment embeddings (type_vocab_size 0)", self.type_vocab_size == 0),
+              ("RoBERTa's position ids (padding_aware_positions)", self.padding_aware_positions),
+              (f"a {self.pooler_act} pooler (pooler_act)", self.pooler_act != "tanh"),
+              (f"a {self.mlm_act} masked-LM transform (mlm_act)", self.mlm_act not in (None, self.hidden_act)))
+        return [words for words, flag in on if flag]
+
+    @property
+    def max_sequence_length(self) -> int:
+        """The longest sequence the position table covers: max_position_embeddings, less the pad_token_id + 1 rows
+        RoBERTa's position ids never give a real token (padding_aware_positions)."""
+        offset = self.pad_token_id + 1 if self.padding_aware_positions else 0
+        return self.max_position_embeddings - offset
 
     @property
     def embedding_width(self) -> int:
@@ -208,13 +254,20 @@ class BertConfig(Config):
         Keys that would make the model compute something bertkit does not implement (rotary or relative positions,
         a decoder) are refused; other unknown keys are ignored, as Hugging Face configs carry many harmless ones,
         with one warning when the folder is bertkit's own (bertkit wrote every key it reads, so an extra one was
-        added by hand or by a newer bertkit). A config.json of another model type (roberta, ...) is refused."""
-        if d.get("model_type", "bert") not in ("bert", BERTKIT_MODEL_TYPE):
-            raise ConfigError(f"{source}: model_type is {d['model_type']!r}, expected 'bert' "
-                              f"(or '{BERTKIT_MODEL_TYPE}')")
+        added by hand or by a newer bertkit). A config.json of the BERT family (distilbert, roberta, xlm-roberta,
+        albert, electra) is read through its adapter (`bertkit.model.families`); any other model type is refused."""
+        model_type = d.get("model_type", "bert")
+        if model_type not in ("bert", BERTKIT_MODEL_TYPE, *FAMILIES):
+            raise ConfigError(f"{source}: model_type is {model_type!r}, expected 'bert', "
+                              f"{', '.join(repr(f) for f in FAMILIES[1:])} (or '{BERTKIT_MODEL_TYPE}')")
         check_config_keys(d, source)
         known = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in d.items() if k in known}
+        if model_type in FAMILIES[1:]:
+            from bertkit.model import families
+
+            kwargs = {k: d[k] for k in TASK_FIELDS if k in d} | families.config_fields(d, source)
+        else:
+            kwargs = {k: v for k, v in d.items() if k in known}
         if "label_names" not in d and "id2label" in d:
             kwargs["label_names"] = _id2label_names(d["id2label"], source)
             kwargs.setdefault("num_labels", len(kwargs["label_names"]))
@@ -252,6 +305,8 @@ _BERT_VALUES: dict[str, tuple[Any, str]] = {
 }
 # Rotary position embeddings (RoFormer, NomicBERT, JinaBERT, ModernBERT): a key naming them with a set value.
 _ROTARY_MARKERS = ("rotary", "rope_", "use_rope")
+# What a family's config.json (bertkit.model.families) carries of bertkit's own besides its architecture.
+TASK_FIELDS = ("num_labels", "label_names", "problem_type", "task", "task_settings")
 # Keys bertkit writes into config.json besides the dataclass fields (to_dict, checkpoint.hf_config_dict).
 WRITTEN_KEYS = frozenset({"model_type", "position_embedding_type", "id2label", "label2id", "architectures",
                           "tie_word_embeddings"})

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import CheckpointError
+from bertkit.model import families
 from bertkit.model.bert import BertModel, BertPreTrainedModel
 from bertkit.model.checkpoint import CONFIG_NAME, check_vocab, read_config
 from bertkit.model.config import BertConfig
@@ -92,6 +93,7 @@ def head_class(folder: FolderConfig, model_class: str | None = None) -> type[Ber
         return MODEL_CLASSES[model_class]
     source, names = folder.config_path, folder.raw.get("architectures") or []
     for name in names:
+        name = families.class_name(folder.raw.get("model_type", ""), name) or name  # RobertaForMaskedLM, ...
         if name in MODEL_CLASSES:
             return MODEL_CLASSES[name]
     if names:

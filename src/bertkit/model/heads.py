@@ -76,12 +76,13 @@ class QuestionAnsweringOutput:
 
 class BertPredictionHeadTransform(nn.Module):
     """Dense + GELU + LayerNorm applied to a token's representation before the vocabulary decoder (hidden -> the
-    embedding width, which is hidden unless the embedding is factorised)."""
+    embedding width, which is hidden unless the embedding is factorised). The activation is config.mlm_act, which
+    is hidden_act unless set (RoBERTa's head applies exact GELU whatever hidden_act says)."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.embedding_width)
-        self.transform_act_fn = activation(config.hidden_act)
+        self.transform_act_fn = activation(config.mlm_act or config.hidden_act)
         self.LayerNorm = nn.LayerNorm(config.embedding_width, eps=config.layer_norm_eps)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -303,6 +304,50 @@ class BertForNextSentencePrediction(BertHeadModel):
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
         logits = self.cls.seq_relationship(out.pooler_output)
         loss = None if labels is None else F.cross_entropy(logits.float(), labels.view(-1))
+        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+class ReplacedTokenDetectionHead(nn.Module):
+    """ELECTRA's discriminator output: dense + hidden_act, then one score per token (replaced or original)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = activation(config.hidden_act)
+        self.dense_prediction = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dense_prediction(self.activation(self.dense(x))).squeeze(-1)  # (batch, seq)
+
+
+class BertForReplacedTokenDetection(BertHeadModel):
+    """ELECTRA's discriminator (Clark et al. 2020): is each token the original or one a generator put there?
+    Logits (batch, seq), > 0 for replaced; the loss is binary cross-entropy over the real tokens, as transformers'
+    ElectraForPreTraining computes it. The head of published ELECTRA discriminator folders; fine-tuning reads their
+    encoder and drops it."""
+
+    reads_pooled_output = False
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.discriminator_predictions = ReplacedTokenDetectionHead(config)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ClassifierOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        logits = self.discriminator_predictions(out.last_hidden_state)  # (batch, seq)
+        loss = None
+        if labels is not None:
+            real = attention_mask.bool() if attention_mask is not None else torch.ones_like(labels, dtype=torch.bool)
+            loss = F.binary_cross_entropy_with_logits(logits.float()[real], labels[real].float())
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 
@@ -640,6 +685,7 @@ MODEL_CLASSES: dict[str, type[BertPreTrainedModel]] = {
         BertForFrozenTokenClassification,
         BertForQuestionAnswering,
         BertForMultipleChoice,
+        BertForReplacedTokenDetection,
     )
 }
 
