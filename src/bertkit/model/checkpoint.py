@@ -210,7 +210,7 @@ def check_config_sizes(config: BertConfig, shapes: dict[str, tuple[int, ...]], w
     pins = {  # tensor -> the config field that sets each of its dimensions
         "embeddings.word_embeddings.weight": ("vocab_size", width),
         "embeddings.position_embeddings.weight": ("max_position_embeddings", width),
-        "embeddings.token_type_embeddings.weight": ("type_vocab_size", width),
+        **({"embeddings.token_type_embeddings.weight": ("type_vocab_size", width)} if config.type_vocab_size else {}),
         "encoder.layer.0.attention.self.query.weight": ("hidden_size", "hidden_size"),
         "encoder.layer.0.intermediate.dense.weight": ("intermediate_size", "hidden_size"),
     }
@@ -428,17 +428,18 @@ def _check_family_encoder(report: LoadReport, origin: dict[str, str], family: st
     report.renamed = [origin.get(name, name) for name in report.renamed]
 
 
-def read_family_state(config: BertConfig, weights: Path,
+def read_family_state(model_type: str, weights: Path,
                       state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str] | None]:
-    """A weights file's tensors (or shapes) under bertkit's names, and {bertkit name: file name} for a family's
-    folder (None for BERT's, whose names are bertkit's)."""
-    if config.family == "bert":
+    """A weights file's tensors (or shapes) under bertkit's names, and {bertkit name: file name}, for a folder whose
+    config.json's model_type is a family's (its tensors have the family's names); as they are, and None, for BERT's
+    and bertkit's folders (whose names are bertkit's, a family's model kept in bertkit's layout too)."""
+    if model_type not in families.FAMILIES:
         return state, None
-    names = families.bertkit_names(config.family, state, weights)
+    names = families.bertkit_names(model_type, state, weights)
     renamed: dict[str, Any] = {}
     for key, name in names.items():
         if name in renamed:  # two file tensors, one place (a pooler and a classifier.dense, say)
-            raise CheckpointError(f"{weights}: {names_of(names, name)} are both bertkit's {name}; a {config.family} "
+            raise CheckpointError(f"{weights}: {names_of(names, name)} are both bertkit's {name}; a {model_type} "
                                   "folder holds one of them")
         renamed[name] = state[key]
     return renamed, {name: key for key, name in names.items()}
@@ -454,6 +455,7 @@ def load_pretrained(
     *,
     config: BertConfig | None = None,
     config_source: str | None = None,
+    model_type: str | None = None,
     strict: bool = False,
     dtype: torch.dtype | None = None,
     execution: Execution | None = None,
@@ -462,7 +464,8 @@ def load_pretrained(
     """Build `cls` from a bertkit or Hugging Face folder; the result is in eval mode and carries `load_report`.
 
     config: the folder's BertConfig when the caller has read it already (`bertkit.model.folder.open_folder` reads
-    config.json once and hands it down; `config_source` then names where it came from in error messages), else
+    config.json once and hands it down; `config_source` then names where it came from in error messages, and
+    `model_type` is config.json's, which says how the tensors are named: a family's own names, or bertkit's), else
     config.json is read here. config_overrides change config fields before the model is built (e.g. num_labels=3
     for a new classifier). With strict=True any tensor missing from the file or left unused raises CheckpointError.
     execution: the plan of the model's forward passes, for the classes built with one (BertModel and the masked-LM
@@ -470,8 +473,9 @@ def load_pretrained(
     """
     folder = resolve_model_dir(folder)
     origin = str(folder / CONFIG_NAME) if config is None else config_source or "the config given to from_pretrained"
-    if config is None:
-        config, _ = read_config(folder)
+    if config is None or model_type is None:
+        read, raw = read_config(folder)
+        config, model_type = config or read, raw.get("model_type", "bert")
         check_vocab(folder, config)
     elif not folder.is_dir():
         raise CheckpointError(f"{folder}: no such model folder")
@@ -484,11 +488,12 @@ def load_pretrained(
     # Sizes first, from the safetensors header (or the memory-mapped .bin): before any tensor data is read, and
     # before cls(config) allocates what the config says.
     if weights.suffix == ".bin":
-        state, origin = read_family_state(config, weights, read_state_dict(weights))
+        state, origin = read_family_state(model_type, weights, read_state_dict(weights))
         check_config_sizes(config, {k: tuple(v.shape) for k, v in state.items()}, weights, where)
     else:
-        check_config_sizes(config, read_family_state(config, weights, safetensors_shapes(weights))[0], weights, where)
-        state, origin = read_family_state(config, weights, read_state_dict(weights))
+        shapes = read_family_state(model_type, weights, safetensors_shapes(weights))[0]
+        check_config_sizes(config, shapes, weights, where)
+        state, origin = read_family_state(model_type, weights, read_state_dict(weights))
     kwargs: dict[str, Any] = {} if execution is None else {"execution": execution}
     if cls.__name__ == "BertModel" and config.family in families.NO_BASE_POOLER:
         kwargs["add_pooling_layer"] = False  # as the family's base model (DistilBertModel, ElectraModel)

@@ -117,7 +117,8 @@ def load_model(folder: Folder, model_class: str | None = None, **overrides: Any)
     folder = read_folder(folder)
     cls = head_class(folder, model_class)
     check_vocab(folder.path, folder.config)
-    return cls.from_pretrained(folder.path, config=folder.config, config_source=str(folder.config_path), **overrides)
+    return cls.from_pretrained(folder.path, config=folder.config, config_source=str(folder.config_path),
+                               model_type=folder.raw.get("model_type", "bert"), **overrides)
 
 
 def open_folder(folder: Folder, model_class: str | None = None, **overrides: Any) -> ModelFolder:
