@@ -19,6 +19,7 @@ from bertkit.errors import CheckpointError, TokenizerError
 from bertkit.io import atomic_write_json, atomic_write_text, make_dir, read_json_object
 from bertkit.pretrained import resolve_model_dir
 from bertkit.tokenizer.basic import ASCII_CONTROL_RE, ASCII_WORD_RE, Word, split_words
+from bertkit.tokenizer.families import tokenizer_family
 from bertkit.tokenizer.wordpiece import MAX_INPUT_CHARS_PER_WORD, WordPiece
 
 SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
@@ -244,7 +245,174 @@ def _token_name(value: Any) -> str | None:
 # ------------------------------------------------------------------------------------------------------------------
 
 
-class BertTokenizer:
+class TokenizerBase:
+    """What every bertkit tokenizer shares: encoding one text or a batch into `Encoding`s, truncation into HF's
+    overflow windows, padding. A subclass gives `_encode_text` (a text's ids, offsets and word indices, no special
+    tokens), `_build` (one window with its special tokens) and `special_counts` (special tokens added around one
+    sequence and around a pair), so the windows and their order are computed here once for every tokenizer."""
+
+    model_max_length: int
+    pad_token: str
+    pad_token_id: int | None
+    special_counts: tuple[int, int] = (2, 3)  # [CLS] A [SEP], [CLS] A [SEP] B [SEP]
+
+    def _encode_text(self, text: str) -> Sequence_:
+        raise NotImplementedError
+
+    def _build(self, a: Sequence_, sa: tuple[int, int], b: Sequence_ | None, sb: tuple[int, int] | None,
+               special: bool) -> Encoding:
+        raise NotImplementedError
+
+    # --- encoding ----------------------------------------------------------------------------------------------------
+    def encode(
+        self,
+        text: str,
+        pair: str | None = None,
+        max_length: int | None = None,
+        truncation: bool | str = True,
+        padding: bool | str = False,
+        pad_to_multiple_of: int | None = None,
+        stride: int = 0,
+        return_overflowing: bool = False,
+        add_special_tokens: bool = True,
+    ) -> Encoding:
+        """Encode one text (or a pair) with the model's special tokens (BERT: `[CLS] A [SEP] (B [SEP])`).
+
+        `max_length` (default: model_max_length) bounds every window when `truncation` is on. Truncation
+        strategies are HF's: 'longest_first' (True), 'only_first', 'only_second'. `stride` is the OVERLAP, in
+        tokens, between consecutive windows of the truncated sequence (HF's `stride` with
+        `return_overflowing_tokens=True`); with `return_overflowing` the later windows are in `.overflowing`.
+        `padding`: False, 'longest' (True; a no-op for one input besides pad_to_multiple_of) or 'max_length'.
+        """
+        a = self._check_text(text)
+        b = self._check_text(pair) if pair is not None else None
+        enc = self._assemble(self._encode_text(a), self._encode_text(b) if b is not None else None,
+                             max_length, truncation, stride, add_special_tokens)
+        if not return_overflowing:
+            enc.overflowing = []
+        self._pad([enc, *enc.overflowing], padding, max_length, pad_to_multiple_of)
+        return enc
+
+    def __call__(
+        self,
+        texts: Sequence[str] | str,
+        pairs: Sequence[str] | str | None = None,
+        max_length: int | None = None,
+        truncation: bool | str = True,
+        padding: bool | str = False,
+        pad_to_multiple_of: int | None = None,
+        stride: int = 0,
+        return_overflowing: bool = False,
+        add_special_tokens: bool = True,
+        num_workers: int | None = None,
+    ) -> BatchEncoding:
+        """Encode a batch (same options as `encode`). Overflow windows, when asked for, become encodings of their
+        own, in order, with `overflow_to_sample_mapping`. `padding=True`/'longest' pads to the batch's longest.
+
+        `num_workers`: processes to tokenize with (default 1; worth trying only for very large batches).
+        """
+        if isinstance(texts, str):
+            texts = [texts]
+        if isinstance(pairs, str):
+            pairs = [pairs]
+        if pairs is not None and len(pairs) != len(texts):
+            raise TokenizerError(f"got {len(texts)} texts but {len(pairs)} pairs")
+        # Millions of small tuples and lists, none in a reference cycle: the cyclic GC would only rescan them.
+        gc_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            a_seqs = self._encode_many([self._check_text(t) for t in texts], num_workers)
+            b_seqs = (self._encode_many([self._check_text(t) for t in pairs], num_workers)
+                      if pairs is not None else None)
+            encodings: list[Encoding] = []
+            mapping: list[int] = []
+            for i, a in enumerate(a_seqs):
+                enc = self._assemble(a, b_seqs[i] if b_seqs is not None else None, max_length, truncation, stride,
+                                     add_special_tokens)
+                encodings.append(enc)
+                mapping.append(i)
+                if return_overflowing and enc.overflowing:
+                    encodings += enc.overflowing
+                    mapping += [i] * len(enc.overflowing)
+                enc.overflowing = []
+            self._pad(encodings, padding, max_length, pad_to_multiple_of)
+        finally:
+            if gc_enabled:
+                gc.enable()
+        return BatchEncoding(encodings, mapping, self.pad_token_id)
+
+    def _encode_many(self, texts: list[str], num_workers: int | None) -> list[Sequence_]:
+        """`_encode_text` over a list, in worker processes when the batch is large."""
+        if num_workers is None:
+            num_workers = 1
+        if num_workers <= 1 or len(texts) < 2 * num_workers:
+            encode = self._encode_text
+            return [encode(t) for t in texts]
+        from bertkit.tokenizer._parallel import encode_parallel
+
+        return encode_parallel(self, texts, num_workers)
+
+    @staticmethod
+    def _check_text(text: Any) -> str:
+        if not isinstance(text, str):
+            raise TokenizerError(f"texts must be strings, got {type(text).__name__}")
+        return text
+
+    def _assemble(
+        self,
+        a: Sequence_,
+        b: Sequence_ | None,
+        max_length: int | None,
+        truncation: bool | str,
+        stride: int,
+        add_special_tokens: bool,
+    ) -> Encoding:
+        """Truncate into windows and add special tokens; the first window is the encoding, the rest overflowing."""
+        strategy = "longest_first" if truncation is True else truncation
+        n_special = self.special_counts[b is not None] if add_special_tokens else 0
+        la, lb = len(a[0]), (len(b[0]) if b is not None else None)
+        if strategy:
+            limit = self.model_max_length if max_length is None else max_length
+            room = limit - n_special
+            if room < 0:
+                raise TokenizerError(f"max_length {limit} leaves no room beside {n_special} special tokens")
+            # HF refuses a stride beyond the room of a single sequence, even for pairs that need no cut.
+            if stride > limit - (self.special_counts[0] if add_special_tokens else 0):
+                raise TokenizerError(f"stride {stride} is larger than max_length {limit} minus the special tokens")
+            ka, kb = _truncation_lengths(la, lb, room, strategy)
+            wa = _windows(la, ka, stride)
+            wb = _windows(lb, kb, stride) if b is not None else [None]  # type: ignore[arg-type]
+        else:
+            wa, wb = [(0, la)], [(0, lb)] if b is not None else [None]
+        # HF's order: the first windows of both; then each later window of A with every window of B;
+        # then the first window of A with the later windows of B.
+        combos = [(wa[0], wb[0])]
+        for sa in wa[1:]:
+            combos += [(sa, sb) for sb in wb]
+        combos += [(wa[0], sb) for sb in wb[1:]]
+        encs = [self._build(a, sa, b, sb, add_special_tokens) for sa, sb in combos]
+        encs[0].overflowing = encs[1:]
+        return encs[0]
+
+    def _pad(self, encodings: list[Encoding], padding: bool | str, max_length: int | None,
+             multiple: int | None) -> None:
+        """Pad in place: 'longest' (or True) to the longest encoding, 'max_length' to max_length."""
+        if not padding or not encodings:
+            return
+        if padding is True or padding == "longest":
+            length = max(len(e) for e in encodings)
+        elif padding == "max_length":
+            length = self.model_max_length if max_length is None else max_length
+        else:
+            raise TokenizerError(f"padding must be False, True, 'longest' or 'max_length', got {padding!r}")
+        if multiple:
+            length = _round_up(length, multiple)
+        _check_pad(self.pad_token_id, self.pad_token, [len(e) for e in encodings], length)
+        for e in encodings:
+            e.pad(length, self.pad_token_id)
+
+
+class BertTokenizer(TokenizerBase):
     """BERT's uncased/cased WordPiece tokenizer.
 
     `vocab` maps token -> id (or is a list of tokens in id order). `strip_accents=None` follows `lowercase`.
@@ -356,6 +524,10 @@ class BertTokenizer:
         inv = self.ids_to_tokens
         return [inv[i] for i in self._encode_text(text)[0]]
 
+    def encode_word(self, word: str) -> list[int]:
+        """The ids of one word of a sentence given as words (NER's CoNLL words): its WordPiece ids."""
+        return self._encode_text(word)[0]
+
     def _encode_text(self, text: str) -> Sequence_:
         """Ids, original-text offsets and word indices of one text's tokens: the hot path."""
         ids: list[int] = []
@@ -399,137 +571,6 @@ class BertTokenizer:
             word_ids += [w] * len(pids)
         return ids, offsets, word_ids
 
-    # --- encoding ----------------------------------------------------------------------------------------------------
-    def encode(
-        self,
-        text: str,
-        pair: str | None = None,
-        max_length: int | None = None,
-        truncation: bool | str = True,
-        padding: bool | str = False,
-        pad_to_multiple_of: int | None = None,
-        stride: int = 0,
-        return_overflowing: bool = False,
-        add_special_tokens: bool = True,
-    ) -> Encoding:
-        """Encode one text (or a pair) as `[CLS] A [SEP] (B [SEP])`.
-
-        `max_length` (default: model_max_length) bounds every window when `truncation` is on. Truncation
-        strategies are HF's: 'longest_first' (True), 'only_first', 'only_second'. `stride` is the OVERLAP, in
-        tokens, between consecutive windows of the truncated sequence (HF's `stride` with
-        `return_overflowing_tokens=True`); with `return_overflowing` the later windows are in `.overflowing`.
-        `padding`: False, 'longest' (True; a no-op for one input besides pad_to_multiple_of) or 'max_length'.
-        """
-        a = self._check_text(text)
-        b = self._check_text(pair) if pair is not None else None
-        enc = self._assemble(self._encode_text(a), self._encode_text(b) if b is not None else None,
-                             max_length, truncation, stride, add_special_tokens)
-        if not return_overflowing:
-            enc.overflowing = []
-        self._pad([enc, *enc.overflowing], padding, max_length, pad_to_multiple_of)
-        return enc
-
-    def __call__(
-        self,
-        texts: Sequence[str] | str,
-        pairs: Sequence[str] | str | None = None,
-        max_length: int | None = None,
-        truncation: bool | str = True,
-        padding: bool | str = False,
-        pad_to_multiple_of: int | None = None,
-        stride: int = 0,
-        return_overflowing: bool = False,
-        add_special_tokens: bool = True,
-        num_workers: int | None = None,
-    ) -> BatchEncoding:
-        """Encode a batch (same options as `encode`). Overflow windows, when asked for, become encodings of their
-        own, in order, with `overflow_to_sample_mapping`. `padding=True`/'longest' pads to the batch's longest.
-
-        `num_workers`: processes to tokenize with (default 1; worth trying only for very large batches).
-        """
-        if isinstance(texts, str):
-            texts = [texts]
-        if isinstance(pairs, str):
-            pairs = [pairs]
-        if pairs is not None and len(pairs) != len(texts):
-            raise TokenizerError(f"got {len(texts)} texts but {len(pairs)} pairs")
-        # Millions of small tuples and lists, none in a reference cycle: the cyclic GC would only rescan them.
-        gc_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            a_seqs = self._encode_many([self._check_text(t) for t in texts], num_workers)
-            b_seqs = (self._encode_many([self._check_text(t) for t in pairs], num_workers)
-                      if pairs is not None else None)
-            encodings: list[Encoding] = []
-            mapping: list[int] = []
-            for i, a in enumerate(a_seqs):
-                enc = self._assemble(a, b_seqs[i] if b_seqs is not None else None, max_length, truncation, stride,
-                                     add_special_tokens)
-                encodings.append(enc)
-                mapping.append(i)
-                if return_overflowing and enc.overflowing:
-                    encodings += enc.overflowing
-                    mapping += [i] * len(enc.overflowing)
-                enc.overflowing = []
-            self._pad(encodings, padding, max_length, pad_to_multiple_of)
-        finally:
-            if gc_enabled:
-                gc.enable()
-        return BatchEncoding(encodings, mapping, self.pad_token_id)
-
-    def _encode_many(self, texts: list[str], num_workers: int | None) -> list[Sequence_]:
-        """`_encode_text` over a list, in worker processes when the batch is large."""
-        if num_workers is None:
-            num_workers = 1
-        if num_workers <= 1 or len(texts) < 2 * num_workers:
-            encode = self._encode_text
-            return [encode(t) for t in texts]
-        from bertkit.tokenizer._parallel import encode_parallel
-
-        return encode_parallel(self, texts, num_workers)
-
-    @staticmethod
-    def _check_text(text: Any) -> str:
-        if not isinstance(text, str):
-            raise TokenizerError(f"texts must be strings, got {type(text).__name__}")
-        return text
-
-    def _assemble(
-        self,
-        a: Sequence_,
-        b: Sequence_ | None,
-        max_length: int | None,
-        truncation: bool | str,
-        stride: int,
-        add_special_tokens: bool,
-    ) -> Encoding:
-        """Truncate into windows and add special tokens; the first window is the encoding, the rest overflowing."""
-        strategy = "longest_first" if truncation is True else truncation
-        n_special = (3 if b is not None else 2) if add_special_tokens else 0
-        la, lb = len(a[0]), (len(b[0]) if b is not None else None)
-        if strategy:
-            limit = self.model_max_length if max_length is None else max_length
-            room = limit - n_special
-            if room < 0:
-                raise TokenizerError(f"max_length {limit} leaves no room beside {n_special} special tokens")
-            # HF refuses a stride beyond the room of a single sequence, even for pairs that need no cut.
-            if stride > limit - (2 if add_special_tokens else 0):
-                raise TokenizerError(f"stride {stride} is larger than max_length {limit} minus the special tokens")
-            ka, kb = _truncation_lengths(la, lb, room, strategy)
-            wa = _windows(la, ka, stride)
-            wb = _windows(lb, kb, stride) if b is not None else [None]  # type: ignore[arg-type]
-        else:
-            wa, wb = [(0, la)], [(0, lb)] if b is not None else [None]
-        # HF's order: the first windows of both; then each later window of A with every window of B;
-        # then the first window of A with the later windows of B.
-        combos = [(wa[0], wb[0])]
-        for sa in wa[1:]:
-            combos += [(sa, sb) for sb in wb]
-        combos += [(wa[0], sb) for sb in wb[1:]]
-        encs = [self._build(a, sa, b, sb, add_special_tokens) for sa, sb in combos]
-        encs[0].overflowing = encs[1:]
-        return encs[0]
-
     def _build(self, a: Sequence_, sa: tuple[int, int], b: Sequence_ | None, sb: tuple[int, int] | None,
                special: bool) -> Encoding:
         """One window: `[CLS] A[sa] [SEP] (B[sb] [SEP])` with every per-token field."""
@@ -560,23 +601,6 @@ class BertTokenizer:
                 special_mask.append(1)
                 type_ids.append(1)
         return Encoding(ids, type_ids, [1] * len(ids), special_mask, offsets, word_ids, seq_ids)
-
-    def _pad(self, encodings: list[Encoding], padding: bool | str, max_length: int | None,
-             multiple: int | None) -> None:
-        """Pad in place: 'longest' (or True) to the longest encoding, 'max_length' to max_length."""
-        if not padding or not encodings:
-            return
-        if padding is True or padding == "longest":
-            length = max(len(e) for e in encodings)
-        elif padding == "max_length":
-            length = self.model_max_length if max_length is None else max_length
-        else:
-            raise TokenizerError(f"padding must be False, True, 'longest' or 'max_length', got {padding!r}")
-        if multiple:
-            length = _round_up(length, multiple)
-        _check_pad(self.pad_token_id, self.pad_token, [len(e) for e in encodings], length)
-        for e in encodings:
-            e.pad(length, self.pad_token_id)
 
     # --- decoding ----------------------------------------------------------------------------------------------------
     def decode(self, ids: Sequence[int] | Any, skip_special_tokens: bool = True,
@@ -645,7 +669,10 @@ class BertTokenizer:
         if (path / "vocab.txt").is_file():
             vocab = load_vocab(path / "vocab.txt")
         elif vocab is None:
-            raise CheckpointError(f"{path}: no vocab.txt (and no WordPiece vocabulary in a tokenizer.json)")
+            family = tokenizer_family(path)
+            raise CheckpointError(f"{path}: no vocab.txt (and no WordPiece vocabulary in a tokenizer.json)" + (
+                f"; it holds a {family} tokenizer, which bertkit.tokenizer.load_tokenizer reads (BertTokenizer reads "
+                "BERT's WordPiece only)" if family else ""))
         settings.update(overrides)
         try:
             return cls(vocab, name_or_path=str(path), **settings)
