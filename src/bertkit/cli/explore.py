@@ -68,7 +68,7 @@ def fill_mask_command(args: argparse.Namespace) -> int:
     options = config_from_options(FillMaskOptions, args)
     model, tokenizer = _load(args.model)
     for i, predictions in enumerate(fill_mask(model, tokenizer, args.text, options.top_k), start=1):
-        print(f"[MASK] #{i}:")
+        print(f"{tokenizer.mask_token} #{i}:")
         for p in predictions:
             print(f"  {p.token:20s} {p.probability:.4f}")
     return 0

@@ -58,13 +58,13 @@ def _read_lines(path: str) -> list[str]:
 
 def tokenize_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit tokenize`."""
-    from bertkit.tokenizer import BertTokenizer
+    from bertkit.tokenizer import load_tokenizer
 
     folder = resolve_model_dir(args.model)  # a folder, or a shipped model's name
     if not folder.exists():
         raise CheckpointError(f"{args.model}: no such tokenizer folder (nor a shipped model's name: "
                               f"{', '.join(SHIPPED)})")
-    tok = BertTokenizer.from_pretrained(folder)
+    tok = load_tokenizer(folder)
     lines = _read_lines(args.input)
     if args.output:
         check_output_file(args.output)

@@ -1,4 +1,5 @@
-"""Fill-mask: the masked-LM head's top-k tokens, with probabilities, at every [MASK] of a text."""
+"""Fill-mask: the masked-LM head's top-k tokens, with probabilities, at every mask token ([MASK], <mask>) of a
+text."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from bertkit.errors import CheckpointError, ConfigError
 from bertkit.model import BertPreTrainedModel
 from bertkit.model.heads import base_model
 
-MASK = "[MASK]"
+MASK = "[MASK]"  # BERT's; a tokenizer names its own (`mask_token`)
 MASK_CHUNK = 256  # masks per decoder call: bounds the (masks, vocabulary) probabilities held at once
 
 
@@ -36,29 +37,26 @@ def masked_lm_head(model: BertPreTrainedModel) -> torch.nn.Module:
 
 
 def mask_ids(tokenizer: Any, text: str, max_length: int) -> list[int]:
-    """[CLS] pieces [SEP] with each literal [MASK] as the mask id; the pieces between masks tokenized normally.
+    """The text's ids with the model's special tokens, each literal mask token (the tokenizer's: BERT's [MASK],
+    RoBERTa's <mask>) as the mask id; the rest tokenized as the tokenizer tokenizes the whole text.
 
-    A text longer than `max_length` pieces is cut after its last [MASK] (with a warning); a [MASK] beyond the
-    first `max_length` pieces is refused with a ConfigError naming it, since its prediction could not be given."""
-    parts = text.split(MASK)
-    if len(parts) == 1:
-        raise ConfigError(f"no {MASK} in the text {text[:80]!r}; write {MASK} where a word should be predicted")
-    ids = [tokenizer.cls_token_id]
-    char = 0  # where parts[i] starts in the text
-    for i, part in enumerate(parts):
-        if i:
-            if len(ids) >= max_length - 1:  # no room left for it and the [SEP] after it
-                raise ConfigError(
-                    f"{MASK} #{i} (at character {char - len(MASK)}) is word piece {len(ids)} of the text, beyond "
-                    f"the {max_length - 2} the model reads besides [CLS] and [SEP]; move it nearer the start or "
-                    "shorten the text")
-            ids.append(tokenizer.mask_token_id)
-        ids.extend(tokenizer.convert_tokens_to_ids(tokenizer.tokenize(part)) if part.strip() else [])
-        char += len(part) + len(MASK)
-    ids.append(tokenizer.sep_token_id)
+    A text longer than `max_length` pieces is cut after its last mask (with a warning); a mask beyond the first
+    `max_length` pieces is refused with a ConfigError naming it, since its prediction could not be given."""
+    mask = getattr(tokenizer, "mask_token", MASK)
+    if mask not in text:
+        raise ConfigError(f"no {mask} in the text {text[:80]!r}; write {mask} where a word should be predicted")
+    enc = tokenizer.encode(text, truncation=False)
+    ids, end = enc.input_ids, len(enc.input_ids) - 1  # the last id closes the text ([SEP], </s>)
+    masks = [i for i, t in enumerate(ids) if t == tokenizer.mask_token_id]
+    for n, i in enumerate(masks, 1):
+        if i >= max_length - 1:  # no room left for it and the closing token after it
+            raise ConfigError(
+                f"{mask} #{n} (at character {enc.offsets[i][0]}) is word piece {i} of the text, beyond the "
+                f"{max_length - 2} the model reads besides its two special tokens; move it nearer the start or "
+                "shorten the text")
     if len(ids) > max_length:
-        warnings.warn(f"text has {len(ids)} tokens; truncated to {max_length} after its last {MASK}", stacklevel=3)
-        ids = ids[:max_length - 1] + [tokenizer.sep_token_id]
+        warnings.warn(f"text has {len(ids)} tokens; truncated to {max_length} after its last {mask}", stacklevel=3)
+        ids = ids[:max_length - 1] + ids[end:]
     return ids
 
 

@@ -32,7 +32,7 @@ from bertkit.model.folder import Folder, FolderConfig, load_model, open_folder, 
 from bertkit.tasks import get_task
 from bertkit.tasks.base import (DEFAULT_METRIC, Task, TaskSettings, collator, evaluate, predict, require_examples,
                                 task_options)
-from bertkit.tokenizer import BertTokenizer
+from bertkit.tokenizer import load_tokenizer
 from bertkit.training.config import TrainingConfig
 
 logger = logging.getLogger(__name__)
@@ -202,7 +202,7 @@ def run(config: FinetuneConfig, resume: bool = False,
         start = read_folder(model_folder or model)  # config.json, read once: checked here, built on below
         _check_same_task(t, start.config, model)
         settings = t.settings(c.options)
-        tokenizer = BertTokenizer.from_pretrained(model)
+        tokenizer = load_tokenizer(model)
 
         train_examples = t.read(train, settings)
         require_examples(train_examples, train, "training examples")

@@ -30,7 +30,8 @@ from bertkit.model.checkpoint import CONFIG_NAME, check_vocab, read_config
 from bertkit.model.config import BertConfig
 from bertkit.model.heads import MODEL_CLASSES
 from bertkit.pretrained import resolve_model_dir
-from bertkit.tokenizer import BertTokenizer
+from bertkit.tokenizer import load_tokenizer
+from bertkit.tokenizer.auto import Tokenizer
 
 # Task name (and each alias) -> the head class name its fine-tuned folders use, given the folder's task settings
 # (NER's `frozen` setting picks the frozen tagger, say). Filled by the task registry (`bertkit.tasks`) at import.
@@ -63,7 +64,7 @@ class ModelFolder:
 
     path: Path
     model: BertPreTrainedModel
-    tokenizer: BertTokenizer
+    tokenizer: Tokenizer
 
     @property
     def config(self) -> BertConfig:
@@ -127,4 +128,4 @@ def open_folder(folder: Folder, model_class: str | None = None, **overrides: Any
     naming the folder and the file."""
     folder = read_folder(folder)
     model = load_model(folder, model_class, **overrides)
-    return ModelFolder(folder.path, model, BertTokenizer.from_pretrained(folder.path))
+    return ModelFolder(folder.path, model, load_tokenizer(folder.path))

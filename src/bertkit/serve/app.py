@@ -49,7 +49,7 @@ from bertkit.answers import NUMBER_BYTES, OBJECT_BYTES, check_finite, json_bytes
 from bertkit.dataclass_io import check_value, field_docs, field_spec
 from bertkit.errors import BertkitError, CheckpointError
 from bertkit.inference.encoder import Encoders
-from bertkit.inference.fill_mask import MASK, mask_ids, predict_masks
+from bertkit.inference.fill_mask import mask_ids, predict_masks
 from bertkit.inference.options import FillMaskOptions
 from bertkit.inference.pooling import POOLINGS, folder_defaults
 from bertkit.inference.precision import DEFAULT_PRECISION
@@ -635,20 +635,21 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
     async def fill_mask(req: FillMaskRequest, request: Request) -> FillMaskResponse:
         batcher("fill-mask")
         check_texts(req.texts)
-        masks = [t.count(MASK) for t in req.texts]
+        mask = predictor.tokenizer.mask_token  # [MASK], <mask>: the folder's own
+        masks = [t.count(mask) for t in req.texts]
         for i, n in enumerate(masks):
             if not n:
-                raise HTTPException(400, f"texts[{i}] has no {MASK}; write {MASK} where a word should be predicted")
+                raise HTTPException(400, f"texts[{i}] has no {mask}; write {mask} where a word should be predicted")
             if n > settings.max_masks_per_text:
-                raise HTTPException(413, f"texts[{i}] has {n} {MASK}s; the limit is {settings.max_masks_per_text} "
+                raise HTTPException(413, f"texts[{i}] has {n} {mask}s; the limit is {settings.max_masks_per_text} "
                                          "per text")
         if sum(masks) * req.top_k > settings.max_fill_mask_predictions:
-            raise HTTPException(413, f"{sum(masks)} {MASK}s x top_k {req.top_k} = {sum(masks) * req.top_k} "
+            raise HTTPException(413, f"{sum(masks)} {mask}s x top_k {req.top_k} = {sum(masks) * req.top_k} "
                                      f"predictions; the limit is {settings.max_fill_mask_predictions} per request "
                                      "(send fewer masks or a smaller top_k)")
         k = min(req.top_k, predictor.config.vocab_size)
         check_answer(sum(masks) * (k * predictor.token_bytes + OBJECT_BYTES) + len(masks) * OBJECT_BYTES,
-                     f"{sum(masks)} {MASK}s x top_k {k}, each token up to {predictor.token_bytes} bytes")
+                     f"{sum(masks)} {mask}s x top_k {k}, each token up to {predictor.token_bytes} bytes")
         return FillMaskResponse(results=await run("fill-mask", [(t, req.top_k) for t in req.texts], request))
 
     async def search(req: Any, request: Request) -> SearchResponse:

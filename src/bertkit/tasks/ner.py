@@ -301,7 +301,7 @@ class NerTask(Task):
             for i, word in enumerate(s.words):
                 pieces = cache.get(word)
                 if pieces is None:
-                    pieces = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(word)) or [tokenizer.unk_token_id]
+                    pieces = tokenizer.encode_word(word) or [tokenizer.unk_token_id]
                     cache[word] = pieces
                 if len(ids) - 1 + len(pieces) > room:
                     word_starts.append(None)
