@@ -8,76 +8,18 @@ Unicode, and (marked slow) every assigned Unicode code point.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from bertkit.errors import TokenizerError
 from bertkit.tokenizer import BertTokenizer
-
-HERE = Path(__file__).parent
+from parity_helpers import assert_parity, assert_parity_or_same_refusal, single_texts, stress_texts, text_pairs
 
 transformers = pytest.importorskip("transformers")
 
 SETTINGS = {"uncased": True, "cased": False}
 WORD_IDS_EVERY = 10  # word and sequence ids are compared on every 10th encoding of a data set (one call each)
-
-
-# --- reading the data sets ------------------------------------------------------------------------------------------
-
-
-def _tsv(path: Path, skip_header: bool) -> list[list[str]]:
-    lines = path.read_text(encoding="utf-8-sig").split("\n")
-    rows = [line.rstrip("\r").split("\t") for line in lines if line.strip()]
-    return rows[1:] if skip_header else rows
-
-
-def _singles(data: Path, name: str) -> list[str]:
-    if name == "wikitext2":
-        return [line for split in ("valid", "test")
-                for line in (data / "wikitext2" / f"{split}.txt").read_text(encoding="utf-8").split("\n")]
-    if name == "sst2":
-        out = []
-        for split in ("train", "dev", "test"):
-            rows = _tsv(data / "sst2" / f"{split}.tsv", True)
-            out += [r[1] if split == "test" else r[0] for r in rows]
-        return out
-    if name == "cola":
-        out = [r[3] for split in ("train", "dev") for r in _tsv(data / "cola" / f"{split}.tsv", False)]
-        return out + [r[1] for r in _tsv(data / "cola" / "test.tsv", True)]
-    if name == "conll2003":
-        out, cur = [], []
-        for split in ("train", "valid"):
-            for line in (data / "conll2003" / f"{split}.txt").read_text(encoding="utf-8").split("\n"):
-                if not line.strip() or line.startswith("-DOCSTART-"):
-                    if cur:
-                        out.append(" ".join(cur))
-                        cur = []
-                else:
-                    cur.append(line.split(" ")[0])
-        return out + ([" ".join(cur)] if cur else [])
-    raise KeyError(name)
-
-
-def _pairs(data: Path, name: str) -> tuple[list[str], list[str]]:
-    rows: list[list[str]] = []
-    if name == "mrpc":
-        for split in ("train", "dev", "test"):
-            rows += [[r[3], r[4]] for r in _tsv(data / "mrpc" / f"{split}.tsv", True)]
-    elif name == "rte":
-        for split in ("train", "dev", "test"):
-            rows += [[r[1], r[2]] for r in _tsv(data / "rte" / f"{split}.tsv", True)]
-    elif name == "qnli":
-        for split in ("dev", "test"):
-            rows += [[r[1], r[2]] for r in _tsv(data / "qnli" / f"{split}.tsv", True)]
-    elif name == "squad":
-        d = json.loads((data / "squad_v1.1" / "dev-v1.1.json").read_text(encoding="utf-8"))
-        rows = [[qa["question"], p["context"]] for art in d["data"] for p in art["paragraphs"] for qa in p["qas"]]
-    else:
-        raise KeyError(name)
-    return [r[0] for r in rows], [r[1] for r in rows]
 
 
 # --- the two tokenizers -----------------------------------------------------------------------------------------------
@@ -95,56 +37,6 @@ def tokenizers(vocab_dir: str) -> dict[str, tuple[BertTokenizer, Any]]:
     return out
 
 
-def _first_difference(ours: Any, ref: Any, texts: list[str], pairs: list[str] | None) -> str:
-    mapping = ref.get("overflow_to_sample_mapping", list(range(len(ref["input_ids"]))))
-    for i in range(len(ref["input_ids"])):
-        for ours_key, ref_key in (("input_ids", "input_ids"), ("token_type_ids", "token_type_ids"),
-                                  ("offsets", "offset_mapping"), ("attention_mask", "attention_mask")):
-            if ours[i].__getattribute__(ours_key) != ref[ref_key][i]:
-                j = mapping[i]
-                return (f"encoding {i} (text {j}: {texts[j]!r}" + (f", pair {pairs[j]!r}" if pairs else "")
-                        + f"): {ours_key} differ\nours: {getattr(ours[i], ours_key)}\nref:  {ref[ref_key][i]}")
-    return "lengths differ"
-
-
-def assert_parity(tok: BertTokenizer, ref: Any, texts: list[str], pairs: list[str] | None = None,
-                  word_ids_every: int = 1, **kwargs: Any) -> int:
-    """Encode with both (batch calls) and compare every field; returns the number of encodings compared."""
-    ours = tok(texts, pairs, return_overflowing=kwargs.get("return_overflowing_tokens", False),
-               truncation=kwargs.get("truncation", False), max_length=kwargs.get("max_length"),
-               stride=kwargs.get("stride", 0), padding=kwargs.get("padding", False),
-               pad_to_multiple_of=kwargs.get("pad_to_multiple_of"))
-    ref_out = ref(texts, pairs, return_offsets_mapping=True, return_special_tokens_mask=True, **kwargs)
-    same = (ours["input_ids"] == ref_out["input_ids"] and ours["token_type_ids"] == ref_out["token_type_ids"]
-            and ours["attention_mask"] == ref_out["attention_mask"]
-            and ours["offsets"] == ref_out["offset_mapping"]
-            and ours["special_tokens_mask"] == ref_out["special_tokens_mask"])
-    assert same, _first_difference(ours, ref_out, texts, pairs)
-    if "overflow_to_sample_mapping" in ref_out:
-        assert ours.overflow_to_sample_mapping == ref_out["overflow_to_sample_mapping"]
-    if word_ids_every:
-        for i in range(0, len(ours), word_ids_every):
-            assert ours[i].word_ids == ref_out.word_ids(i), f"word ids differ for encoding {i}"
-            assert ours[i].sequence_ids == ref_out.sequence_ids(i), f"sequence ids differ for encoding {i}"
-    return len(ours)
-
-
-def assert_parity_or_same_refusal(tok: BertTokenizer, ref: Any, texts: list[str], pairs: list[str],
-                                  **kwargs: Any) -> None:
-    """Pair by pair: the same encodings, or both refuse (a sequence too short to truncate, a stride too large)."""
-    for a, b in zip(texts, pairs):
-        try:
-            ref([a], [b], **kwargs)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException:  # tokenizers raises Exception, or panics (stride >= window), on truncation errors
-            with pytest.raises(TokenizerError):
-                tok([a], [b], truncation=kwargs["truncation"], max_length=kwargs["max_length"],
-                    stride=kwargs.get("stride", 0), return_overflowing=True)
-            continue
-        assert_parity(tok, ref, [a], [b], **kwargs)
-
-
 # --- the data sets ------------------------------------------------------------------------------------------------------
 
 SINGLE_SETS = ["wikitext2", "sst2", "cola", "conll2003"]
@@ -158,10 +50,10 @@ def test_parity_on_data(tokenizers: dict, data_dir: Path, name: str, setting: st
     """Every text (or pair) of each data set; SQuAD as question/context pairs cut into overflow windows."""
     tok, ref = tokenizers[setting]
     if name in SINGLE_SETS:
-        texts = _singles(data_dir, name)
+        texts = single_texts(data_dir, name)
         n = assert_parity(tok, ref, texts, word_ids_every=WORD_IDS_EVERY)
     else:
-        texts, pairs = _pairs(data_dir, name)
+        texts, pairs = text_pairs(data_dir, name)
         kwargs = SQUAD if name == "squad" else {}
         n = assert_parity(tok, ref, texts, pairs, word_ids_every=WORD_IDS_EVERY, **kwargs)
     assert n >= len(texts) > 0
@@ -170,14 +62,10 @@ def test_parity_on_data(tokenizers: dict, data_dir: Path, name: str, setting: st
 # --- the Unicode stress set -------------------------------------------------------------------------------------------
 
 
-def _stress() -> list[str]:
-    return json.loads((HERE / "data" / "unicode_stress.json").read_text(encoding="utf-8"))
-
-
 @pytest.mark.parametrize("setting", list(SETTINGS))
 def test_unicode_stress_singles_and_pairs(tokenizers: dict, setting: str) -> None:
     tok, ref = tokenizers[setting]
-    texts = _stress()
+    texts = stress_texts()
     assert_parity(tok, ref, texts)
     assert_parity(tok, ref, texts, texts[1:] + texts[:1])
     for text in texts:
@@ -189,7 +77,7 @@ def test_unicode_stress_singles_and_pairs(tokenizers: dict, setting: str) -> Non
 def test_unicode_stress_windows(tokenizers: dict, setting: str, strategy: str) -> None:
     """Truncation with overflow windows and padding on long stress pairs."""
     tok, ref = tokenizers[setting]
-    texts = [t for t in _stress() if len(ref.tokenize(t)) >= 12]
+    texts = [t for t in stress_texts() if len(ref.tokenize(t)) >= 12]
     pairs = texts[3:] + texts[:3]
     assert_parity_or_same_refusal(tok, ref, texts, pairs, truncation=strategy, max_length=24, stride=3,
                                   return_overflowing_tokens=True, padding="longest", pad_to_multiple_of=8)
