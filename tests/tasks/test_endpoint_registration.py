@@ -1,5 +1,6 @@
-"""A plug-in task whose endpoint is already served (C3): refused by `register_task`, naming both, with the registry left
-as it was; it used to register, and every server created after it in the process failed."""
+"""A plug-in task whose endpoint is already served is refused by `register_task`, naming both, with the registry left
+as it was (the 2026-11-28 attack report's C3: it used to register, and every server created after it in the process
+failed)."""
 
 from __future__ import annotations
 

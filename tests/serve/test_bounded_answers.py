@@ -1,8 +1,8 @@
-"""Bounded answers (issue 45): what one request can make the server or a verb compute or return is bounded, and checked
-before the work, the same way for every endpoint: the answer's worst-case size against max_response_bytes (H1: a
-347-byte /search request answered 58 MB), top_k capped at the index's rows before FAISS allocates (H2: --top-k 1e9
-took all of a 23 GB machine), the attention picture's pixels; and every answer's numbers finite (S7: `Infinity`
-printed, `null` served)."""
+"""Bounded answers: what one request can make the server or a verb compute or return is bounded, and checked before
+the work, the same way for every endpoint: the answer's worst-case size against max_response_bytes (the 2026-11-28
+attack report's H1: a 347-byte /search request answered 58 MB), the masks and predictions of /fill-mask, top_k capped
+at the index's rows before FAISS allocates (H2: --top-k 1e9 took all of a 23 GB machine), the attention picture's
+pixels; and every answer's numbers finite (S7: `Infinity` printed, `null` served)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from bertkit.jobs.embed import run as embed  # noqa: E402
 from bertkit.model.heads import base_model  # noqa: E402
 from bertkit.serve import protocols  # noqa: E402
 
+
 WORDS = "the river bank loan fish song train music night forest road car boat water film good bad".split()
 
 
@@ -51,7 +52,9 @@ def words(rng: random.Random, chars: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(chars))[:chars].strip()
 
 
-# --- H1: the answer's size ---------------------------------------------------------------------------------------
+# --- the answer's size ---------------------------------------------------------------------------------------
+
+
 def test_search_amplification_is_refused_before_searching(tmp_path: Path) -> None:
     """H1 as reported, with the default limits: 64 queries x top_k 100 over rows of 9,000 characters (a 347-byte
     request, answered 58 MB) is a 413 naming the sizes, before anything is embedded or searched; a usual search of
@@ -69,6 +72,20 @@ def test_search_amplification_is_refused_before_searching(tmp_path: Path) -> Non
         r = httpx.post(f"{server.url}/search", json={"queries": ["a film about a river"], "top_k": 10}, timeout=60)
         assert r.status_code == 200 and len(r.json()["results"][0]) == 10
         assert len(r.content) <= server.app.state.predictor.hit_bytes(10) + 64
+
+
+def test_fill_mask_amplification_is_refused_before_computing(tmp_path: Path) -> None:
+    """H3: masks per text and masks x top_k per request are bounded (413 with the reason, nothing computed)."""
+    with Server(tiny_folder(tmp_path, "BertForMaskedLM")) as server:
+        batcher = server.app.state.batchers["fill-mask"]
+        c = httpx.Client(base_url=server.url, timeout=60)
+        r = c.post("/fill-mask", json={"texts": ["[MASK]" * 100] * 8, "top_k": 100})
+        assert r.status_code == 413 and "100 [MASK]s; the limit is 80 per text" in r.json()["detail"]
+        r = c.post("/fill-mask", json={"texts": ["[MASK] " * 60] * 4, "top_k": 100})
+        assert r.status_code == 413 and "240 [MASK]s x top_k 100 = 24000 predictions; the limit is 20000" in r.text
+        assert batcher.items == 0  # refused before anything reached the model
+        r = c.post("/fill-mask", json={"texts": ["[MASK] " * 80] * 2, "top_k": 100})  # 16,000: within both
+        assert r.status_code == 200 and [len(m) for m in r.json()["results"]] == [80, 80]
 
 
 def _text_of(chars: int) -> str:
@@ -136,7 +153,7 @@ def test_every_endpoint_answers_within_its_bound_or_refuses_before_computing(end
     assert outcomes == {200, 413}
 
 
-# --- H2: top_k beyond the index --------------------------------------------------------------------------------
+# --- top_k beyond the index -------------------------------------------------------------------------------------
 def _capped(code: str, gigabytes: float = 6.0) -> subprocess.CompletedProcess:
     """`code` in a fresh Python whose address space is capped: an uncapped k would fail to allocate, not swap."""
     limit = int(gigabytes * 2**30)
@@ -168,7 +185,7 @@ def test_top_k_beyond_the_index_gives_every_row_without_allocating_k(tmp_path: P
         assert "top_k" in done.stderr
 
 
-# --- S7, the output side: never Infinity, NaN or null -----------------------------------------------------------
+# --- the output side: never Infinity, NaN or null ---------------------------------------------------------------
 def _inf_first(index: VectorIndex) -> None:
     """Make `index` answer as one holding an infinite vector would: its first hit scores inf."""
     search = index.search

@@ -1,6 +1,6 @@
-"""What the server takes a request from, and what it takes in one (C4): only Host names that are this service's (DNS
-rebinding reached a loopback server that has no authentication), a page that runs only its own script, and request
-bodies of the declared types (`"top_k": true` was a top_k of 1, `"3"` one of 3)."""
+"""What the server takes a request from, and what it takes in one (the 2026-11-28 attack report's C4): only Host names
+that are this service's (DNS rebinding reached a loopback server that has no authentication), a page that runs only
+its own script, and request bodies of the declared types (`"top_k": true` was a top_k of 1, `"3"` one of 3)."""
 
 from __future__ import annotations
 

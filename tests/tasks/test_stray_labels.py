@@ -1,9 +1,10 @@
 """Stray labels: a label that looks like a typo (a word among numbers, a number among words, a label on a few rows
 below frequent classes) would silently add a class, so the classification reader refuses it naming its row, in a
-file of any size and every format; `--labels` accepts a rare class that is real.
+file of any size and every format; `--labels` accepts a rare class that is real, and is a finetune option.
 
-Attack round 3 (issue 45), S10: a 0/1 file whose minority class had 9 rows, plus one 'l' row, made a 3-class model,
-because the check needed two classes of 10 rows (round 2's N6 fix held only for large files)."""
+The 2026-11-28 attack report's S10: a 0/1 file whose minority class had 9 rows, plus one 'l' row, made a 3-class
+model, because the check needed two classes of 10 rows (the fix of the 2026-11-24 report's N6 held only for large
+files)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from bertkit.errors import DataError
+from bertkit.errors import ConfigError, DataError
 from bertkit.tasks import get_task
+from bertkit.tasks.classification import ClassificationTask
 
 CLASSIFY = get_task("classification")
 NAMED = {"text_column": "text", "label_column": "label"}
@@ -78,3 +80,53 @@ def test_the_report_file_is_refused_and_real_rare_classes_still_read(tmp_path: P
                    ["neg"] * 9 + ["pos"] * 2 + ["neutral"], ["0"] * 19 + ["1"] * 19 + ["1.5"] * 2,
                    ["0"] * 20 + ["1"] * 20 + ["unsure"] * 5):
         assert len(read(labelled(tmp_path / "rare.tsv", labels))) == len(labels), labels
+
+
+def test_typo_labels_are_caught_and_rare_real_classes_are_accepted(tmp_path: Path) -> None:
+    """N6: only exactly one singleton label was caught; two typo rows (`l` twice, or `l` and `O`) in a 400-row 0/1
+    file made a 3- or 4-class model. A genuine rare class is accepted by listing the labels."""
+    task = ClassificationTask()
+    named = {"text_column": "text", "label_column": "label"}
+    binary = ["1" if i % 5 else "0" for i in range(400)]  # 80 zeros, 320 ones
+    for typos, message in ((("l", "l"), r"t\.tsv:13: label 'l' occurs only on 2 rows \(lines 13, 23\) and is not a "
+                                        r"number, unlike the others, while '0', '1' occur at least 80 times each"),
+                           (("l", "O"), r"t\.tsv:13: label 'l' occurs only on this row .*also 'O' on line 23"),
+                           (("2", "2"), r"t\.tsv:13: label '2' occurs only on 2 rows")):
+        labels = list(binary)
+        labels[11], labels[21] = typos
+        with pytest.raises(DataError, match=message):
+            task.read(labelled(tmp_path / "t.tsv", labels), task.settings(named))
+    # A word among numbers on more rows (20 of 2,000) is caught too; the message offers the way to accept it.
+    labels = ["1" if i % 2 else "0" for i in range(2000)]
+    for i in range(0, 2000, 100):
+        labels[i] = "x"
+    with pytest.raises(DataError, match=r"label 'x' occurs only on 20 rows .* --labels '\[0, 1, x\]'"):
+        task.read(labelled(tmp_path / "t.tsv", labels), task.settings(named))
+    accepted = task.settings({**named, "labels": ["0", "1", "x"]})
+    fitted = task.fit_labels(task.read(tmp_path / "t.tsv", accepted), accepted)
+    assert fitted.label_names == ["0", "1", "x"]
+
+    # 5-way sentiment: a rare class of 5 rows passes as it is; one of 3 rows needs --labels.
+    five = [str(i % 4) for i in range(400)] + ["4"] * 5
+    assert len(task.read(labelled(tmp_path / "s.tsv", five), task.settings(named))) == 405
+    with pytest.raises(DataError, match=r"s\.tsv:402: label '4' occurs only on 3 rows"):
+        task.read(labelled(tmp_path / "s.tsv", five[:-2]), task.settings(named))
+    five_labels = task.settings({**named, "labels": ["0", "1", "2", "3", "4"]})
+    assert len(task.read(tmp_path / "s.tsv", five_labels)) == 403
+    # With --labels, a label outside the list is an error naming its line; a listed label never seen is refused.
+    with pytest.raises(DataError, match=r"t\.tsv:3: label '1' is not one of the labels given by --labels"):
+        task.read(labelled(tmp_path / "t.tsv", ["0", "1"]), task.settings({**named, "labels": ["0", "2"]}))
+    two = task.settings({**named, "labels": ["0", "1", "2"]})
+    with pytest.raises(ConfigError, match=r"labels \['2'\] never occur in the training examples"):
+        task.fit_labels(task.read(labelled(tmp_path / "t.tsv", binary), two), two)
+
+
+def test_labels_is_a_finetune_flag() -> None:
+    """N6: the way to accept a rare class is a command-line option, `--labels '[a, b, c]'`."""
+    from bertkit.cli import build_parser
+    from bertkit.cli.finetune import resolve_finetune_config
+
+    args = build_parser().parse_args(["finetune", "--task", "classification", "--model", "m", "--train", "t.tsv",
+                                      "--dev", "d.tsv", "--output", "o", "--labels", "[neg, neutral, pos]"])
+    config = resolve_finetune_config(args)
+    assert ClassificationTask().settings(config.options).labels == ["neg", "neutral", "pos"]

@@ -1,7 +1,8 @@
-"""Issue 26 item 1 (and the attack report's N4): every task's endpoint answers what `bertkit predict` answers for the
-same folder, on inputs longer than the fine-tuning length (the server read up to the model's position limit and
-decoded QA itself); frozen NER and multiple choice are served too; ONNX export reads the task's inputs, so a
-classifier with numeric/categorical columns exports and equals PyTorch.
+"""The server answers what the library answers for the same folder: every head's endpoint what the Python call
+computes; every task's endpoint what `bertkit predict` answers, on inputs longer than the fine-tuning length (the
+server read up to the model's position limit and decoded QA itself: the 2026-11-24 attack report's N4); frozen NER
+and multiple choice are served too; ONNX export reads the task's inputs, so a classifier with numeric/categorical
+columns exports and equals PyTorch.
 
 Each model is MiniLM or a tiny random BERT fine-tuned for a few steps on real data: what matters is that two paths
 agree, not what they answer. The figures (n of n equal) are printed."""
@@ -20,6 +21,7 @@ import torch
 from bertkit.cli import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tasks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "inference"))
 pytest.importorskip("fastapi", reason="the server tests need fastapi (pip install 'bertkit[serve]')")
 try:
     from fastapi.testclient import TestClient
@@ -27,6 +29,7 @@ except RuntimeError as e:  # starlette's TestClient says so when its HTTP client
     pytest.skip(f"fastapi's TestClient cannot run here: {e}", allow_module_level=True)
 
 from bertkit.serve import ServeSettings, create_app  # noqa: E402
+
 
 def client(folder: Path) -> TestClient:
     return TestClient(create_app(folder, ServeSettings(precision="fp32")))
@@ -36,8 +39,59 @@ def pieces(tokenizer, text: str, pair: str | None = None) -> int:  # noqa: ANN00
     return len(tokenizer.encode(text, pair, truncation=False).input_ids)
 
 
+# --- every head, through a real server -------------------------------------------------------------------------
+@pytest.mark.parametrize("class_name", ["BertForMaskedLM", "BertForSequenceClassification",
+                                        "BertForTokenClassification", "BertForQuestionAnswering"])
+def test_every_head_answers_what_the_python_api_computes(class_name: str, tmp_path: Path) -> None:
+    """Each endpoint against the library call on the same folder (batched with other requests, too), through a real
+    server."""
+    pytest.importorskip("uvicorn")
+    import httpx
+
+    import bertkit
+    from bertkit.inference.fill_mask import fill_mask
+    from bertkit.tasks import qa as qa_task
+    from inference_helpers import tiny_folder
+    from test_serve import Server
+
+    folder = tiny_folder(tmp_path, class_name)
+    bert = bertkit.load(folder)
+    model, tok = bert.model.eval(), bert.tokenizer
+    texts = ["paris is the [MASK] of france .", "the [MASK] sat on the [MASK] ."]
+    with Server(folder) as server:
+        c = httpx.Client(base_url=server.url)
+        if class_name == "BertForMaskedLM":
+            got = c.post("/fill-mask", json={"texts": texts, "top_k": 3}).json()["results"]
+            for text, answer in zip(texts, got):
+                want = [[(p.token, p.probability) for p in mask] for mask in fill_mask(model, tok, text, 3)]
+                assert [[(p["token"], pytest.approx(p["probability"], abs=1e-5)) for p in m] for m in answer] == want
+        elif class_name == "BertForSequenceClassification":
+            (r,) = c.post("/classify", json={"texts": ["good movie"], "pairs": ["really"]}).json()["results"]
+            with torch.no_grad():
+                probs = model(**tok(["good movie"], ["really"]).to_tensors()).logits.softmax(-1)[0].tolist()
+            assert [r["probabilities"][k] for k in ("neg", "pos")] == pytest.approx(probs, abs=1e-5)
+        elif class_name == "BertForTokenClassification":
+            (r,) = c.post("/ner", json={"texts": ["John lives in Paris"]}).json()["results"]
+            enc = tok(["John lives in Paris"])
+            with torch.no_grad():
+                best = model(**enc.to_tensors()).logits[0].argmax(-1).tolist()[1:-1]  # without [CLS], [SEP]
+            names = model.config.label_names
+            assert [t["label"] for t in r] == [names[i] for i in best]
+        else:
+            question, context = "Where does John live?", "John lives in Paris, near the river."
+            r = c.post("/qa", json={"question": question, "context": context}).json()
+            enc = tok.encode(question, pair=context, max_length=512, truncation="only_second")
+            with torch.no_grad():
+                out = model(**tok([question], [context]).to_tensors())
+            offsets = qa_task.context_offsets(enc)
+            window = {"start_logits": out.start_logits[0].numpy(), "end_logits": out.end_logits[0].numpy(),
+                      "offsets": offsets, "max_context": [o is not None for o in offsets]}
+            answer, _ = qa_task.decode_answer(context, [window], n_best=len(offsets), max_answer_length=30)
+            assert r["answer"] == answer and r["answer"] in context and np.isfinite(r["score"])
+
+
 # --- /classify ---------------------------------------------------------------------------------------------------
-def test_n4_classify_of_a_regression_model_equals_predict_beyond_its_length(
+def test_classify_of_a_regression_model_equals_predict_beyond_its_length(
         tmp_path: Path, minilm_dir: Path, data_dir: Path, tokenizer, finetune_best) -> None:  # noqa: ANN001
     """N4: a regression classifier fine-tuned at --max-length 32: /classify's value equals `bertkit predict`'s on
     40 reviews, most of them longer than 32 word pieces (the server read 512 of them: 4 of 40 differed)."""
@@ -111,8 +165,8 @@ def check_ner_parity(folder: Path, texts: list[str], tmp_path: Path, max_length:
     return equal
 
 
-def test_n4_ner_equals_predict_beyond_its_length(tmp_path: Path, minilm_dir: Path, data_dir: Path,
-                                                 tokenizer, finetune_best) -> None:
+def test_ner_equals_predict_beyond_its_length(tmp_path: Path, minilm_dir: Path, data_dir: Path,
+                                              tokenizer, finetune_best) -> None:
     """N4: a tagger fine-tuned at --max-length 16: /ner equals `bertkit predict` on 30 dev sentences of 12 words or
     more (the server read 512 pieces: 8 of 30 differed)."""
     train = tmp_path / "train.txt"
@@ -124,8 +178,8 @@ def test_n4_ner_equals_predict_beyond_its_length(tmp_path: Path, minilm_dir: Pat
     assert equal == len(texts) == 30
 
 
-def test_c7_frozen_ner_equals_predict_beyond_its_length(tmp_path: Path, tiny_dir: Path, data_dir: Path,
-                                                        tokenizer, finetune_best) -> None:
+def test_frozen_ner_equals_predict_beyond_its_length(tmp_path: Path, tiny_dir: Path, data_dir: Path,
+                                                     tokenizer, finetune_best) -> None:
     """A feature-based (--frozen) tagger fine-tuned at --max-length 16 is served (/ner) and answers what its
     `bertkit predict` answers, past the length too."""
     train = tmp_path / "train.txt"
@@ -142,8 +196,41 @@ def test_c7_frozen_ner_equals_predict_beyond_its_length(tmp_path: Path, tiny_dir
     assert config["frozen_tagger"]["tagger"] == "linear" and config["task_settings"]["max_length"] == 16
 
 
+def test_a_frozen_ner_folder_is_served_as_predict_answers(tmp_path: Path) -> None:
+    """A feature-based (--frozen) NER folder gets /ner (C7: it was 404), tagging each word as `bertkit predict` does,
+    through a real server."""
+    pytest.importorskip("uvicorn")
+    import httpx
+
+    from bertkit.jobs import predict
+    from bertkit.model.heads import BertForFrozenTokenClassification
+    from inference_helpers import tiny_config, tiny_folder
+    from test_serve import Server
+
+    labels = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    settings = {"max_length": 64, "label_names": labels, "frozen": True, "frozen_features": "weighted_sum",
+                "tagger": "bilstm", "tagger_hidden": 8, "tagger_dropout": 0.1}
+    torch.manual_seed(3)
+    model = BertForFrozenTokenClassification(tiny_config(num_labels=5, label_names=labels, task="ner",
+                                                         task_settings=settings))
+    folder = tiny_folder(tmp_path, "BertModel")  # for its vocabulary files
+    model.save_pretrained(str(folder))
+    sentences = ["john smith lives in paris near the river", "the committee met in london on tuesday",
+                 "unbelievably", "angela merkel visited new york and washington last week"]
+    (tmp_path / "in.txt").write_text("\n\n".join("\n".join(s.split()) for s in sentences) + "\n")
+    predict.run(predict.PredictConfig(str(folder), str(tmp_path / "in.txt"), str(tmp_path / "out.txt")))
+    blocks = (tmp_path / "out.txt").read_text().strip().split("\n\n")
+    want = [[line.split("\t") for line in block.splitlines()] for block in blocks]
+    with Server(folder) as server:
+        r = httpx.post(f"{server.url}/ner", json={"texts": sentences})
+    assert r.status_code == 200, r.text
+    got = [[[t["token"], t["label"]] for t in tagged] for tagged in r.json()["results"]]
+    assert got == want
+    assert len({label for s in want for _, label in s}) > 1  # the tagger does not just say O
+
+
 # --- /qa ---------------------------------------------------------------------------------------------------------
-def test_n4_qa_equals_predict_on_contexts_of_several_windows(tmp_path: Path, tiny_dir: Path, data_dir: Path,
+def test_qa_equals_predict_on_contexts_of_several_windows(tmp_path: Path, tiny_dir: Path, data_dir: Path,
                                                               tokenizer, finetune_best) -> None:
     """N4: a QA model fine-tuned with --max-length 128 --doc-stride 32: /qa equals `bertkit predict` on 27 SQuAD
     dev questions whose contexts need several windows (the server read one window of 512 and decoded on its own:

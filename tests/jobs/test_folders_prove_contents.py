@@ -1,10 +1,10 @@
-"""Folders that prove their contents (issue 45): every folder one verb writes and another reads or resumes (an
+"""Folders that prove their contents: every folder one verb writes and another reads or resumes (an
 embeddings folder, an index, prepared pre-training data, a training checkpoint, a GLUE table merged from elsewhere)
 records its files' sha256 and its inputs' identity, checks them when it is opened or resumed, and commits a multi-file
 update with a marker written last and removed first. Each variant below (a file deleted, truncated or with a byte
 flipped, NaN in a shard, another tokenizer, an input edited in place, another stream on stdin, an interrupted
 overwrite, a malformed record) must be a bertkit error naming the file or field: never a traceback, never a silent
-wrong answer. Findings S1, S2, S3, S7, S8, S11, T2, T3, T6 and C1 of the round-3 report."""
+wrong answer. Findings S1, S2, S3, S7, S8, S11, T2, T3, T6 and C1 of the 2026-11-28 attack report."""
 
 from __future__ import annotations
 

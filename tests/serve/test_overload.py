@@ -1,5 +1,5 @@
-"""Attacks on the HTTP service: oversized and endless bodies, abandoned requests, floods, slow work. The server
-answers each with a clear status and stays responsive; work no client waits for is not computed."""
+"""The HTTP service under more than it should take: oversized and endless bodies, abandoned requests, floods, slow
+work. The server answers each with a clear status and stays responsive; work no client waits for is not computed."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import pytest
 
 # The server and its client are the `serve` and `test` extras: without them these tests skip, naming what is missing
 # (never a collection error).
-httpx = pytest.importorskip("httpx", reason="the HTTP attack tests need httpx (pip install 'bertkit[test]')")
-pytest.importorskip("uvicorn", reason="the HTTP attack tests need uvicorn (pip install 'bertkit[serve]')")
-pytest.importorskip("fastapi", reason="the HTTP attack tests need fastapi (pip install 'bertkit[serve]')")
+httpx = pytest.importorskip("httpx", reason="the HTTP load tests need httpx (pip install 'bertkit[test]')")
+pytest.importorskip("uvicorn", reason="the HTTP load tests need uvicorn (pip install 'bertkit[serve]')")
+pytest.importorskip("fastapi", reason="the HTTP load tests need fastapi (pip install 'bertkit[serve]')")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "inference"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serve"))
 from inference_helpers import minilm_folder  # noqa: E402
 from test_serve import Server  # noqa: E402
+
 
 LONG = "The committee met again on Tuesday to discuss the budget of the new library and its opening hours. " * 20
 
@@ -84,51 +85,3 @@ def test_a_request_over_its_time_limit_gets_503() -> None:
     with Server(minilm_folder(), request_timeout_s=0.01) as server:
         r = httpx.post(f"{server.url}/embed", json={"texts": [LONG] * 32, "truncate": True}, timeout=60)
         assert r.status_code == 503 and "not done within 0.01 s" in r.json()["detail"]
-
-
-@pytest.mark.parametrize("class_name", ["BertForMaskedLM", "BertForSequenceClassification",
-                                        "BertForTokenClassification", "BertForQuestionAnswering"])
-def test_every_head_answers_what_the_python_api_computes(class_name: str, tmp_path: Path) -> None:
-    """Each endpoint against the library call on the same folder (batched with other requests, too)."""
-    import numpy as np
-    import torch
-
-    import bertkit
-    from bertkit.inference.fill_mask import fill_mask
-    from bertkit.tasks import qa as qa_task
-    from inference_helpers import tiny_folder
-
-    folder = tiny_folder(tmp_path, class_name)
-    bert = bertkit.load(folder)
-    model, tok = bert.model.eval(), bert.tokenizer
-    texts = ["paris is the [MASK] of france .", "the [MASK] sat on the [MASK] ."]
-    with Server(folder) as server:
-        c = httpx.Client(base_url=server.url)
-        if class_name == "BertForMaskedLM":
-            got = c.post("/fill-mask", json={"texts": texts, "top_k": 3}).json()["results"]
-            for text, answer in zip(texts, got):
-                want = [[(p.token, p.probability) for p in mask] for mask in fill_mask(model, tok, text, 3)]
-                assert [[(p["token"], pytest.approx(p["probability"], abs=1e-5)) for p in m] for m in answer] == want
-        elif class_name == "BertForSequenceClassification":
-            (r,) = c.post("/classify", json={"texts": ["good movie"], "pairs": ["really"]}).json()["results"]
-            with torch.no_grad():
-                probs = model(**tok(["good movie"], ["really"]).to_tensors()).logits.softmax(-1)[0].tolist()
-            assert [r["probabilities"][k] for k in ("neg", "pos")] == pytest.approx(probs, abs=1e-5)
-        elif class_name == "BertForTokenClassification":
-            (r,) = c.post("/ner", json={"texts": ["John lives in Paris"]}).json()["results"]
-            enc = tok(["John lives in Paris"])
-            with torch.no_grad():
-                best = model(**enc.to_tensors()).logits[0].argmax(-1).tolist()[1:-1]  # without [CLS], [SEP]
-            names = model.config.label_names
-            assert [t["label"] for t in r] == [names[i] for i in best]
-        else:
-            question, context = "Where does John live?", "John lives in Paris, near the river."
-            r = c.post("/qa", json={"question": question, "context": context}).json()
-            enc = tok.encode(question, pair=context, max_length=512, truncation="only_second")
-            with torch.no_grad():
-                out = model(**tok([question], [context]).to_tensors())
-            offsets = qa_task.context_offsets(enc)
-            window = {"start_logits": out.start_logits[0].numpy(), "end_logits": out.end_logits[0].numpy(),
-                      "offsets": offsets, "max_context": [o is not None for o in offsets]}
-            answer, _ = qa_task.decode_answer(context, [window], n_best=len(offsets), max_answer_length=30)
-            assert r["answer"] == answer and r["answer"] in context and np.isfinite(r["score"])

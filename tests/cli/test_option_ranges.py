@@ -1,8 +1,8 @@
-"""Attack round 3: values the options layer must refuse by name, as reported (T1, C2, S9, S4, C1, T4) and their
-round-2 variants: non-finite trainer settings, an Adam epsilon that turns the updates off, a LayerNorm epsilon that
-makes every text embed alike, FAISS dials of zero or below, and options handed to FAISS, torch and ONNX out of
-their range. Each goes through the path the report used (the CLI, a config.json, the Python API); the walk over
-every field of every config is tests/test_dataclass_io.py and tests/cli/test_option_values.py."""
+"""Values the options layer must refuse by name, as the 2026-11-28 attack report found them (T1, C2, S9, S4, C1, T4) and
+their earlier variants: non-finite trainer settings, an Adam epsilon that turns the updates off, a LayerNorm epsilon
+that makes every text embed alike, FAISS dials of zero or below, and options handed to FAISS, torch and ONNX out of
+their range. Each goes through the path the report used (the CLI, a config.json, the Python API); the walk over every
+field of every config is tests/test_dataclass_io.py and tests/cli/test_option_values.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Attack round 2 on int8 embeddings (issue 24): N11 (results depend on the batch size) and N12 (short texts miss the
-0.995 minimum cosine to float32)."""
+"""int8 embeddings are consistent: the same bits whatever the batch size and batch-mates, and the 0.995 minimum
+cosine to float32 on short, one-character and repetitive texts (the 2026-11-24 attack report's N11 and N12;
+docs/results/int8-short-texts-epyc-avx2-2026-11-25.md)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import torch.nn.functional as F
 from bertkit.inference.encoder import Encoder
 
 SHIPPED_SST2_DEV = Path(__file__).resolve().parents[2] / "src" / "bertkit" / "demo_data" / "sst2_dev.tsv"
-# Calibration for N11, where only the same answer at every batch size matters: a few sentences of our own (neither
-# the texts embedded below nor any evaluation set).
+# Calibration for the batch-size test, where only the same answer at every batch size matters: a few sentences of our
+# own (neither the texts embedded below nor any evaluation set).
 CALIBRATION = [
     "The committee met on a cold morning in March and agreed, after a long argument, to rebuild the old bridge.",
     "She walked along the river with her brother, talking of the harvest, the weather and their cousins' plans.",
@@ -30,7 +31,7 @@ def sst2_sentences(path: Path) -> list[str]:
         return [row["sentence"] for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
 
 
-def test_n11_int8_embeddings_do_not_depend_on_the_batch_size(minilm_dir: Path) -> None:
+def test_int8_embeddings_do_not_depend_on_the_batch_size(minilm_dir: Path) -> None:
     """N11: the same texts at batch sizes 1, 8, 16 and 64 gave int8 embeddings up to 6e-3 apart. A sequence's
     attention was padded to its batch's longest, and MKL's float32 products take other kernels for a few rows; int8
     rounds every product's input to a grid, so those last-bit differences crossed rounding steps. Now bit for bit."""
@@ -54,7 +55,7 @@ def encoders(minilm_dir: Path) -> tuple[Encoder, Encoder]:
 
 
 @pytest.mark.filterwarnings("ignore:1 of 8 texts were longer than 256 tokens")  # "a " * 300, cut as intended
-def test_n12_int8_meets_the_minimum_cosine_on_short_and_repetitive_texts(encoders, data_dir: Path) -> None:
+def test_int8_meets_the_minimum_cosine_on_short_and_repetitive_texts(encoders, data_dir: Path) -> None:
     """N12: calibrated on long Austen paragraphs, int8 fell to a min cosine to float32 of 0.990 on the SST-2 dev texts
     of at most 5 words, 0.989 on one character and 0.971 on `"the " * 250`, under the 0.995 goal. Texts of few
     distinct tokens now run in float32 and the calibration covers every length; none of these texts is in it."""

@@ -1,4 +1,6 @@
-"""Attacks through the CLI and the loaders: each a named error, never a traceback or a silent wrong result."""
+"""A bad model input through the CLI: a misspelt model override, a truncated weight file, a weight map pointing
+outside the folder, `bertkit info` into a closed pipe. Each a named error (or silence), never a traceback or a silent
+wrong result."""
 
 from __future__ import annotations
 
@@ -8,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from bertkit.cli import main
 from bertkit.model import BertConfig, BertModel
+
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
 

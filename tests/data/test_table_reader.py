@@ -3,7 +3,7 @@ objects and text types are checked once, so every caller (the classification, NE
 fine-tuning, evaluate and predict; `bertkit embed`'s read_texts and count_rows) refuses the same defect with the same
 DataError naming the file and line (and column where one is at fault): never a traceback, never a silent accept.
 
-Attack round 3 (issue 45): S5 (an unquoted comma cut an embed CSV text), S6 and N8 (a duplicated header name, the
+The 2026-11-28 attack report's S5 (an unquoted comma cut an embed CSV text), S6 and N8 (a duplicated header name, the
 last column embedded), C2 (short and long rows), T5 (a JSON lone surrogate failed after the work; a Parquet binary
 column crashed the error message). The inputs are generated: every format times every defect, random tables with a
 defect at a random row, random texts written validly and read back."""
@@ -276,7 +276,8 @@ def test_json_document_defects_are_named_by_the_qa_reader(tmp_path: Path) -> Non
     check_all(cases)
 
 
-def test_embed_refuses_t5_inputs_before_computing_anything(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_embed_refuses_a_lone_surrogate_or_a_binary_column_before_computing_anything(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """T5 as the report ran it: a JSONL lone surrogate (a UnicodeEncodeError traceback from write_shard after the
     shard was computed) and a Parquet binary text column (a TypeError raised while the message was built). Now rc 1
     with the message, before the model is even looked for."""
