@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from bertkit.errors import CheckpointError, ConfigError
 from bertkit.model import BertConfig
 from bertkit.model.folder import load_model
-from family_helpers import FAMILIES, hf_config, heads, max_diffs, padded_batch, write_folder
+from family_models import FAMILIES, hf_config, heads, max_diffs, padded_batch, write_folder
 from model_helpers import run_cli
 
 transformers = pytest.importorskip("transformers", reason="the family tests need it (pip install 'bertkit[test]')")

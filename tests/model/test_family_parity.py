@@ -1,7 +1,7 @@
 """DistilBERT, RoBERTa, XLM-R, ALBERT and ELECTRA folders as transformers writes them compute in bertkit what they
 compute in transformers: every layer's hidden states and each head's logits, float32, on a batch with padding
 (RoBERTa's positions depend on it), within 1e-5, for every head class each family has. The folders are built in
-the test from transformers' own classes with random weights (tests/model/family_helpers.py)."""
+the test from transformers' own classes with random weights (tests/family_models.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from bertkit.model.execution import Execution
 from bertkit.model.folder import load_model
-from family_helpers import FAMILIES, hf_config, heads, max_diffs, padded_batch, write_folder
+from family_models import FAMILIES, hf_config, heads, max_diffs, padded_batch, write_folder
 
 transformers = pytest.importorskip("transformers", reason="the parity tests need it (pip install 'bertkit[test]')")
 

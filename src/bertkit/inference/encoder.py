@@ -74,7 +74,7 @@ def runs_padded(lengths: Sequence[int], width: int) -> bool:
 
 def padded_width(length: int, max_width: int | None = None) -> int:
     """The width a sequence of `length` tokens attends at: rounded up to a multiple of WIDTH_STEP, at most
-    `max_width` (the model's max_position_embeddings, where that is no multiple) and never below `length`."""
+    `max_width` (the longest sequence the model's positions cover, where that is no multiple) and never below `length`."""
     width = -(-length // WIDTH_STEP) * WIDTH_STEP
     return max(length, min(width, max_width)) if max_width is not None else width
 
@@ -178,7 +178,7 @@ class Encoder:
         self.default_pooling: str = defaults.get("pooling", DEFAULT_POOLING)
         check_pooling(self.default_pooling)
         self.default_normalize: bool = defaults.get("normalize", False)
-        self.max_length = max_length or defaults.get("max_length") or self.config.max_position_embeddings
+        self.max_length = max_length or defaults.get("max_length") or self.config.max_sequence_length
         check_window(self.max_length, self.config)
         self.int8_plan: Int8Plan | None = None
         self.int8_kernel: str | None = None  # int8 only: "fbgemm" or "onednn" (choose_int8_kernel)
@@ -275,7 +275,7 @@ class Encoder:
         if not ids:
             return out
         pad_id = self.tokenizer.pad_token_id
-        max_width = self.config.max_position_embeddings
+        max_width = self.config.max_sequence_length
         was_training = model.training
         model.eval()
         try:

@@ -68,7 +68,7 @@ def fill_mask(model: BertPreTrainedModel, tokenizer: Any, text: str, top_k: int 
 def fill_mask_batch(model: BertPreTrainedModel, tokenizer: Any, texts: list[str],
                     top_k: int = 5) -> list[list[list[MaskPrediction]]]:
     """fill_mask for several texts in one padded forward pass."""
-    rows = [mask_ids(tokenizer, t, base_model(model).config.max_position_embeddings) for t in texts]
+    rows = [mask_ids(tokenizer, t, base_model(model).config.max_sequence_length) for t in texts]
     return predict_masks(model, tokenizer, rows, top_k)
 
 

@@ -22,9 +22,9 @@ DEFAULT_PRECISION = "auto"
 def check_window(max_length: int, config: Any) -> int:
     """`max_length`, or a ConfigError when it is beyond the model's position window (its options' spec bounds
     every model; this, the one model at hand)."""
-    if max_length > config.max_position_embeddings:
-        raise ConfigError(f"max_length {max_length} exceeds the model's max_position_embeddings "
-                          f"({config.max_position_embeddings})")
+    if max_length > config.max_sequence_length:
+        raise ConfigError(f"max_length {max_length} exceeds the {config.max_sequence_length} positions the model "
+                          "has")
     return max_length
 
 

@@ -248,9 +248,9 @@ def build_model(config: PretrainConfig, vocab_size: int, vocab_source: Path, max
     if mc.vocab_size != vocab_size:
         raise ConfigError(f"model vocab_size is {mc.vocab_size} ({where}) but the data's tokenizer has {vocab_size} "
                           f"tokens ({vocab_source}); they must be equal")
-    if max_length > mc.max_position_embeddings:
+    if max_length > mc.max_sequence_length:
         raise ConfigError(f"the data has sequences of {max_length} tokens but the model's "
-                          f"max_position_embeddings is {mc.max_position_embeddings}")
+                          f"positions cover {mc.max_sequence_length}")
     return model
 
 

@@ -300,7 +300,7 @@ class Predictor:
         self.encoders = Encoders(self.model, self.tokenizer, folder_defaults(opened.path))
         self.encoder = self.encoders.get(precision, device="cpu")
         self.config = self.model.config
-        self.max_length = self.config.max_position_embeddings
+        self.max_length = self.config.max_sequence_length
         self.task = serving_task(self.config, self.head)
         self.settings = self.task.settings_of(self.config) if self.task is not None else None
         self.serving = self.task.serving(self.task, self.settings, self.tokenizer) if self.task is not None else None

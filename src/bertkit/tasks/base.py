@@ -126,7 +126,7 @@ class Task:
             settings = self.settings_of(saved.task_settings or {}, "config.json task_settings")
             names = saved.label_names
         else:
-            settings = self.settings(self.options_class(max_length=saved.max_position_embeddings))
+            settings = self.settings(self.options_class(max_length=saved.max_sequence_length))
             names = saved.label_names or [f"LABEL_{i}" for i in range(saved.num_labels)]
         if names is not None and hasattr(settings, "label_names"):
             settings = dataclasses.replace(settings, label_names=list(names))

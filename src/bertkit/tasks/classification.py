@@ -383,12 +383,16 @@ class ClassifyServing(Serving):
         return read_logits(outputs[0]["logits"], problem_type(self.settings), self.settings.label_names or [])
 
     def example_requests(self) -> list[dict[str, Any]]:
-        """For a model that reads columns: objects of every column it reads (a number of its training range, a
-        category of its vocabulary, a word for a template's columns)."""
+        """For a pair classifier (a cross-encoder): each example text with a second text. For a model that reads
+        columns: objects of every column it reads (a number of its training range, a category of its vocabulary, a
+        word for a template's columns)."""
         settings = self.settings
         columns = input_columns(settings)
         if not columns:
-            return super().example_requests()
+            requests = super().example_requests()
+            if settings.pairs:
+                return [{**r, "pairs": [f"A second text, {i + 1}." for i in range(len(r["texts"]))]} for r in requests]
+            return requests
         numeric = set(settings.numeric_columns or [])
         vocab = settings.category_vocab or {}
         rows = []
