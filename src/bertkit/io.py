@@ -379,9 +379,15 @@ notes, plots and logs beside them (PRETRAINING.md, curves.png, metrics.jsonl) ar
 
 def file_identity(spec: str | os.PathLike) -> dict[str, Any]:
     """Identity of a data file: its sha256 (the path is kept but ignored by identity: a moved or copied file is the
-    same data); `FILE#START:END` (a QA article selection) adds the selection."""
+    same data); `FILE#START:END` (a QA article selection) adds the selection. A folder of data files (a retrieval
+    set in BEIR's layout): one sha256 over its files' relative names and bytes."""
     text = str(spec)
     path, selection = Path(text), None
+    if path.is_dir():
+        h = hashlib.sha256()
+        for p in sorted(q for q in path.rglob("*") if q.is_file()):
+            h.update(f"{p.relative_to(path).as_posix()}\0{file_sha256(p)}\n".encode())
+        return {"path": text, "sha256": h.hexdigest()}
     if not path.is_file() and "#" in text:
         name, _, selection = text.rpartition("#")
         path = Path(name)

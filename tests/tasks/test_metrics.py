@@ -134,3 +134,21 @@ def test_squad_v2_drops_gold_answers_that_normalise_to_nothing() -> None:
 def test_length_mismatch_is_an_error() -> None:
     with pytest.raises(ValueError):
         metrics.accuracy([1], [1, 2])
+
+
+def test_retrieval_scores_by_hand() -> None:
+    """Query 1 finds its one relevant document second; query 2 finds one of its two first and the other third.
+    recall@1 = (0 + 1/2) / 2; recall@5 = 1; MRR@10 = (1/2 + 1) / 2; nDCG@10 = (1/log2 3 + (1 + 1/2) / (1 + 1/log2 3))
+    / 2 (binary gains, ideal DCG of min(10, relevant) documents first)."""
+    rankings = [["d3", "d1", "d2"], ["d2", "d4", "d1", "d5"]]
+    relevant = [{"d1"}, {"d2", "d1"}]
+    out = metrics.retrieval_scores(rankings, relevant)
+    assert out["recall@1"] == pytest.approx(0.25) and out["recall@5"] == 1.0 and out["recall@10"] == 1.0
+    assert out["mrr@10"] == pytest.approx(0.75)
+    assert out["ndcg@10"] == pytest.approx((1 / math.log2(3) + 1.5 / (1 + 1 / math.log2(3))) / 2)
+    # Past the cut-off nothing counts: a relevant document 11th gives MRR@10 and nDCG@10 of 0.
+    late = [[f"x{i}" for i in range(10)] + ["d1"]]
+    assert metrics.retrieval_scores(late, [{"d1"}]) == {"recall@1": 0.0, "recall@5": 0.0, "recall@10": 0.0,
+                                                        "mrr@10": 0.0, "ndcg@10": 0.0}
+    with pytest.raises(ValueError, match="at least one relevant document"):
+        metrics.retrieval_scores([["d1"]], [set()])

@@ -16,12 +16,13 @@ from bertkit.model.folder import TASK_HEADS, load_model, open_folder
 from bertkit.tasks import ALIASES, TASKS, get_task
 
 HEADS = {"classification": "BertForSequenceClassification", "ner": "BertForTokenClassification",
-         "qa": "BertForQuestionAnswering", "multiple-choice": "BertForMultipleChoice"}
+         "qa": "BertForQuestionAnswering", "multiple-choice": "BertForMultipleChoice",
+         "embedding": "BertForEmbedding"}
 """The head each task fine-tunes by default."""
 
 
 def test_every_task_module_is_registered_in_order() -> None:
-    assert list(TASKS) == ["classification", "ner", "qa", "multiple-choice"]
+    assert list(TASKS) == ["classification", "ner", "qa", "multiple-choice", "embedding"]
     assert ALIASES["glue"] == "classification" and ALIASES["swag"] == "multiple-choice"
 
 

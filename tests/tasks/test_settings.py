@@ -29,6 +29,11 @@ def fitted_settings(name: str, data_dir: Path, tmp_path: Path):  # noqa: ANN201
         options = {"max_length": 32, "frozen": True, "tagger": "linear"}
     elif name == "qa":
         path, options = f"{data_dir / 'squad_v1.1' / 'dev-v1.1.json'}#0:1", {"max_length": 128, "doc_stride": 32}
+    elif name == "embedding":  # scored pairs: their gold similarities are predictions too
+        path = tmp_path / "scored.tsv"
+        path.write_text("text_a\ttext_b\tscore\na cat\ta kitten\t0.9\na cat\ta car\t0.1\nrain\tstorm\t0.6\n",
+                        encoding="utf-8")
+        options = {"loss": "cosent"}
     else:
         path = tmp_path / "mc.jsonl"
         path.write_text('{"context": "a", "choices": ["x", "y", "z"], "label": 2}\n', encoding="utf-8")
@@ -105,7 +110,8 @@ def test_every_registered_task_declares_its_contract() -> None:
     examples."""
     for cls in TASKS.values():
         task = cls()
-        assert task.serving is not None and task.settings_class is not None
+        # The embedding task has no endpoint of its own: the server's /embed and /search serve its folders.
+        assert (task.serving is not None or task.name == "embedding") and task.settings_class is not None
         settings = task.settings({})
         assert task.head(settings).class_name == TASK_HEADS[task.name]({})
 
@@ -113,7 +119,8 @@ def test_every_registered_task_declares_its_contract() -> None:
 GOLD = {"classification": lambda examples: [ex.label for ex in examples],
         "ner": lambda examples: [s.tags for s in examples],
         "qa": lambda examples: [ex.answers[0][0] if ex.answers else "" for ex in examples],
-        "multiple-choice": lambda examples: [ex.label for ex in examples]}
+        "multiple-choice": lambda examples: [ex.label for ex in examples],
+        "embedding": lambda examples: [ex.score for ex in examples]}
 """Each task's reference predictions of its examples."""
 
 

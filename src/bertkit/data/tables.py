@@ -373,6 +373,29 @@ def iter_parquet(file: Any, path: PathLike, columns: Sequence[str]) -> Iterator[
             yield row, {k: data[k][i] for k in columns}
 
 
+# --- records ---------------------------------------------------------------------------------------------------
+RECORD_FORMATS = ("jsonl", "csv", "tsv", "parquet")
+
+
+def iter_records(path: PathLike, fmt: str | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line, {field: value}) for every row of a file of named fields, streamed: a JSONL file's objects, a TSV or
+    CSV file's rows under its header, a Parquet file's rows (its row number as the line). `fmt` is one of
+    RECORD_FORMATS, by default the name's suffix (`format_of`); any other file is a DataError saying what is read."""
+    fmt = fmt or format_of(path)
+    if fmt == "jsonl":
+        yield from iter_jsonl(path)
+    elif fmt in ("csv", "tsv"):
+        rows = iter_table(path, header=True, delimiter="\t" if fmt == "tsv" else ",")
+        _, header = next(rows, (0, None))
+        yield from ((line, dict(zip(header, fields))) for line, fields in rows)  # each as long as the header
+    elif fmt == "parquet":
+        file = parquet_file(path)
+        yield from iter_parquet(file, path, file.schema_arrow.names)
+    else:
+        raise data_error(path, None, "expected a file of named fields: JSON lines (.jsonl), CSV (.csv) or TSV (.tsv) "
+                         "with a header, or Parquet (.parquet), by the name's suffix")
+
+
 __all__ = ["check_text", "check_unique_names", "field_count_error", "first_row", "format_of", "iter_jsonl",
-           "iter_lines", "iter_parquet", "iter_table", "parquet_file", "parse_json", "read_json", "read_jsonl",
-           "read_table", "read_text", "require_field", "require_text", "shown", "table_delimiter"]
+           "iter_lines", "iter_parquet", "iter_records", "iter_table", "parquet_file", "parse_json", "read_json",
+           "read_jsonl", "read_table", "read_text", "require_field", "require_text", "shown", "table_delimiter"]

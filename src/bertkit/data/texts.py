@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from bertkit.data.tables import (STDIN, check_text, format_of, iter_jsonl, iter_lines, iter_parquet, iter_table,
-                                 parquet_file, shown, source_name)
+from bertkit.data.tables import (STDIN, check_text, format_of, iter_lines, iter_parquet, iter_records, parquet_file,
+                                 shown, source_name)
 from bertkit.errors import ConfigError, data_error
 
 FORMATS = ("auto", "text", "jsonl", "csv", "tsv", "parquet")
@@ -55,13 +55,7 @@ def read_texts(path: str, fmt: str = "auto", text_field: str = "text", id_field:
         yield from _text_rows(path)
         return
     name = source_name(path)
-    if fmt == "jsonl":
-        records = iter_jsonl(path)
-    else:
-        rows = iter_table(path, header=True, delimiter="\t" if fmt == "tsv" else ",")
-        _, header = next(rows, (0, None))
-        records = ((line, dict(zip(header, fields))) for line, fields in rows)  # each as long as the header
-    for line, record in records:
+    for line, record in iter_records(path, fmt):
         yield _row(record, name, line, text_field, id_field)
 
 

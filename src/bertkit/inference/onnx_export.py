@@ -28,6 +28,7 @@ from bertkit.errors import ConfigError
 from bertkit.io import make_dir
 from bertkit.model import BertForMultipleChoice, BertForPreTraining, BertForQuestionAnswering, BertModel, \
     BertPreTrainedModel
+from bertkit.model.heads import BertForEmbedding
 
 if TYPE_CHECKING:
     from bertkit.tasks.base import Task, TaskSettings
@@ -43,6 +44,8 @@ def output_names(model: BertPreTrainedModel) -> list[str]:
         return ["prediction_logits", "seq_relationship_logits"]
     if isinstance(model, BertForQuestionAnswering):
         return ["start_logits", "end_logits"]
+    if isinstance(model, BertForEmbedding):
+        return ["embeddings"]  # pooled (and normalised) sentence vectors, (batch, hidden)
     return ["logits"]
 
 

@@ -178,7 +178,7 @@ def run(config: FinetuneConfig, resume: bool = False,
     config.model's config.json as it read it (`read_folder`), so that it is not read again.
     """
     from bertkit.tasks.feature_cache import frozen_inputs
-    from bertkit.training import Trainer
+    from bertkit.training import Trainer, TrainPhase
     from bertkit.training.distributed import setup_distributed
     from bertkit.training.provenance import check_output_apart
     from bertkit.training.checkpoint import output_lock
@@ -201,7 +201,7 @@ def run(config: FinetuneConfig, resume: bool = False,
         t = get_task(c.task)
         start = read_folder(model_folder or model)  # config.json, read once: checked here, built on below
         _check_same_task(t, start.config, model)
-        settings = t.settings(c.options)
+        settings = t.start_settings(c.options, start)  # an embedding model keeps its folder's pooling
         tokenizer = load_tokenizer(model)
 
         train_examples = t.read(train, settings)
@@ -232,7 +232,9 @@ def run(config: FinetuneConfig, resume: bool = False,
             cfg = dataclasses.replace(cfg, metric_for_best=main)
         output = cfg.output_dir
         fp = finetune_fingerprint(c, t, model)
-        trainer = Trainer(net, cfg, train_features, collator(t, tokenizer),
+        phase = TrainPhase(train_features, collator(t, tokenizer),
+                           batch_sampler=t.batch_sampler(train_features, settings))
+        trainer = Trainer(net, cfg, phases=[phase],
                           evaluate=None if dev is None else lambda m: evaluate(
                               t, m, dev_examples, dev_features, settings, c.eval_batch_size, tokenizer),
                           save_extra=lambda folder: tokenizer.save_pretrained(folder), dist_info=dist_info,

@@ -8,6 +8,7 @@ their `Execution` plan says (`bertkit.model.execution`: given at construction, o
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -22,6 +23,8 @@ from bertkit.model.bert import BertModel, BertModelOutput, BertPreTrainedModel, 
 from bertkit.model.config import BertConfig
 from bertkit.model.execution import Execution
 from bertkit.model.kernels import Dropout, first_places, gather_places
+from bertkit.model.losses import cosent_loss, in_batch_negatives_loss
+from bertkit.model.pooling import MAX_SCALE, EmbeddingHeadSettings, pool_hidden, write_sentence_transformers
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -521,6 +524,87 @@ class BertForQuestionAnswering(BertHeadModel):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Sentence embeddings: a bi-encoder (Reimers & Gurevych 2019, "Sentence-BERT").
+# ----------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class EmbeddingOutput:
+    loss: Tensor | None  # training: in-batch negatives, or CoSENT given scores
+    embeddings: Tensor  # (batch, hidden) for one text per row; (batch, texts, hidden) for examples of several texts
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+class BertForEmbedding(BertHeadModel):
+    """Sentence embeddings (a bi-encoder): each text's token vectors pooled into one vector, L2-normalised when the
+    settings say so: what sentence-transformers' Transformer, Pooling (and Normalize) modules compute.
+
+    input_ids (batch, seq) embeds one text per row. (batch, texts, seq) embeds every text of each example (one
+    encoder pass over all of them) and trains them: with `labels`, (batch,) gold similarity scores, CoSENT on texts
+    0 and 1; without, in-batch negatives, text 0 the anchor, text 1 its positive, any further texts its hard
+    negatives (`bertkit.model.losses`). Settings: EmbeddingHeadSettings, read from config.task_settings.
+
+    The pooler is kept (frozen: no loss reads it) so that the folder holds every tensor the start folder had and
+    transformers' BertModel loads it whole. `save_pretrained` also writes the sentence-transformers files."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.settings = EmbeddingHeadSettings.from_settings(config.task_settings or {})
+        s = self.settings
+        self.logit_scale = nn.Parameter(torch.tensor(math.log(s.scale))) if s.learn_scale else None
+        self.post_init()
+        self.bert.pooler.requires_grad_(False)  # type: ignore[union-attr]  (DDP refuses parameters without gradients)
+
+    @property
+    def scale(self) -> float | Tensor:
+        """The losses' scale: the learned one (clamped at MAX_SCALE), else the settings'."""
+        if self.logit_scale is None:
+            return self.settings.scale
+        return self.logit_scale.exp().clamp(max=MAX_SCALE)
+
+    def forward(
+        self,
+        input_ids: Tensor,  # (batch, seq) or (batch, texts, seq)
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> EmbeddingOutput:
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+
+        def flat(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.reshape(-1, t.shape[-1])  # (batch * texts, seq)
+
+        mask = flat(attention_mask)
+        out = self.bert(flat(input_ids), mask, flat(token_type_ids), output_hidden_states, output_attentions)
+        vectors = pool_hidden(out.last_hidden_state, mask, self.settings.pooling)  # (batch * texts, hidden)
+        if self.settings.normalize:
+            vectors = F.normalize(vectors, dim=-1)
+        embeddings = vectors.view(*input_ids.shape[:-1], -1)
+        loss = None if input_ids.dim() < 3 else self.loss(embeddings, labels)
+        return EmbeddingOutput(loss, embeddings, out.hidden_states, out.attentions)
+
+    def loss(self, embeddings: Tensor, labels: Tensor | None) -> Tensor:
+        """(batch, texts, hidden): CoSENT on texts 0 and 1 against `labels`, else in-batch negatives."""
+        texts = embeddings.unbind(1)
+        if len(texts) < 2:
+            raise ConfigError(f"BertForEmbedding trains on examples of 2 texts or more, got {len(texts)}")
+        if labels is not None:
+            return cosent_loss(texts[0], texts[1], labels.float().view(-1), self.scale)
+        return in_batch_negatives_loss(*texts, scale=self.scale)
+
+    def save_pretrained(self, folder: str) -> None:
+        """config.json and model.safetensors, then sentence-transformers' files (modules.json, 1_Pooling, ...)."""
+        from bertkit.model.checkpoint import save_pretrained
+
+        s = self.settings
+        save_pretrained(self, folder, lambda target: write_sentence_transformers(
+            target, s.pooling, s.normalize, s.max_length, self.config.hidden_size))
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # The feature-based approach (paper, section 5.3): BERT frozen, its token features feed a small tagger.
 # ----------------------------------------------------------------------------------------------------------------
 
@@ -685,6 +769,7 @@ MODEL_CLASSES: dict[str, type[BertPreTrainedModel]] = {
         BertForFrozenTokenClassification,
         BertForQuestionAnswering,
         BertForMultipleChoice,
+        BertForEmbedding,
         BertForReplacedTokenDetection,
     )
 }

@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -37,6 +37,10 @@ from bertkit.data.tables import read_jsonl, read_table, read_text, require_field
 from bertkit.dataclass_io import Config, config_from_dict, spec
 from bertkit.errors import BertkitError, ConfigError, data_error
 from bertkit.model.config import BertConfig
+
+if TYPE_CHECKING:
+    from bertkit.model.folder import FolderConfig
+    from bertkit.training.batches import BatchSampler
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +106,12 @@ class Task:
         settings = self.settings_class()
         return settings if options.max_length is None else dataclasses.replace(settings, max_length=options.max_length)
 
+    def start_settings(self, options: TaskOptions | Mapping[str, Any] | None, start: FolderConfig) -> TaskSettings:
+        """The settings of a new run that starts from the folder `start` (`bertkit.model.folder.read_folder`): by
+        default `settings(options)`; a task whose folders declare settings of their own (the embedding task: a
+        sentence-transformers folder's pooling, normalisation and length) takes them for the options left unset."""
+        return self.settings(options)
+
     def settings_of(self, saved: Any, where: str = "task_settings") -> TaskSettings:
         """The settings a model is used with, from what holds them: typed settings as they are; a mapping of their
         fields (config.json's `task_settings`: a value of the wrong type is a ConfigError naming the field, a key
@@ -149,6 +159,12 @@ class Task:
     def head(self, settings: TaskSettings) -> Head:
         """The head these settings need (`Head`)."""
         raise NotImplementedError
+
+    def batch_sampler(self, features: Sequence[Feature], settings: TaskSettings) -> BatchSampler | None:
+        """How training groups an epoch's shuffled features into batches (`bertkit.training.batches.TrainPhase`):
+        None, batch_size features at a time; the embedding task keeps examples that share a text apart
+        (`no_duplicate_batches`), since its loss takes the batch's other examples for negatives."""
+        return None
 
     def decode(self, examples: Sequence, features: Sequence[Feature], outputs: list[dict[str, np.ndarray]],
                settings: TaskSettings) -> list:

@@ -3,7 +3,8 @@
 Every function takes plain Python sequences and returns floats, so each can be checked against hand-computed values.
 GLUE conventions: MRPC and QQP report accuracy and binary F1 of the positive class, CoLA Matthews correlation,
 STS-B Pearson and Spearman correlation; CoNLL-2003 reports entity-level F1 (as conlleval / seqeval count entities);
-SQuAD reports exact match and token F1 as the official v1.1 evaluation script computes them.
+SQuAD reports exact match and token F1 as the official v1.1 evaluation script computes them. Retrieval reports
+recall@k, MRR@10 and nDCG@10 with binary relevance, as sentence-transformers' InformationRetrievalEvaluator does.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import math
 import re
 import string
 from collections import Counter
-from typing import Hashable, Sequence
+from typing import Collection, Hashable, Sequence
 
 # ----------------------------------------------------------------------------------------------------------------
 # Classification.
@@ -249,6 +250,48 @@ def squad_scores(
                 out[f"{name}_exact_match"] = 100.0 * sum(e for e, _ in part) / len(part)
                 out[f"{name}_f1"] = 100.0 * sum(f for _, f in part) / len(part)
     return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Retrieval: a ranking of documents per query against the set of its relevant ones (binary relevance).
+# ----------------------------------------------------------------------------------------------------------------
+
+RECALL_AT = (1, 5, 10)  # the recall@k reported
+RANK_CUTOFF = 10  # MRR@10 and nDCG@10 (MS MARCO's and BEIR's headline cut-offs)
+
+
+def recall_at(ranking: Sequence[Hashable], relevant: Collection[Hashable], k: int) -> float:
+    """The fraction of the relevant documents among the first k of the ranking."""
+    return len(set(ranking[:k]) & set(relevant)) / len(relevant)
+
+
+def reciprocal_rank(ranking: Sequence[Hashable], relevant: Collection[Hashable], k: int = RANK_CUTOFF) -> float:
+    """1 / the rank of the first relevant document among the first k (0 when none is)."""
+    return next((1 / rank for rank, doc in enumerate(ranking[:k], start=1) if doc in relevant), 0.0)
+
+
+def ndcg_at(ranking: Sequence[Hashable], relevant: Collection[Hashable], k: int = RANK_CUTOFF) -> float:
+    """Normalised discounted cumulative gain at k: sum of 1 / log2(rank + 1) over the relevant documents among the
+    first k, over the same sum for a ranking with every relevant document first (Jarvelin & Kekalainen 2002)."""
+    dcg = sum(1 / math.log2(rank + 1) for rank, doc in enumerate(ranking[:k], start=1) if doc in relevant)
+    ideal = sum(1 / math.log2(rank + 1) for rank in range(1, min(k, len(relevant)) + 1))
+    return dcg / ideal
+
+
+def retrieval_scores(rankings: Sequence[Sequence[Hashable]], relevant: Sequence[Collection[Hashable]],
+                     recall_ks: Sequence[int] = RECALL_AT, cutoff: int = RANK_CUTOFF) -> dict[str, float]:
+    """recall@k for each k of `recall_ks`, mrr@cutoff and ndcg@cutoff, each the mean over the queries: rankings[i]
+    holds query i's documents best first (at least max(recall_ks, cutoff) of them, or every document), relevant[i]
+    the documents relevant to it (at least one: a query with none has nothing to find)."""
+    _check_lengths(rankings, relevant)
+    if any(not r for r in relevant):
+        raise ValueError("every query needs at least one relevant document")
+    n = max(len(rankings), 1)
+    scores = {f"recall@{k}": sum(recall_at(r, rel, k) for r, rel in zip(rankings, relevant)) / n
+              for k in recall_ks}
+    scores[f"mrr@{cutoff}"] = sum(reciprocal_rank(r, rel, cutoff) for r, rel in zip(rankings, relevant)) / n
+    scores[f"ndcg@{cutoff}"] = sum(ndcg_at(r, rel, cutoff) for r, rel in zip(rankings, relevant)) / n
+    return scores
 
 
 def _check_lengths(a: Sequence, b: Sequence) -> None:

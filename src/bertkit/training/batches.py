@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -21,6 +22,10 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 from bertkit.errors import ConfigError
 from bertkit.training.config import TrainingConfig
 from bertkit.training.distributed import DistInfo
+
+
+BatchSampler = Callable[[list[int], int, bool], list[list[int]]]
+"""(an epoch's order of dataset indices, batch size, drop_last) -> the micro-batches, each a list of indices."""
 
 
 @dataclass
@@ -36,6 +41,46 @@ class TrainPhase:
     name: str = "train"
     grad_accum_steps: int | None = None
     """Micro-batches per optimizer update in this phase; None = the config's grad_accum_steps."""
+    batch_sampler: BatchSampler | None = None
+    """How an epoch's shuffled order becomes micro-batches (`no_duplicate_batches`: no two examples of a batch
+    share a text); None: batch_size consecutive samples at a time."""
+
+
+def no_duplicate_batches(order: Sequence[int], batch_size: int, drop_last: bool,
+                         keys: Sequence[Collection[Hashable]]) -> list[list[int]]:
+    """Batches of `order` in which no two samples share a key (`keys[i]`: sample i's texts), for losses whose
+    negatives are the batch's other samples: a duplicate of one's own positive among them would be a false negative.
+    sentence-transformers' NoDuplicatesBatchSampler (one pass): each batch takes, in order, every sample that shares
+    no key with the batch so far, until it is full; a skipped sample waits for a later batch, and when the samples
+    left cannot fill a batch, the short batch ends the pass (dropped with drop_last). A pure function of its
+    arguments; every index of `order` is in exactly one batch (in none when its short batch is dropped)."""
+    batches: list[list[int]] = []
+    waiting: list[int] = []  # samples skipped so far, in order: each batch looks at them first
+    upcoming = 0  # order[upcoming:] has not been looked at
+    while waiting or upcoming < len(order):
+        batch: list[int] = []
+        seen: set[Hashable] = set()
+        skipped: list[int] = []
+
+        def offer(index: int) -> None:
+            if seen.isdisjoint(keys[index]):
+                batch.append(index)
+                seen.update(keys[index])
+            else:
+                skipped.append(index)
+
+        for position, index in enumerate(waiting):
+            if len(batch) == batch_size:
+                skipped.extend(waiting[position:])
+                break
+            offer(index)
+        while len(batch) < batch_size and upcoming < len(order):
+            offer(order[upcoming])
+            upcoming += 1
+        waiting = skipped
+        if len(batch) == batch_size or not drop_last:
+            batches.append(batch)
+    return batches
 
 
 @dataclass
@@ -94,7 +139,11 @@ class Batches:
         if ws > 1:
             order = order[: n - n % ws][self.dist.rank :: ws]
         b = self.batch_size(phase)
-        batches = [order[i : i + b] for i in range(0, len(order), b)]
+        sampler = self.phases[phase].batch_sampler
+        if sampler is not None:
+            batches = sampler(order, b, self.config.drop_last)
+        else:
+            batches = [order[i : i + b] for i in range(0, len(order), b)]
         if self.config.drop_last and batches and len(batches[-1]) < b:
             batches.pop()
         return batches
