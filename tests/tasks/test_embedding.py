@@ -20,7 +20,7 @@ from bertkit.errors import ConfigError, DataError
 from bertkit.model.folder import read_folder
 from bertkit.model.heads import BertForEmbedding
 from bertkit.model.losses import cosent_loss, in_batch_negatives_loss
-from bertkit.tasks import get_task
+from bertkit.tasks import get_task, metrics
 from bertkit.tasks.embedding import QueryExample, TextsExample, evaluate_retrieval, retrieval_metrics, retrieval_set
 
 TOPICS = ["cat", "dog", "car", "tree", "rain", "music", "bread", "river", "moon", "book", "chess", "coffee"]
@@ -125,6 +125,26 @@ def test_evaluate_scores_a_retrieval_set_as_any_encoder_does(trained: dict[str, 
     assert main(["evaluate", "--model", str(trained["best"]), "--input",
                  str(trained["beir"] / "qrels" / "test.tsv"), "--output", str(out)]) == 0
     assert json.loads(out.read_text())["mrr@10"] == pytest.approx(want["mrr@10"], abs=1e-6)
+
+
+def test_predict_writes_each_querys_ranking(trained: dict[str, Path], tmp_path: Path) -> None:
+    """`bertkit predict` on a retrieval set: each query's ten best document ids, whose MRR@10 is evaluate's; on the
+    training triples: each query with the file's texts ranked."""
+    out = tmp_path / "rankings.jsonl"
+    assert main(["predict", "--model", str(trained["best"]), "--input", str(trained["beir"]), "--output",
+                 str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    retrieval = read_retrieval_set(trained["beir"])
+    assert [r["id"] for r in rows] == list(retrieval.queries) and all(len(r["ranking"]) == 10 for r in rows)
+    got = metrics.retrieval_scores([r["ranking"] for r in rows], [retrieval.relevant[r["id"]] for r in rows])
+    assert main(["evaluate", "--model", str(trained["best"]), "--input", str(trained["beir"]), "--output",
+                 str(tmp_path / "m.json")]) == 0
+    assert got["mrr@10"] == pytest.approx(json.loads((tmp_path / "m.json").read_text())["mrr@10"], abs=1e-9)
+    assert main(["predict", "--model", str(trained["best"]), "--input", str(trained["triples"]), "--output",
+                 str(out)]) == 0
+    first = json.loads(out.read_text().splitlines()[0])
+    assert first["line"] == 1 and first["query"] == pair_rows()[0]["query"]
+    assert set(first["ranking"]) <= {t for r in pair_rows() for t in (r["positive"], r["negative"])}
 
 
 class FixedEncoder:

@@ -85,7 +85,8 @@ def _add_predict(sub: Any) -> None:
 
     p = sub.add_parser("predict", description="Predict with a fine-tuned model: classification -> the input TSV plus a "
                        "prediction column; ner -> token<TAB>tag lines; qa -> {id: answer} JSON; multiple-choice "
-                       "-> JSON lines; with --probabilities, each answer with its scores as the server gives it.")
+                       "-> JSON lines; embedding -> JSON lines of each query's ranking (or each scored pair's "
+                       "cosine); with --probabilities, each answer with its scores as the server gives it.")
     add_config_options(p, config_fields(PredictConfig), required=("model", "input", "output"), switches=True)
     p.set_defaults(func=_predict)
 

@@ -1,7 +1,8 @@
 """Prediction: the job behind `bertkit predict` (`run(PredictConfig)`): a fine-tuned folder's predictions for every
 example of a file, read and tokenized exactly as fine-tuning did (the task's settings saved in the folder's
 config.json) and written in the task's format: classification -> the input TSV plus a prediction column; ner ->
-token<TAB>tag lines; qa -> {id: answer} JSON; multiple-choice -> JSON lines.
+token<TAB>tag lines; qa -> {id: answer} JSON; multiple-choice -> JSON lines; embedding -> JSON lines, each query's
+ranking of the documents (of a retrieval set, or the file's own texts) or each scored pair's cosine.
 
 With `probabilities`, each example's answer is written as the server gives it for one request item instead, with
 its scores (one JSON line per example, in the file's order: `{"id": ..., "answer": ...}`), computed on the path the

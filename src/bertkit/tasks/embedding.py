@@ -359,13 +359,19 @@ class EmbeddingTask(Task):
 
     def write_predictions(self, path: str | os.PathLike, examples: Sequence[TextsExample | QueryExample],
                           predictions: Sequence, settings: EmbeddingSettings) -> None:
-        """JSON lines: `{"id": query id, "ranking": [document ids, best first]}` per query of a retrieval set,
-        `{"line": n, "ranking": [...]}` per pair, `{"line": n, "similarity": cosine}` per scored pair."""
+        """JSON lines: `{"id": query id, "ranking": [document ids, best first]}` per query of a retrieval set;
+        `{"line": n, "query": text, "ranking": [texts, best first]}` per pair or triple (its query searched among
+        the file's positives and negatives); `{"line": n, "similarity": cosine}` per scored pair."""
+        texts = {} if _is_similarity(examples) else retrieval_set(examples).corpus
         with atomic_open(path) as f:
             for e, p in zip(examples, predictions):
-                key = {"id": e.id} if isinstance(e, QueryExample) else {"line": e.line}
-                value = {"similarity": p} if isinstance(p, float) else {"ranking": p}
-                f.write(json.dumps({**key, **value}, ensure_ascii=False) + "\n")
+                if isinstance(e, QueryExample):
+                    record = {"id": e.id, "ranking": p}
+                elif e.scored:
+                    record = {"line": e.line, "similarity": p}
+                else:
+                    record = {"line": e.line, "query": e.texts[0], "ranking": [texts[d] for d in p]}
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 def _distinct_ids(texts: Sequence[str], tokenizer: Any, settings: EmbeddingSettings) -> tuple[list[str], list[list[int]]]:
