@@ -219,6 +219,17 @@ def _layout(backend: Any, pair: bool, token_types: bool) -> Layout:
     return pre, pre_t, seq_types[0], mid, mid_t, seq_types[1], post, post_t
 
 
+def _sequences(e: Any, pair: bool) -> tuple[Sequence_, Sequence_ | None]:
+    """A backend encoding's text (and pair) without the special tokens: ids, offsets and word ids of each."""
+    seq, ids, offsets, words = e.sequence_ids, e.ids, e.offsets, e.word_ids
+    out: list[Sequence_] = []
+    for k in (0, 1) if pair else (0,):
+        where = [i for i, s in enumerate(seq) if s == k]  # a sequence's tokens are contiguous
+        start, stop = (where[0], where[-1] + 1) if where else (0, 0)
+        out.append((ids[start:stop], offsets[start:stop], words[start:stop]))
+    return out[0], out[1] if pair else None
+
+
 class FastTokenizer(TokenizerBase):
     """A family's tokenizer run by Hugging Face `tokenizers`, with BertTokenizer's interface (`encode`, batches,
     truncation windows, offsets, word ids, `tokenize`, `words`, `decode`, the special tokens by the folder's names).
@@ -254,6 +265,7 @@ class FastTokenizer(TokenizerBase):
         self.mask_token_id = ids["mask_token"] if ids["mask_token"] is not None else self.unk_token_id
         self.all_special_ids = frozenset(i for i in ids.values() if i is not None)
         self.vocab: dict[str, int] = backend.get_vocab(with_added_tokens=True)
+        self.ids_to_tokens: dict[int, str] = {i: t for t, i in self.vocab.items()}
         self._single = _layout(backend, False, self.family.token_types)
         self._pair = _layout(backend, True, self.family.token_types)
         self.special_counts = (len(self._single[0]) + len(self._single[3]) + len(self._single[6]),
@@ -263,48 +275,34 @@ class FastTokenizer(TokenizerBase):
         pre = json.loads(backend.pre_tokenizer.__getstate__()) if backend.pre_tokenizer is not None else {}
         self._word_prefix = " " if pre.get("type") == "ByteLevel" and not pre.get("add_prefix_space") else ""
 
-    # --- sizes and lookups -----------------------------------------------------------------------------------------
-    @property
-    def vocab_size(self) -> int:
-        return len(self.vocab)
-
-    def __len__(self) -> int:
-        return len(self.vocab)
-
     def __repr__(self) -> str:
         return f"FastTokenizer(family={self.family.name!r}, vocab_size={self.vocab_size})"
-
-    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int]:
-        """Ids of tokens (unknown tokens map to the unknown token's id)."""
-        if isinstance(tokens, str):
-            return self.vocab.get(tokens, self.unk_token_id)
-        get, unk = self.vocab.get, self.unk_token_id
-        return [get(t, unk) for t in tokens]
-
-    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> str | list[str]:
-        """Tokens of ids."""
-        if isinstance(ids, int):
-            return self._token(ids)
-        return [self._token(int(i)) for i in ids]
-
-    def _token(self, i: int) -> str:
-        token = self.backend.id_to_token(i)
-        if token is None:
-            raise TokenizerError(f"token id {i} is outside the vocabulary (0..{self.vocab_size - 1})")
-        return token
 
     # --- tokenization ------------------------------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[str]:
         """The tokens of `text` (no special tokens added), as transformers' `tokenize`."""
         return self.backend.encode(self._check_text(text), add_special_tokens=False).tokens
 
-    def _encode_text(self, text: str) -> Sequence_:
-        e = self.backend.encode(text, add_special_tokens=False)
-        return e.ids, e.offsets, e.word_ids
-
-    def _encode_many(self, texts: list[str], num_workers: int | None) -> list[Sequence_]:
-        """Every text through the backend in one call (`tokenizers` spreads a batch over its own threads)."""
-        return [(e.ids, e.offsets, e.word_ids) for e in self.backend.encode_batch(texts, add_special_tokens=False)]
+    def _encodings(self, texts: list[str], pairs: list[str] | None, max_length: int | None, truncation: bool | str,
+                   stride: int, add_special_tokens: bool, num_workers: int | None) -> list[Encoding]:
+        """The backend encodes the batch with its special tokens in one call (`tokenizers` spreads it over its own
+        threads, so `num_workers` is not used). An input that needs no cut is that encoding as it is; one that does
+        is split back into its sequences, which `_assemble` cuts into windows."""
+        encs = self.backend.encode_batch(texts if pairs is None else list(zip(texts, pairs)),
+                                         add_special_tokens=add_special_tokens)
+        limit = self.model_max_length if max_length is None else max_length
+        # HF refuses a stride beyond a single text's room even where nothing is cut: _assemble says so.
+        whole = not truncation or stride <= limit - (self.special_counts[0] if add_special_tokens else 0)
+        out = []
+        for e in encs:
+            if not truncation or (whole and len(e) <= limit):
+                types = e.type_ids if self.family.token_types else [0] * len(e)
+                out.append(Encoding(e.ids, types, e.attention_mask, e.special_tokens_mask, e.offsets, e.word_ids,
+                                    e.sequence_ids))
+            else:
+                out.append(self._assemble(*_sequences(e, pairs is not None), max_length, truncation, stride,
+                                          add_special_tokens))
+        return out
 
     def words(self, text: str) -> list[Word]:
         """The words the pre-tokenizer splits `text` into, each as it is in the text with its first character's

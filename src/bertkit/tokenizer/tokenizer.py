@@ -251,10 +251,34 @@ class TokenizerBase:
     tokens), `_build` (one window with its special tokens) and `special_counts` (special tokens added around one
     sequence and around a pair), so the windows and their order are computed here once for every tokenizer."""
 
+    vocab: dict[str, int]
+    ids_to_tokens: dict[int, str]
+    unk_token_id: int
     model_max_length: int
     pad_token: str
     pad_token_id: int | None
     special_counts: tuple[int, int] = (2, 3)  # [CLS] A [SEP], [CLS] A [SEP] B [SEP]
+
+    # --- sizes and lookups -----------------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int]:
+        """Ids of tokens (unknown tokens map to the unknown token's id)."""
+        if isinstance(tokens, str):
+            return self.vocab.get(tokens, self.unk_token_id)
+        get, unk = self.vocab.get, self.unk_token_id
+        return [get(t, unk) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> str | list[str]:
+        """Tokens of ids."""
+        if isinstance(ids, int):
+            return self.ids_to_tokens[ids]
+        return [self.ids_to_tokens[int(i)] for i in ids]
 
     def _encode_text(self, text: str) -> Sequence_:
         raise NotImplementedError
@@ -286,8 +310,8 @@ class TokenizerBase:
         """
         a = self._check_text(text)
         b = self._check_text(pair) if pair is not None else None
-        enc = self._assemble(self._encode_text(a), self._encode_text(b) if b is not None else None,
-                             max_length, truncation, stride, add_special_tokens)
+        enc = self._encodings([a], [b] if b is not None else None, max_length, truncation, stride,
+                              add_special_tokens, None)[0]
         if not return_overflowing:
             enc.overflowing = []
         self._pad([enc, *enc.overflowing], padding, max_length, pad_to_multiple_of)
@@ -321,14 +345,12 @@ class TokenizerBase:
         gc_enabled = gc.isenabled()
         gc.disable()
         try:
-            a_seqs = self._encode_many([self._check_text(t) for t in texts], num_workers)
-            b_seqs = (self._encode_many([self._check_text(t) for t in pairs], num_workers)
-                      if pairs is not None else None)
+            firsts = self._encodings([self._check_text(t) for t in texts],
+                                     [self._check_text(t) for t in pairs] if pairs is not None else None,
+                                     max_length, truncation, stride, add_special_tokens, num_workers)
             encodings: list[Encoding] = []
             mapping: list[int] = []
-            for i, a in enumerate(a_seqs):
-                enc = self._assemble(a, b_seqs[i] if b_seqs is not None else None, max_length, truncation, stride,
-                                     add_special_tokens)
+            for i, enc in enumerate(firsts):
                 encodings.append(enc)
                 mapping.append(i)
                 if return_overflowing and enc.overflowing:
@@ -340,6 +362,15 @@ class TokenizerBase:
             if gc_enabled:
                 gc.enable()
         return BatchEncoding(encodings, mapping, self.pad_token_id)
+
+    def _encodings(self, texts: list[str], pairs: list[str] | None, max_length: int | None, truncation: bool | str,
+                   stride: int, add_special_tokens: bool, num_workers: int | None) -> list[Encoding]:
+        """Each input's first window, its later windows in `.overflowing`: its tokens (`_encode_many`) cut and
+        given their special tokens (`_assemble`)."""
+        a_seqs = self._encode_many(texts, num_workers)
+        b_seqs = self._encode_many(pairs, num_workers) if pairs is not None else None
+        return [self._assemble(a, b_seqs[i] if b_seqs is not None else None, max_length, truncation, stride,
+                               add_special_tokens) for i, a in enumerate(a_seqs)]
 
     def _encode_many(self, texts: list[str], num_workers: int | None) -> list[Sequence_]:
         """`_encode_text` over a list, in worker processes when the batch is large."""
@@ -471,13 +502,6 @@ class BertTokenizer(TokenizerBase):
         self.wordpiece = WordPiece(self.vocab, unk_token, MAX_INPUT_CHARS_PER_WORD)
 
     # --- sizes and lookups -----------------------------------------------------------------------------------------
-    @property
-    def vocab_size(self) -> int:
-        return len(self.vocab)
-
-    def __len__(self) -> int:
-        return len(self.vocab)
-
     def __repr__(self) -> str:
         return (f"BertTokenizer(vocab_size={self.vocab_size}, lowercase={self.lowercase}, "
                 f"strip_accents={self.strip_accents}, tokenize_chinese_chars={self.tokenize_chinese_chars})")
@@ -486,19 +510,6 @@ class BertTokenizer(TokenizerBase):
         state = self.__dict__.copy()
         state["wordpiece"] = WordPiece(self.vocab, self.unk_token, MAX_INPUT_CHARS_PER_WORD)  # without its cache
         return state
-
-    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int]:
-        """Ids of tokens (unknown tokens map to the [UNK] id)."""
-        if isinstance(tokens, str):
-            return self.vocab.get(tokens, self.unk_token_id)
-        get, unk = self.vocab.get, self.unk_token_id
-        return [get(t, unk) for t in tokens]
-
-    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> str | list[str]:
-        """Tokens of ids."""
-        if isinstance(ids, int):
-            return self.ids_to_tokens[ids]
-        return [self.ids_to_tokens[int(i)] for i in ids]
 
     # --- tokenization ------------------------------------------------------------------------------------------------
     def words(self, text: str) -> list[Word]:
