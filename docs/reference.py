@@ -44,6 +44,7 @@ CONFIGS = [
     ("bertkit.tokenizer.trainer", "VocabOptions"),
     ("bertkit.model.config", "BertConfig"),
     ("bertkit.model.heads", "FrozenTaggerSettings"),
+    ("bertkit.model.pooling", "EmbeddingHeadSettings"),
     ("bertkit.data.config", "PretrainingDataConfig"),
     ("bertkit.data.prepare", "PrepareOptions"),
     ("bertkit.training.config", "TrainingConfig"),
@@ -87,9 +88,16 @@ API = [
                                                           "TextsRequest", "task_options", "collator", "outputs",
                                                           "predict", "answer_examples", "evaluate"]),
     ("The inference front: bertkit.inference", "bertkit.inference.encoder", ["Encoder", "Encoders"]),
-    ("Pooling and precision", "bertkit.inference.pooling", ["Pooling", "POOLINGS", "folder_defaults"]),
+    ("Pooling and precision", "bertkit.model.pooling", ["Pooling", "POOLINGS", "folder_defaults",
+                                                        "write_sentence_transformers"]),
     ("", "bertkit.inference.precision", ["PRECISIONS", "DEFAULT_PRECISION", "choose_precision"]),
     ("Serving: bertkit.serve", "bertkit.serve", ["create_app", "ServeSettings"]),
+    ("Training embedding models: bertkit.tasks.embedding", "bertkit.tasks.embedding",
+     ["evaluate_retrieval", "retrieval_metrics", "retrieval_rankings", "retrieval_set"]),
+    ("", "bertkit.data.retrieval", ["RetrievalSet", "read_retrieval_set"]),
+    ("", "bertkit.model.losses", ["in_batch_negatives_loss", "cosent_loss"]),
+    ("", "bertkit.training.batches", ["no_duplicate_batches"]),
+    ("", "bertkit.tasks.metrics", ["retrieval_scores"]),
 ]
 
 

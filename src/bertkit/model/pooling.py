@@ -31,6 +31,8 @@ from bertkit.io import atomic_write_json
 
 if TYPE_CHECKING:  # the pooling functions only call tensor methods: this module, and the settings, read without torch
     from torch import Tensor
+else:
+    Tensor = Any  # what annotations name at run time (typing.get_type_hints), torch unimported
 
 
 @dataclass(frozen=True)
