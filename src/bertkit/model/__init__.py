@@ -11,9 +11,9 @@ _EXPORTS = {
     "Execution": "bertkit.model.execution",
     **{name: "bertkit.model.heads" for name in (
         "MODEL_CLASSES", "BertForMaskedLM", "BertForMultipleChoice", "BertForNextSentencePrediction",
-        "BertForPreTraining", "BertForPreTrainingOutput", "BertForQuestionAnswering", "BertForSequenceClassification",
-        "BertForTokenClassification", "BertHeadModel", "ClassifierOutput", "MaskedLMOutput",
-        "QuestionAnsweringOutput")},
+        "BertForPreTraining", "BertForPreTrainingOutput", "BertForQuestionAnswering", "BertForReplacedTokenDetection",
+        "BertForSequenceClassification", "BertForTokenClassification", "BertHeadModel", "ClassifierOutput",
+        "MaskedLMOutput", "QuestionAnsweringOutput")},
     "PRESETS": "bertkit.model.config",
     "BertConfig": "bertkit.model.config",
 }
