@@ -243,6 +243,11 @@ def test_reading_errors_name_the_file_line_and_field(tmp_path: Path) -> None:
     (tmp_path / "plain.txt").write_text("a\nb\n")
     with pytest.raises(DataError, match="expected a file of named fields"):
         task.read(tmp_path / "plain.txt", task.settings())
+    (tmp_path / "texts.jsonl").write_text('{"sentence": "a"}\n')
+    with pytest.raises(DataError, match=r"texts.jsonl:1: no field 'text'.*--columns.*simcse: text"):
+        task.read(tmp_path / "texts.jsonl", task.settings({"loss": "simcse"}))
+    assert task.read(tmp_path / "texts.jsonl", task.settings({"loss": "simcse", "columns": ["sentence"]})) == \
+        [TextsExample(1, ("a",))]
     with pytest.raises(ConfigError, match="cosent reads three fields"):
         task.read(tmp_path / "scores.tsv", task.settings({"loss": "cosent", "columns": ["text_a", "text_b"]}))
 

@@ -48,7 +48,7 @@ import numpy as np
 import bertkit.tasks.metrics as metrics
 from bertkit.data.retrieval import RetrievalSet, is_retrieval_set, read_retrieval_set
 from bertkit.data.tables import check_text, iter_records, require_field
-from bertkit.data.texts import read_texts
+from bertkit.data.texts import read_texts, resolve_format
 from bertkit.dataclass_io import spec
 from bertkit.errors import ConfigError, data_error
 from bertkit.io import atomic_open
@@ -167,7 +167,9 @@ def _field(path: str | os.PathLike, line: int, record: dict[str, Any], name: str
     if name not in record:
         found = ", ".join(map(repr, list(record)[:10])) or "none"
         raise data_error(path, line, f"no field {name!r} (fields: {found}); --columns names the fields to read, "
-                         "--loss what they hold (in-batch: query, positive[, negative]; cosent: text_a, text_b, score)")
+                         "--loss what they hold (in-batch: query, positive[, negative]; cosent: text_a, text_b, score; "
+                         "simcse: text, or a plain text file; a dev set of any loss may be a retrieval set, a BEIR "
+                         "folder)")
     return require_field(path, line, record, name)
 
 
@@ -184,9 +186,13 @@ def _score(path: str | os.PathLike, line: int, name: str, value: Any) -> float:
 
 def _read_texts(path: str | os.PathLike, settings: EmbeddingSettings) -> list[TextsExample]:
     """SimCSE's texts: a plain text file's lines (or a table's text field), blank ones left out."""
-    field_name = _columns(settings)[0]
-    return [TextsExample(row.line, (row.text,)) for row in read_texts(str(path), text_field=field_name)
-            if row.text.strip()]
+    if resolve_format(str(path)) == "text":
+        rows = ((row.line, row.text) for row in read_texts(str(path), "text"))
+    else:
+        name = _columns(settings)[0]
+        rows = ((line, check_text(path, line, name, _field(path, line, record, name)))
+                for line, record in iter_records(path))
+    return [TextsExample(line, (text,)) for line, text in rows if text.strip()]
 
 
 def _query_examples(retrieval: RetrievalSet) -> list[QueryExample]:
