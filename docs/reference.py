@@ -357,6 +357,22 @@ def public_members(cls: type) -> list[tuple[str, Any]]:
     return members
 
 
+def field_types(cls: type) -> dict[str, Any]:
+    """A dataclass's field types, evaluated where the module can (a name it imports for type checking only, such as
+    the model's classes in a module read without torch, stays as written)."""
+    try:
+        return typing.get_type_hints(cls)
+    except NameError:
+        names = vars(sys.modules[cls.__module__])
+        out: dict[str, Any] = {}
+        for field, text in cls.__annotations__.items():
+            try:
+                out[field] = eval(text, dict(names)) if isinstance(text, str) else text  # noqa: S307 (the code's own)
+            except NameError:
+                out[field] = text
+        return out
+
+
 def api_entry(module: str, name: str) -> str:
     """One public name: its signature (or value) and docstring; a class's own public methods after it."""
     obj = getattr(importlib.import_module(module), name)
@@ -366,7 +382,7 @@ def api_entry(module: str, name: str) -> str:
         sig = "" if dataclasses.is_dataclass(obj) else signature(obj)
         out += [f"### `{name}`", "", f"`class {home}.{name}{sig}`", "", docstring_markdown(obj.__doc__)]
         if dataclasses.is_dataclass(obj):
-            hints = typing.get_type_hints(obj)
+            hints = field_types(obj)
             fields = [f for f in dataclasses.fields(obj) if f.init]
             if fields:
                 out += ["", "Fields: " + ", ".join(f"`{f.name}: {type_name(hints[f.name])}`" for f in fields) + "."]

@@ -1,5 +1,6 @@
 """`bertkit embed`: one sentence embedding per input row, streamed into resumable shards or one .npy matrix; its
-options are generated from bertkit.jobs.embed.EmbedConfig (the job it runs)."""
+options are generated from EmbedConfig (bertkit.jobs.embed_config: the config of the job it runs, bertkit.jobs.embed,
+read without torch)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import sys
 
 from bertkit.cli.config_options import PREFIX, add_config_options, config_fields, config_from_options
 from bertkit.inference.pooling import DEFAULT_POOLING, POOLINGS
-from bertkit.inference.precision import DEFAULT_PRECISION, PRECISIONS
-from bertkit.jobs.embed import EmbedConfig
+from bertkit.inference.options import DEFAULT_PRECISION, PRECISIONS
+from bertkit.jobs.embed_config import EmbedConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

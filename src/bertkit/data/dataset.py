@@ -14,16 +14,13 @@ import torch
 from torch.utils.data import Dataset
 
 from bertkit.data.config import PretrainingDataConfig
+from bertkit.data.masking import IGNORE_INDEX
 from bertkit.data.prepare import CONFIG_FILE, TOKENIZER_DIR, vocab_fingerprint
 from bertkit.data.pretraining import VocabInfo
 from bertkit.data.shards import INDEX_FILE, ShardArrays, open_shard, read_index, verify_shard
 from bertkit.errors import BertkitError, DataError, data_error
 from bertkit.io import check_file, sealed_entries
 from bertkit.tokenizer.tokenizer import load_vocab
-
-IGNORE_INDEX = -100
-"""The label of positions no loss counts (torch cross-entropy's ignore_index): positions without a masked-LM target,
-word pieces after a word's first in NER, padding. bertkit's one definition; the model and the tasks import it."""
 
 
 @dataclass

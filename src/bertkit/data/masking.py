@@ -20,9 +20,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bertkit.data.dataset import IGNORE_INDEX
 from bertkit.data.pretraining import VocabInfo
 from bertkit.errors import DataError
+
+IGNORE_INDEX = -100
+"""The label of positions no loss counts (torch cross-entropy's ignore_index): positions without a masked-LM target,
+word pieces after a word's first in NER, padding. bertkit's one definition, in a module without torch so that the
+tasks, which make labels, import without it; the model and the collators import it too."""
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)

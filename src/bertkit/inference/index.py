@@ -25,7 +25,7 @@ import os
 from array import array
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,8 +44,10 @@ from bertkit.io import (
     sealed_entries,
     unseal,
 )
-from bertkit.inference.encoder import Encoder, Encoders
 from bertkit.inference.vector_store import Embeddings, check_same_settings, embedding_settings
+
+if TYPE_CHECKING:  # the encoder (torch) is imported where queries are embedded: IndexOptions reads without it
+    from bertkit.inference.encoder import Encoder, Encoders
 
 INDEX_FILE, META_FILE, ROWS_FILE, OFFSETS_FILE = "index.faiss", "index.json", "rows.jsonl", "offsets.npy"
 KINDS = ("exact", "hnsw", "ivf")
@@ -283,6 +285,8 @@ def query_encoder(index: VectorIndex, model: str | os.PathLike | None = None, de
     if not index.settings:
         raise ConfigError(f"index {index.folder}: built from a bare .npy matrix, which records no model or "
                           "settings; build it from a `bertkit embed -o DIR` folder to search it with text queries")
+    from bertkit.inference.encoder import Encoder
+
     model = model or index.settings["model"]
     precision, max_length = index.settings["precision"], index.settings["max_length"]
     encoder = (encoders.get(precision, max_length, device) if encoders is not None

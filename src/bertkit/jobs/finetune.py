@@ -19,10 +19,9 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
-import torch
 
 from bertkit.dataclass_io import Config, spec
 from bertkit.errors import CheckpointError, ConfigError, Interrupted
@@ -34,6 +33,9 @@ from bertkit.tasks.base import (DEFAULT_METRIC, Task, TaskSettings, collator, ev
                                 task_options)
 from bertkit.tokenizer import load_tokenizer
 from bertkit.training.config import TrainingConfig
+
+if TYPE_CHECKING:  # imported where a run starts: the config reads without torch
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -177,6 +179,8 @@ def run(config: FinetuneConfig, resume: bool = False,
     job's fingerprint into its own, `on_start`, which writes its record once the run starts, and `model_folder`,
     config.model's config.json as it read it (`read_folder`), so that it is not read again.
     """
+    import torch
+
     from bertkit.tasks.feature_cache import frozen_inputs
     from bertkit.training import Trainer, TrainPhase
     from bertkit.training.distributed import setup_distributed

@@ -15,19 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-import torch
-
 from bertkit.dataclass_io import Config, field_of, spec
 from bertkit.errors import ConfigError
 from bertkit.model.execution import Execution, check_mlm_slots
 from bertkit.pretrained import resolve_model_dir
 from bertkit.runtime import cpu_has_native_bf16
 from bertkit.training.config import TrainingConfig, config_from_dict
-from bertkit.training.precision import resolve_precision
-from bertkit.training.trainer import Trainer, TrainPhase, TrainResult
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch and the trainer are imported where a run starts: the configs read without them
+    import torch
+
     from bertkit.model.folder import FolderConfig
+    from bertkit.training.trainer import TrainResult
 
 CONFIG_COPY = "pretrain_config.yaml"
 
@@ -350,9 +349,13 @@ def run(config: PretrainConfig, resume: bool = False,
     which turns this job's fingerprint into its own (distillation names the model the teacher and adds its
     settings), `on_start`, which writes its record once the run starts (after pretrain_config.yaml), and
     `model_folder`, config.model's config.json as it read it (`read_folder`), so that it is not read again."""
+    import torch
+
     from bertkit.model import PRESETS
     from bertkit.tokenizer import BertTokenizer
     from bertkit.training.distributed import setup_distributed
+    from bertkit.training.precision import resolve_precision
+    from bertkit.training.trainer import Trainer, TrainPhase
     from bertkit.training.provenance import check_output_apart
     from bertkit.training.checkpoint import output_lock
 

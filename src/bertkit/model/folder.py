@@ -13,6 +13,9 @@ that names only a bertkit `task`, that task's head (`TASK_HEADS`: the task regis
 `bertkit.tasks` is imported; this floor never imports the tasks), else BertModel. (The sentence-embedding defaults a
 folder's sentence-transformers files set are the inference floor's, which knows the pooling modes:
 `bertkit.inference.pooling.folder_defaults`.)
+
+The model's classes (torch) are imported when a step needs them, so the task registry, which declares its heads
+here, and the CLI's help read without torch.
 """
 
 from __future__ import annotations
@@ -21,17 +24,17 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bertkit.errors import CheckpointError
 from bertkit.model import families
-from bertkit.model.bert import BertModel, BertPreTrainedModel
-from bertkit.model.checkpoint import CONFIG_NAME, check_vocab, read_config
 from bertkit.model.config import BertConfig
-from bertkit.model.heads import MODEL_CLASSES
 from bertkit.pretrained import resolve_model_dir
 from bertkit.tokenizer import load_tokenizer
 from bertkit.tokenizer.auto import Tokenizer
+
+if TYPE_CHECKING:
+    from bertkit.model.bert import BertPreTrainedModel
 
 # Task name (and each alias) -> the head class name its fine-tuned folders use, given the folder's task settings
 # (NER's `frozen` setting picks the frozen tagger, say). Filled by the task registry (`bertkit.tasks`) at import.
@@ -55,6 +58,8 @@ class FolderConfig:
 
     @property
     def config_path(self) -> Path:
+        from bertkit.model.checkpoint import CONFIG_NAME
+
         return self.path / CONFIG_NAME
 
 
@@ -80,6 +85,8 @@ def read_folder(folder: Folder) -> FolderConfig:
     FolderConfig as it is comes back unchanged, without reading anything)."""
     if isinstance(folder, FolderConfig):
         return folder
+    from bertkit.model.checkpoint import read_config
+
     path = resolve_model_dir(folder)
     config, raw = read_config(path)
     return FolderConfig(path, config, raw)
@@ -88,6 +95,9 @@ def read_folder(folder: Folder) -> FolderConfig:
 def head_class(folder: FolderConfig, model_class: str | None = None) -> type[BertPreTrainedModel]:
     """The class to build: `model_class` if given, else config.json's `architectures`, else the head of the task it
     names (TASK_HEADS), else BertModel."""
+    from bertkit.model.bert import BertModel
+    from bertkit.model.heads import MODEL_CLASSES
+
     if model_class is not None:
         if model_class not in MODEL_CLASSES:
             raise CheckpointError(f"unknown model class {model_class!r}; expected one of {', '.join(MODEL_CLASSES)}")
@@ -115,6 +125,8 @@ def load_model(folder: Folder, model_class: str | None = None, **overrides: Any)
     """The door's second step: the folder's model (class as `head_class` picks it), built with the config read once
     and checked against the folder's vocabulary. overrides go to from_pretrained (strict=, dtype=, config field
     overrides such as num_labels=)."""
+    from bertkit.model.checkpoint import check_vocab
+
     folder = read_folder(folder)
     cls = head_class(folder, model_class)
     check_vocab(folder.path, folder.config)

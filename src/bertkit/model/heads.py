@@ -9,19 +9,19 @@ their `Execution` plan says (`bertkit.model.execution`: given at construction, o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.data.dataset import IGNORE_INDEX
-from bertkit.dataclass_io import Config, config_from_dict, spec
+from bertkit.dataclass_io import config_from_dict
 from bertkit.errors import ConfigError
 from bertkit.model.bert import BertModel, BertModelOutput, BertPreTrainedModel, activation
 from bertkit.model.config import BertConfig
 from bertkit.model.execution import Execution
+from bertkit.model.head_settings import FEATURE_CHOICES, FrozenTaggerSettings
 from bertkit.model.kernels import Dropout, first_places, gather_places
 from bertkit.model.losses import cosent_loss, in_batch_negatives_loss
 from bertkit.model.pooling import MAX_SCALE, EmbeddingHeadSettings, pool_hidden, write_sentence_transformers
@@ -607,36 +607,6 @@ class BertForEmbedding(BertHeadModel):
 # ----------------------------------------------------------------------------------------------------------------
 # The feature-based approach (paper, section 5.3): BERT frozen, its token features feed a small tagger.
 # ----------------------------------------------------------------------------------------------------------------
-
-FEATURE_CHOICES = ("last", "sum_last_four", "concat_last_four", "weighted_sum")
-TAGGERS = ("bilstm", "linear")
-
-
-@dataclass
-class FrozenTaggerSettings(Config):
-    """The frozen tagger's settings (kept in config.task_settings); the defaults are a learned mix of every layer,
-    which any depth has and which was the best choice on all-MiniLM-L6-v2 (the paper's best on BERT-base, Table 7,
-    is concat_last_four), and a BiLSTM sized for a small encoder."""
-
-    frozen_features: str = spec("weighted_sum", choices=FEATURE_CHOICES)
-    """With --frozen: how a token's feature is made of BERT's hidden states: last (the last layer), sum_last_four,
-    concat_last_four (the paper's best) or weighted_sum (a learned softmax mix of every layer, embeddings included:
-    ELMo's scalar mix)."""
-    tagger: str = spec("bilstm", choices=TAGGERS)
-    """With --frozen: the task model on the features: bilstm (two layers, then a linear layer: the paper's) or
-    linear."""
-    tagger_hidden: int = spec(256, ge=1, le=2**16)
-    """With --frozen: the BiLSTM's hidden size per direction (paper: 768 on BERT-base)."""
-    tagger_dropout: float = spec(0.3, ge=0, lt=1)
-    """With --frozen: dropout on the features and on the BiLSTM's outputs."""
-
-    @classmethod
-    def from_settings(cls, settings: dict[str, Any]) -> "FrozenTaggerSettings":
-        """These settings from a dict that may hold others too (config.task_settings)."""
-        return cls(**{f.name: settings[f.name] for f in fields(cls) if f.name in settings})
-
-    def to_settings(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(FrozenTaggerSettings)}
 
 
 class ScalarMix(nn.Module):

@@ -1,15 +1,16 @@
 """Fine-tuning tasks, one module each (classification, ner, qa, multiple_choice). `get_task(name)` finds one.
 
-The registry is the task classes themselves: every module of this package is imported, and every `Task` subclass
-with a `name` defined in one is found here (with its `aliases`), so a new task is one new module, plus its head in
-`bertkit.model.heads` when it needs a new one. A task defined outside the package (a plug-in) joins with one call,
-`register_task(cls, *heads)`, which also registers the head classes it brings.
+The registry is the task classes themselves: every task module of this package is imported, and every `Task`
+subclass with a `name` defined in one is found here (with its `aliases`), so a new task is one new module, plus its
+head in `bertkit.model.heads` when it needs a new one. A task defined outside the package (a plug-in) joins with one
+call, `register_task(cls, *heads)`, which also registers the head classes it brings.
 
-The package holds tasks and what they share (base, metrics, significance, feature_cache) and nothing that imports
-this registry (the jobs that run tasks live in `bertkit.jobs`), so no module needs skipping; two tasks claiming one
-name or alias are an error here, not a silent overwrite. Each task's head is declared to the model floor
-(`bertkit.model.folder.TASK_HEADS`), so a folder whose config.json names only its task opens into that head wherever
-folders are opened, without the model floor importing this one.
+The package holds tasks and what they share (`SHARED`: base, columns, metrics, significance, feature_cache), which
+the registry leaves to the modules that use them: the feature cache runs the model, and reading every task's
+options (`bertkit finetune --help`) needs no torch. Nothing here imports this registry (the jobs that run tasks live
+in `bertkit.jobs`); two tasks claiming one name or alias are an error here, not a silent overwrite. Each task's head
+is declared to the model floor (`bertkit.model.folder.TASK_HEADS`), so a folder whose config.json names only its
+task opens into that head wherever folders are opened, without the model floor importing this one.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from bertkit.tasks.base import Serving, Task
 
 # How the built-in tasks are listed (CLI help, error messages); other tasks follow, in the order they are found.
 ORDER = ("classification", "ner", "qa", "multiple-choice")
+# The modules of this package that hold what the tasks share, not tasks: not imported by the registry.
+SHARED = ("base", "columns", "feature_cache", "metrics", "significance")
 
 
 def _ordered(tasks: dict[str, type[Task]]) -> dict[str, type[Task]]:
@@ -33,9 +36,11 @@ def _ordered(tasks: dict[str, type[Task]]) -> dict[str, type[Task]]:
 
 
 def _discover() -> dict[str, type[Task]]:
-    """Every named Task subclass defined in a module of this package, by name, in ORDER."""
+    """Every named Task subclass defined in a module of this package (but the SHARED ones), by name, in ORDER."""
     found: dict[str, type[Task]] = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name in SHARED:
+            continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         for value in vars(module).values():
             defined_here = isinstance(value, type) and value.__module__ == module.__name__

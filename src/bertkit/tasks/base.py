@@ -28,17 +28,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
-import torch
-from torch import Tensor
 
-from bertkit.data.dataset import IGNORE_INDEX
+from bertkit.data.masking import IGNORE_INDEX
 # bertkit.data.tables reads every data file; a plug-in task's reader may take these names from here
 from bertkit.data.tables import read_jsonl, read_table, read_text, require_field  # noqa: F401
 from bertkit.dataclass_io import Config, config_from_dict, spec
 from bertkit.errors import BertkitError, ConfigError, data_error
 from bertkit.model.config import BertConfig
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch is imported where a model runs: the task registry, and so the CLI's help, read without it
+    import torch
+    from torch import Tensor
+
     from bertkit.model.folder import FolderConfig
     from bertkit.training.batches import BatchSampler
 
@@ -257,6 +258,8 @@ class Serving:
         path of a task's answers: the server's batcher runs it, and so do `bertkit.load(...)`'s task calls and
         `bertkit predict --probabilities`. `seen` is given the batch's features before the model runs (the
         server counts their tokens)."""
+        import torch
+
         results: list = [None] * len(examples)
         prepared = []
         for i, example in enumerate(examples):
@@ -357,6 +360,8 @@ class Collator:
     model_keys: tuple[str, ...] = ("input_ids", "token_type_ids", "labels", "start_positions", "end_positions")
 
     def __call__(self, features: Sequence[Feature]) -> dict[str, Tensor]:
+        import torch
+
         batch: dict[str, Tensor] = {}
         first = features[0]
         for key in self.model_keys:
@@ -398,13 +403,15 @@ def feature_length(feature: Feature) -> int:
     return max(len(s) for s in ids) if isinstance(ids[0], list) else len(ids)
 
 
-@torch.no_grad()
 def iter_model_outputs(model: torch.nn.Module, features: Sequence[Feature], collate: Collator, batch_size: int,
                        output_keys: Sequence[str] = ("logits",), per_token: bool = False,
                        model_inputs: Sequence[str] = ("input_ids", "token_type_ids"),
                        ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """(feature index, its outputs as float32 arrays; per-token ones cut to the feature's own length) for every
-    feature, batched by length (less padding, same results); the model is put back in its former mode."""
+    feature, batched by length (less padding, same results), computed without gradients; the model is put back in
+    its former mode."""
+    import torch
+
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -414,8 +421,9 @@ def iter_model_outputs(model: torch.nn.Module, features: Sequence[Feature], coll
             idx = order[start:start + batch_size]
             batch = collate([features[i] for i in idx])
             inputs = {k: v.to(device) for k, v in batch.items() if k in model_inputs or k == "attention_mask"}
-            out = model(**inputs)
-            arrays = {k: getattr(out, k).float().cpu().numpy() for k in output_keys}
+            with torch.no_grad():
+                out = model(**inputs)
+                arrays = {k: getattr(out, k).float().cpu().numpy() for k in output_keys}
             for row, i in enumerate(idx):
                 n = len(features[i]["input_ids"])
                 yield i, {k: v[row, :n] if per_token else v[row] for k, v in arrays.items()}

@@ -33,7 +33,7 @@ from bertkit.errors import data_error
 from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
-from bertkit.model.heads import FrozenTaggerSettings
+from bertkit.model.head_settings import FrozenTaggerSettings
 from bertkit.tasks.base import IGNORE_INDEX, Feature, Head, Serving, Task, TaskOptions, TaskSettings, task_options
 from bertkit.tokenizer.basic import word_span
 
