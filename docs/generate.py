@@ -26,8 +26,8 @@ A column's template is Python's str.format over the row's fields (`{seconds:.2f}
 a cell whose template names a field the row lacks (or holds null) is left empty.
 
 A computed field is an OP: a field name, a number, or [operator, operand, ...] with the operators "+", "-", "*",
-"/" (two operands, element by element when one is a list), "mean", "min", "max", "spread" (max - min) of a list,
-["pluck", LIST, KEY] (the KEY of each object in LIST) and ["first", OP, ...] (the first that is not null). So a mean, a difference or a ratio is computed from the
+"/" (two operands, element by element when one is a list), "mean", "median", "min", "max", "spread" (max - min)
+of a list, ["pluck", LIST, KEY] (the KEY of each object in LIST) and ["first", OP, ...] (the first that is not null). So a mean, a difference or a ratio is computed from the
 figures it comes from instead of being typed beside them. A row that gives a computed field's value itself keeps
 it (where only the rounded figure of a lost run is known; its report says so).
 
@@ -83,9 +83,10 @@ def _evaluate(op: Any, row: dict[str, Any]) -> Any:
         return None
     if name in ("+", "-", "*", "/"):
         return _arithmetic(name, *values)
-    if name in ("mean", "min", "max", "spread"):
+    if name in ("mean", "median", "min", "max", "spread"):
         (xs,) = values
-        return {"mean": statistics.fmean, "min": min, "max": max, "spread": lambda v: max(v) - min(v)}[name](xs)
+        return {"mean": statistics.fmean, "median": statistics.median, "min": min, "max": max,
+                "spread": lambda v: max(v) - min(v)}[name](xs)
     raise TableError(f"unknown operator {name!r} in {op!r}")
 
 

@@ -78,6 +78,16 @@ def test_computed_fields_and_references(tmp_path: Path) -> None:
                                                 "| [1.5](../a.md) |\n<!-- /table -->\n"
 
 
+def test_a_median_is_the_middle_of_the_runs(tmp_path: Path) -> None:
+    """`median` (the benchmarks' usual statistic over runs), odd and even counts, and a ratio of two medians."""
+    (tmp_path / "a.json").write_text("""{"tables": {"t": {
+        "columns": [{"title": "m", "template": "{m}"}, {"title": "ratio", "template": "{r:.2f}"}],
+        "computed": {"m": ["median", "runs"], "n": ["median", "base"], "r": ["/", "m", "n"]},
+        "rows": [{"runs": [5, 1, 9, 2, 7], "base": [2, 4]}, {"runs": [4, 1, 3, 8], "base": [7]}]}}}""")
+    assert generate.Renderer(tmp_path).render(tmp_path / "a.json", "t", tmp_path / "page.md").splitlines()[2:] == [
+        "| 5 | 1.67 |", "| 3.5 | 0.50 |"]
+
+
 def test_a_row_template_without_its_column_is_an_error(tmp_path: Path) -> None:
     """A row's own template must name a column's key: one keyed by a name no column has would leave its cells
     silently empty (the demo and serving reports' fact tables once rendered blank this way)."""
