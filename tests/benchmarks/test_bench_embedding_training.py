@@ -1,0 +1,70 @@
+"""bench_embedding_training's data and bookkeeping: SQuAD v1.1 dev split by article as the data README says
+(questions of articles 0-37 train with their paragraphs, 38-47 search all 2,067 paragraphs), the cross-encoder's
+negatives from the question's own article and never its paragraph, and a stored unit reused only with the settings
+it ran with."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench_embedding_training as bench  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[Path, dict]:
+    work = tmp_path_factory.mktemp("bench")
+    return work, bench.write_data(work, seed=1, negatives=2)
+
+
+def squad(data_dir: Path) -> list[dict]:
+    return json.loads((data_dir / "squad_v1.1" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
+
+
+def test_the_split_is_by_article_and_the_corpus_is_every_paragraph(written: tuple[Path, dict],
+                                                                   data_dir: Path) -> None:
+    work, data = written
+    articles = squad(data_dir)
+    train_questions = {" ".join(qa["question"].split()) for a in articles[:38] for p in a["paragraphs"]
+                       for qa in p["qas"]}
+    assert data["counts"] == {"train_pairs": 8582, "train_paragraphs": 1646, "eval_queries": 1988, "corpus": 2067,
+                              "reranker_pairs": 8582 * 3, "reranker_negatives": 2}
+    pairs = bench.read_pairs(data["files"]["pairs"])
+    assert {p["query"] for p in pairs} == train_questions
+    eval_ids = {qa["id"] for a in articles[38:] for p in a["paragraphs"] for qa in p["qas"]}
+    queries = [json.loads(line) for line in (work / "data" / "eval" / "queries.jsonl").read_text().splitlines()]
+    assert {q["_id"] for q in queries} == eval_ids
+    corpus = {json.loads(line)["_id"]: json.loads(line)["text"]
+              for line in (work / "data" / "eval" / "corpus.jsonl").read_text().splitlines()}
+    qrels = [line.split("\t") for line in (work / "data" / "eval" / "qrels.tsv").read_text().splitlines()[1:]]
+    gold = {qa["id"]: " ".join(p["context"].split()) for a in articles[38:] for p in a["paragraphs"] for qa in p["qas"]}
+    assert len(qrels) == 1988 and all(corpus[pid] == gold[qid] and score == "1" for qid, pid, score in qrels)
+    assert (work / "data" / "train-paragraphs.txt").read_text().count("\n") == 1646
+
+
+def test_cross_encoder_negatives_come_from_the_same_article(written: tuple[Path, dict], data_dir: Path) -> None:
+    _, data = written
+    article_of = {" ".join(p["context"].split()): n for n, a in enumerate(squad(data_dir)[:38])
+                  for p in a["paragraphs"]}
+    rows = bench.read_pairs(data["files"]["labelled"])
+    by_query: dict[str, list[dict]] = {}
+    for row in rows:
+        by_query.setdefault(row["query"], []).append(row)
+    positive = {q: next(r["text"] for r in group if r["label"] == 1) for q, group in by_query.items()}
+    negatives = [(q, r["text"]) for q, group in by_query.items() for r in group if r["label"] == 0]
+    assert len(negatives) == 2 * sum(r["label"] for r in rows)
+    assert all(text != positive[q] and article_of[text] == article_of[positive[q]] for q, text in negatives)
+
+
+def test_a_stored_unit_is_reused_only_with_its_settings(tmp_path: Path) -> None:
+    calls = []
+    state = bench.State(tmp_path)
+    assert state.run("unit", lambda: calls.append(1) or {"x": 1}, {"steps": 5}) == {"x": 1, "settings": {"steps": 5}}
+    again = bench.State(tmp_path)  # read back from state.json, as a restarted run reads it
+    assert again.run("unit", lambda: calls.append(2) or {"x": 2}, {"steps": 5})["x"] == 1 and calls == [1]
+    with pytest.raises(SystemExit, match="unit was run with {'steps': 5}, not {'steps': 6}"):
+        again.run("unit", lambda: {"x": 3}, {"steps": 6})
