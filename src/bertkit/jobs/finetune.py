@@ -206,7 +206,7 @@ def run(config: FinetuneConfig, resume: bool = False,
         start = read_folder(model_folder or model)  # config.json, read once: checked here, built on below
         _check_same_task(t, start.config, model)
         settings = t.start_settings(c.options, start)  # an embedding model keeps its folder's pooling
-        tokenizer = load_tokenizer(model)
+        tokenizer = load_tokenizer(start.path, model_type=start.raw.get("model_type"))
 
         train_examples = t.read(train, settings)
         require_examples(train_examples, train, "training examples")

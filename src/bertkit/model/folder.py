@@ -140,4 +140,4 @@ def open_folder(folder: Folder, model_class: str | None = None, **overrides: Any
     naming the folder and the file."""
     folder = read_folder(folder)
     model = load_model(folder, model_class, **overrides)
-    return ModelFolder(folder.path, model, load_tokenizer(folder.path))
+    return ModelFolder(folder.path, model, load_tokenizer(folder.path, model_type=folder.raw.get("model_type")))

@@ -45,9 +45,14 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
 )}
 
 
-def tokenizer_family(folder: Path) -> str | None:
+UNREAD = object()
+"""Stands for "config.json not read yet" in `tokenizer_family` (None means read and absent)."""
+
+
+def tokenizer_family(folder: Path, model_type: str | None | object = UNREAD) -> str | None:
     """The family whose tokenizer a folder holds (a key of FAMILIES), or None for BERT's: tokenizer_config.json's
-    tokenizer_class when it names one, else config.json's model_type."""
+    tokenizer_class when it names one, else config.json's model_type. A caller that has parsed config.json already
+    hands its model_type (None when absent) down, so the file is not read twice."""
     tc = folder / "tokenizer_config.json"
     if tc.is_file():
         cls = read_json_object(tc).get("tokenizer_class")
@@ -55,9 +60,7 @@ def tokenizer_family(folder: Path) -> str | None:
             for family in FAMILIES.values():
                 if cls.removesuffix("Fast") in family.classes:
                     return family.name
-    config = folder / "config.json"
-    if config.is_file():
-        model_type = read_json_object(config).get("model_type")
-        if model_type in FAMILIES:
-            return model_type
-    return None
+    if model_type is UNREAD:
+        config = folder / "config.json"
+        model_type = read_json_object(config).get("model_type") if config.is_file() else None
+    return model_type if model_type in FAMILIES else None
