@@ -40,7 +40,7 @@ VERBS: dict[str, tuple[str, str]] = {
               "embed one text per row into resumable shards (-o DIR) or a .npy matrix (-o OUT.npy)"),
     "index": ("bertkit.cli.search", "build a vector index (FAISS) over `bertkit embed -o DIR`'s folder"),
     "search": ("bertkit.cli.search", "the top-k rows of an index for text queries"),
-    "fill-mask": ("bertkit.cli.explore", "top-k tokens for each [MASK] of a text"),
+    "fill-mask": ("bertkit.cli.explore", "top-k tokens for each mask token of a text"),
     "extract-features": ("bertkit.cli.explore", "per-token hidden states as google-research/bert JSONL"),
     "attention": ("bertkit.cli.explore", "PNG grid + HTML page of every layer's and head's attention"),
     "export-onnx": ("bertkit.cli.export", "export a model folder (any head) to ONNX"),

@@ -61,7 +61,7 @@ def mask_ids(tokenizer: Any, text: str, max_length: int) -> list[int]:
 
 
 def fill_mask(model: BertPreTrainedModel, tokenizer: Any, text: str, top_k: int = 5) -> list[list[MaskPrediction]]:
-    """Top-k predictions for each [MASK] of `text`, in order of the masks."""
+    """Top-k predictions for each mask token of `text`, in order of the masks."""
     return fill_mask_batch(model, tokenizer, [text], top_k)[0]
 
 

@@ -60,7 +60,7 @@ class FillMaskOptions(Config):
     """Fill-mask's option (`bertkit fill-mask --top-k`, `fill_mask(top_k=...)`, /fill-mask's top_k)."""
 
     top_k: int = spec(5, ge=1, le=1000)
-    """Tokens given per [MASK], most probable first."""
+    """Tokens given per mask token (the model's own: [MASK], <mask>), most probable first."""
 
 
 @dataclass

@@ -255,8 +255,8 @@ def spec_field(cls: type, name: str, **kwargs: Any) -> Any:
 
 
 class FillMaskRequest(RequestBody):
-    texts: list[str] = Field(..., description="texts with at least one [MASK] each")
-    top_k: int = spec_field(FillMaskOptions, "top_k", description="tokens per [MASK], most probable first")
+    texts: list[str] = Field(..., description="texts with at least one mask token each (the model's own: [MASK] for BERT, <mask> for RoBERTa)")
+    top_k: int = spec_field(FillMaskOptions, "top_k", description="tokens per mask token, most probable first")
 
 
 class TokenScore(BaseModel):
@@ -266,7 +266,7 @@ class TokenScore(BaseModel):
 
 
 class FillMaskResponse(BaseModel):
-    results: list[list[list[TokenScore]]] = Field(..., description="per text, per [MASK], the top-k tokens")
+    results: list[list[list[TokenScore]]] = Field(..., description="per text, per mask token, the top-k tokens")
 
 
 class SearchHit(BaseModel):

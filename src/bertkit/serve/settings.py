@@ -59,7 +59,7 @@ class ServeSettings(Config):
     """/search: hits per query at most (422 above)."""
 
     max_masks_per_text: int = spec(80, ge=1, le=65535)
-    """/fill-mask: [MASK]s in one text at most (413 above); 80 is the reference's max_predictions_per_seq for
+    """/fill-mask: mask tokens in one text at most (413 above); 80 is the reference's max_predictions_per_seq for
     512-token sequences."""
     max_fill_mask_predictions: int = spec(20000, ge=1, le=10**8)
     """/fill-mask: masks x top_k over one request's texts at most (413 above, before computing): bounds the
