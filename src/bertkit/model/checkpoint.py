@@ -35,7 +35,6 @@ from torch import Tensor
 from bertkit.errors import BertkitError, CheckpointError
 from bertkit.io import atomic_path, atomic_write_json, make_dir, read_json_object
 from bertkit.model import families
-from bertkit.model.bert import BertPreTrainedModel
 from bertkit.model.config import BertConfig
 from bertkit.model.execution import Execution
 from bertkit.pretrained import resolve_model_dir
@@ -56,7 +55,10 @@ _IGNORED_SUFFIXES = ("embeddings.position_ids", "embeddings.token_type_ids")
 _DECODER_BIAS = "cls.predictions.decoder.bias"
 _LM_BIAS = "cls.predictions.bias"
 
-M = TypeVar("M", bound=BertPreTrainedModel)
+# The loader builds and saves whatever model class it is handed (BertPreTrainedModel's subclasses, which call it from
+# their from_pretrained/save_pretrained); it never names the class, so bert.py -> checkpoint.py is the only arrow.
+Model = torch.nn.Module
+M = TypeVar("M", bound=Model)
 
 
 @dataclass
@@ -360,7 +362,7 @@ def _with_overrides(config: BertConfig, overrides: dict[str, Any]) -> BertConfig
     return dataclasses.replace(config, **overrides)
 
 
-def load_state_into(model: BertPreTrainedModel, state: dict[str, Tensor], source: Path, strict: bool = False,
+def load_state_into(model: Model, state: dict[str, Tensor], source: Path, strict: bool = False,
                     origin: dict[str, str] | None = None) -> LoadReport:
     """Copy a file's tensors into the model by name, checking every shape; returns what was loaded and what not.
 
@@ -514,7 +516,7 @@ def load_pretrained(
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def family_layout(model: BertPreTrainedModel) -> bool:
+def family_layout(model: Model) -> bool:
     """Whether the model is written in its family's layout (a DistilBERT, RoBERTa, XLM-R, ALBERT or ELECTRA folder
     that transformers reads as such); else in BERT's or bertkit's own (model_type 'bertkit')."""
     config = model.config
@@ -523,7 +525,7 @@ def family_layout(model: BertPreTrainedModel) -> bool:
     return not families.unexpressed(config, type(model).__name__)
 
 
-def export_state_dict(model: BertPreTrainedModel) -> dict[str, Tensor]:
+def export_state_dict(model: Model) -> dict[str, Tensor]:
     """The model's tensors under transformers' names, each its own contiguous copy (safetensors forbids sharing).
 
     Tied weights are written out in full, as transformers 4 wrote them: `cls.predictions.decoder.weight` (a copy
@@ -552,7 +554,7 @@ def export_state_dict(model: BertPreTrainedModel) -> dict[str, Tensor]:
     return {k: v.cpu() for k, v in out.items()}
 
 
-def hf_config_dict(model: BertPreTrainedModel) -> dict[str, Any]:
+def hf_config_dict(model: Model) -> dict[str, Any]:
     """config.json: bertkit's config in Hugging Face's layout plus `architectures`, so transformers picks the class
     (in the family's own keys for a model of the BERT family in its layout)."""
     d = families.hf_config(model.config, type(model).__name__) if family_layout(model) else model.config.to_dict()
@@ -572,7 +574,7 @@ def _default_dir_mode() -> int:
     return 0o777 & ~umask
 
 
-def _write_files(model: BertPreTrainedModel, folder: Path) -> None:
+def _write_files(model: Model, folder: Path) -> None:
     """Weights first, then config.json, each atomically."""
     from safetensors.torch import save_file
 
@@ -612,7 +614,7 @@ def atomic_folder(folder: str | os.PathLike):  # noqa: ANN201 (a context manager
 
 
 def save_pretrained(
-    model: BertPreTrainedModel, folder: str | os.PathLike, extra: Callable[[Path], None] | None = None
+    model: Model, folder: str | os.PathLike, extra: Callable[[Path], None] | None = None
 ) -> None:
     """Write config.json + model.safetensors (+ whatever `extra(folder)` writes, e.g. the tokenizer) atomically."""
     with atomic_folder(folder) as target:
