@@ -351,3 +351,30 @@ def test_simcse_pairs_differ_only_by_dropout() -> None:
     assert not torch.allclose(train[:, 0], train[:, 1])
     evaluation = model.eval()(ids).embeddings
     assert torch.equal(evaluation[:, 0], evaluation[:, 1])
+
+
+def test_simcse_trains_with_the_papers_dropout_when_the_start_folder_has_none(tiny_dir: Path, tmp_path: Path) -> None:
+    """Dropout is SimCSE's only noise: from a folder pre-trained without dropout (as bertkit-mini ships), SimCSE
+    trains with 0.1 (Gao et al.), so the two views of a text differ; --dropout sets another value; the other losses
+    keep the folder's dropout."""
+    from bertkit.jobs.finetune import build_model
+
+    start = tmp_path / "no-dropout"
+    start.mkdir()
+    for f in tiny_dir.iterdir():
+        (start / f.name).write_bytes(f.read_bytes())
+    config = json.loads((start / "config.json").read_text())
+    (start / "config.json").write_text(json.dumps({**config, "hidden_dropout_prob": 0.0,
+                                                   "attention_probs_dropout_prob": 0.0}))
+    task, folder = get_task("embedding"), read_folder(start)
+    ids = torch.randint(1000, 2000, (3, 1, 6), generator=torch.Generator().manual_seed(3)).expand(3, 2, 6)
+
+    def trained_with(**options: object) -> tuple[float, bool]:
+        torch.manual_seed(0)
+        model = build_model(task, folder, task.start_settings(options, folder)).train()
+        views = model(ids).embeddings
+        return model.config.hidden_dropout_prob, not torch.allclose(views[:, 0], views[:, 1])
+
+    assert trained_with(loss="simcse") == (0.1, True)
+    assert trained_with(loss="simcse", dropout=0.25) == (0.25, True)
+    assert trained_with() == (0.0, False)

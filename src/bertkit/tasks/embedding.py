@@ -11,7 +11,7 @@ Training data, by the `loss` option:
     is used).
   - `simcse`: unsupervised SimCSE (Gao et al. 2021): any text file, one text per line (or a JSONL/CSV/TSV/Parquet
     file's `text` field), each text its own positive, embedded twice with different dropout masks in one pass.
-    Temperature 0.05 (scale 20) as in the paper. No labels: a user's own corpus gives a first embedding model.
+    Temperature 0.05 (scale 20) and dropout 0.1 (whatever the start folder's) as in the paper. No labels: a user's own corpus gives a first embedding model.
 `columns` names other fields, in that order. Tables are read by `bertkit.data.tables` (TSV/CSV with a header, JSON
 lines, Parquet: `iter_records`).
 
@@ -70,6 +70,9 @@ RETRIEVAL_METRIC = f"mrr@{metrics.RANK_CUTOFF}"  # the main metric of retrieval 
 SIMILARITY_METRIC = "spearman"  # the main metric of scored pairs (STS, as sentence-transformers reports it)
 RANK_DEPTH = max(*metrics.RECALL_AT, metrics.RANK_CUTOFF)  # documents ranked per query for the metrics
 QUERY_BLOCK = 1024  # queries scored against the whole corpus at a time (bounds the score matrix)
+# SimCSE's noise is dropout alone (Gao et al. 2021, section 3: the standard 0.1 on the hidden and attention
+# probabilities); a start folder trained without dropout (bertkit-mini) would give two identical views of a text.
+SIMCSE_DROPOUT = 0.1
 
 
 @dataclass
@@ -91,6 +94,9 @@ class EmbeddingOptions(TaskOptions):
     """The losses' scale, an inverse temperature: 20 is sentence-transformers' and SimCSE's 0.05."""
     learn_scale: bool = False
     """Learn the scale, starting from `scale` (CLIP's learned logit scale; at most 100)."""
+    dropout: float | None = spec(None, ge=0, lt=1)
+    """Hidden and attention dropout while training (default: the start folder's; with simcse 0.1, the paper's, since
+    dropout is SimCSE's only noise and a folder pre-trained without it would see two identical views)."""
 
 
 @dataclass
@@ -112,6 +118,8 @@ class EmbeddingSettings(TaskSettings):
     """The losses' scale (the start value, when learned)."""
     learn_scale: bool = False
     """Whether the scale was learned."""
+    dropout: float | None = spec(None, ge=0, lt=1)
+    """The hidden and attention dropout it trained with (None: its start folder's)."""
 
 
 @dataclass(frozen=True)
@@ -278,8 +286,10 @@ class EmbeddingTask(Task):
     def settings(self, options: EmbeddingOptions | dict[str, Any] | None = None) -> EmbeddingSettings:
         options = task_options(self, options)
         base = super().settings(options)
-        values = {k: getattr(options, k) for k in ("loss", "columns", "scale", "learn_scale", "pooling", "normalize")
-                  if getattr(options, k) is not None}
+        values = {k: getattr(options, k) for k in ("loss", "columns", "scale", "learn_scale", "pooling", "normalize",
+                                                   "dropout") if getattr(options, k) is not None}
+        if options.loss == "simcse" and options.dropout is None:
+            values["dropout"] = SIMCSE_DROPOUT
         main = SIMILARITY_METRIC if options.loss == "cosent" else RETRIEVAL_METRIC
         return dataclasses.replace(base, main_metric=main, **values)  # type: ignore[return-value]
 
@@ -303,8 +313,11 @@ class EmbeddingTask(Task):
         return _read_rows(path, settings, labelled)  # type: ignore[return-value]
 
     def head(self, settings: EmbeddingSettings) -> Head:
-        """BertForEmbedding: pooled (and normalised) vectors, the loss of the settings' data in training."""
-        return Head("BertForEmbedding", outputs=("embeddings",))
+        """BertForEmbedding: pooled (and normalised) vectors, the loss of the settings' data in training; the
+        settings' dropout (if any) replaces the start folder's."""
+        dropout = {} if settings.dropout is None else {
+            "hidden_dropout_prob": settings.dropout, "attention_probs_dropout_prob": settings.dropout}
+        return Head("BertForEmbedding", dropout, outputs=("embeddings",))
 
     def features(self, examples: Sequence[TextsExample | QueryExample], tokenizer: Any, settings: EmbeddingSettings,
                  training: bool) -> list[Feature]:
