@@ -13,9 +13,12 @@ Sections (--sections, each a list of units):
   clipping, maximum length and seed, both fp32. Metrics before and after; training examples per second of each
   whole call (model load, tokenization, training, saving) and of its steps alone, and the ratio. The full runs go
   sentence-transformers first; then --rounds short runs of --throughput-steps steps each on a fixed subset, the
-  order alternating (bertkit first in round 1), for the median ratio.
+  order alternating (bertkit first in round 1), for the median ratio. bertkit's trained folder loaded by
+  SentenceTransformer: the smallest cosine to bertkit's vectors.
 - `mini`: bertkit-mini before training, after unsupervised SimCSE on the training articles' paragraphs (plain
-  text, no labels), and after supervised training on the pairs (from the shipped model).
+  text, no labels: once with dropout 0, as the shipped config has it and the task trained before it took the
+  paper's 0.1, and once with the task's default), and after supervised training on the pairs (from the shipped
+  model).
 - `reranker`: a cross-encoder (`bertkit finetune --task classification` on (question, paragraph) pairs of the
   training articles, label 1 for the question's paragraph and 0 for --negatives other paragraphs of the same
   article), then the best bi-encoder of the run through the product's path: `bertkit embed` of all paragraphs,
@@ -24,7 +27,8 @@ Sections (--sections, each a list of units):
 
 Every unit (a training run, an evaluation, a throughput run) writes its result into WORK/state.json when it ends; a
 run killed and started again goes on from the first unit without one (a training run that was stopped starts
-again from scratch). --json writes the report's JSON (raw figures and the tables docs/generate.py renders).
+again from scratch). Two runs of different sections may share WORK at once (each keeps the other's units). --json
+writes the report's JSON (raw figures and the tables docs/generate.py renders).
 
     nice python3 benchmarks/bench_embedding_training.py --json docs/results/embedding-training-xeon-amx-2026-11-28.json \\
         [--work runs/bench-embedding-training] [--sections minilm,mini,reranker] [--steps 100] [--threads 2]
@@ -47,6 +51,8 @@ from typing import Any
 import numpy as np
 import torch
 from common import DATA, cpu_line, minilm_dir
+
+from bertkit.tasks.embedding import SIMCSE_DROPOUT
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_ARTICLES = 38  # articles 0-37 train, 38-47 evaluate (shared/data/README.md)
@@ -136,7 +142,10 @@ class State:
         start = time.perf_counter()
         self.units[name] = job() if settings is None else {**job(), "settings": settings}
         print(f"{name}: {(time.perf_counter() - start) / 60:.1f} min -> {short(self.units[name])}", flush=True)
-        tmp = self.path.with_suffix(".tmp")
+        # another run on the same WORK (other sections) may have stored units meanwhile: keep them
+        stored = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        self.units = {**stored, **self.units}
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(self.units, indent=1))
         os.replace(tmp, self.path)
         return self.units[name]
@@ -286,6 +295,24 @@ def minilm_section(state: State, data: dict[str, Any], work: Path, args: argpars
     for who in trainers:
         folder = state.units[f"minilm:train:{who}"]["folder"]
         state.run(f"minilm:after:{who}", lambda: evaluate(folder, files["eval"], args.eval_max_length))
+    state.run("minilm:sentence-transformers-load", lambda: same_vectors(
+        state.units["minilm:train:bertkit"]["folder"], files["eval"]))
+
+
+def same_vectors(folder: str, eval_set: str, count: int = 256) -> dict[str, Any]:
+    """bertkit's trained folder loaded by SentenceTransformer: the smallest cosine between its vectors and bertkit's
+    (fp32, the folder's own pooling, normalisation and length) over `count` queries and `count` paragraphs."""
+    from sentence_transformers import SentenceTransformer
+
+    import bertkit
+    from bertkit.data.retrieval import read_retrieval_set
+
+    retrieval = read_retrieval_set(eval_set)
+    texts = list(retrieval.queries.values())[:count] + list(retrieval.corpus.values())[:count]
+    ours = bertkit.load(folder).encode(texts, precision="fp32")
+    theirs = SentenceTransformer(folder, device="cpu").encode(texts, convert_to_numpy=True)
+    cosine = (ours * theirs).sum(-1) / (np.linalg.norm(ours, axis=-1) * np.linalg.norm(theirs, axis=-1))
+    return {"texts": len(texts), "min_cosine": float(cosine.min())}
 
 
 def precision_suffix(args: argparse.Namespace) -> str:
@@ -397,36 +424,18 @@ def time_steps(pairs_file: str, args: argparse.Namespace) -> dict[str, Any]:
         "bertkit_tokenize_pairs": len(features)}
 
 
-def with_dropout(name: str, p: float, out: Path) -> str:
-    """A copy of a shipped model's folder whose config.json sets hidden and attention dropout to p (the paper's
-    0.1: SimCSE's two views of a text differ only by their dropout masks)."""
-    from bertkit.pretrained import shipped_dir
-
-    fresh(out)
-    for f in shipped_dir(name).iterdir():
-        if f.is_file():
-            shutil.copy(f, out / f.name)
-    config = json.loads((out / "config.json").read_text())
-    config.update(hidden_dropout_prob=p, attention_probs_dropout_prob=p)
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    return str(out)
-
-
 def mini_section(state: State, data: dict[str, Any], work: Path, args: argparse.Namespace) -> None:
+    """bertkit-mini before, after SimCSE (with no dropout, as the shipped folder's config has it and as the task
+    trained before it took the paper's 0.1 for SimCSE; then with the task's default, 0.1, all else the same), and
+    after supervised training."""
     files = data["files"]
     state.run("mini:before", lambda: evaluate("bertkit-mini", files["eval"], args.eval_max_length))
-    simcse = state.run("mini:train:simcse", lambda: train_bertkit(
-        "bertkit-mini", files["simcse"], work / "mini-simcse", args, args.simcse_steps, args.simcse_lr,
-        options={"loss": "simcse"}), settings_of(args, args.simcse_steps, args.simcse_lr))
-    state.run("mini:after:simcse", lambda: evaluate(simcse["folder"], files["eval"], args.eval_max_length))
-    if args.simcse_dropout:  # SimCSE's noise is dropout; the shipped bertkit-mini was pre-trained without any
-        start = with_dropout("bertkit-mini", args.simcse_dropout, work / "bertkit-mini-dropout")
-        simcse = state.run("mini:train:simcse-dropout", lambda: train_bertkit(
-            start, files["simcse"], work / "mini-simcse-dropout", args, args.simcse_steps, args.simcse_lr,
-            options={"loss": "simcse"}), settings_of(args, args.simcse_steps, args.simcse_lr,
-                                                     dropout=args.simcse_dropout))
-        state.run("mini:after:simcse-dropout", lambda: evaluate(simcse["folder"], files["eval"],
-                                                                args.eval_max_length))
+    runs = {"simcse": ({"dropout": 0.0}, {}), "simcse-dropout": ({}, {"dropout": SIMCSE_DROPOUT})}
+    for key, (options, settings) in runs.items():
+        simcse = state.run(f"mini:train:{key}", lambda: train_bertkit(
+            "bertkit-mini", files["simcse"], work / f"mini-{key}", args, args.simcse_steps, args.simcse_lr,
+            options={"loss": "simcse", **options}), settings_of(args, args.simcse_steps, args.simcse_lr, **settings))
+        state.run(f"mini:after:{key}", lambda: evaluate(simcse["folder"], files["eval"], args.eval_max_length))
     supervised = state.run("mini:train:supervised", lambda: train_bertkit(
         "bertkit-mini", files["pairs"], work / "mini-supervised", args, args.mini_steps, args.mini_lr),
         settings_of(args, args.mini_steps, args.mini_lr))
@@ -565,6 +574,60 @@ def speed_table(u: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
             "rows": rows}
 
 
+def goals_table(u: dict[str, Any]) -> dict[str, Any]:
+    """Issue 48's goals, each with the figures that answer it (from the units) and whether it is met."""
+    rows = []
+
+    def goal(text: str, met: bool | None, measured: str, **figures: Any) -> None:
+        rows.append({"goal": text, "met": "not measured" if met is None else ("**met**" if met else "**not met**"),
+                     "_templates": {"measured": measured}, **figures})
+
+    computed = {"d": ["*", ["-", "b", "s"], 100], "r": ["/", "after", "before"], "rf": ["/", "bf", "sf"],
+                "rb": ["/", "bb", "sb"], "fp32": ["median", "rf"], "fm": ["mean", "rf"], "lo": ["min", "rf"],
+                "hi": ["max", "rf"], "bf16": ["median", "rb"]}
+
+    b, s = u.get("minilm:after:bertkit"), u.get("minilm:after:sentence-transformers")
+    if b and s:
+        goal("from all-MiniLM-L6-v2: bertkit's MRR@10 within 0.5 points of sentence-transformers' or above",
+             b["mrr@10"] >= s["mrr@10"] - 0.005, "{b:.4f} against {s:.4f} ({d:+.2f} points; before: {before:.4f})",
+             b=b["mrr@10"], s=s["mrr@10"], before=u["minilm:before"]["mrr@10"])
+    speeds = {}  # precision -> (bertkit's, sentence-transformers') examples/s, round by round
+    for precision, suffix in (("fp32", ""), ("bf16", ":bf16")):
+        rounds = sorted({k.split(":")[2] for k in u if k.startswith("minilm:throughput:") and k.endswith(
+            f":bertkit{suffix}") and f"minilm:throughput:{k.split(':')[2]}:sentence-transformers{suffix}" in u})
+        speeds[precision] = tuple([u[f"minilm:throughput:{r}:{who}{suffix}"]["examples_per_s"] for r in rounds]
+                                  for who in ("bertkit", "sentence-transformers"))
+    (bf, sf), (bb, sb) = speeds["fp32"], speeds["bf16"]
+    if bf:
+        goal("from all-MiniLM-L6-v2: at least 1.3x sentence-transformers' training examples/s (same run, fp32)",
+             statistics.median(x / y for x, y in zip(bf, sf)) >= 1.3, "{fp32:.2f}x, the median of {n} rounds in "
+             "turn (mean {fm:.2f}x, {lo:.2f}-{hi:.2f}); bf16 autocast on AMX, both trainers: {bf16:.2f}x (median of "
+             "{nb})", bf=bf, sf=sf, n=len(bf), bb=bb, sb=sb, nb=len(bb))
+    before = u.get("mini:before")
+    if before and "mini:after:supervised" in u:
+        after = u["mini:after:supervised"]["mrr@10"]
+        goal("bertkit-mini after supervised training: MRR@10 at least 2x its score before", after >= 2 * before[
+            "mrr@10"], "{after:.4f} against {before:.4f} ({r:.2f}x)", after=after, before=before["mrr@10"])
+    if before:
+        simcse = u.get("mini:after:simcse-dropout")
+        goal("bertkit-mini after SimCSE alone: MRR@10 above its score before", None if simcse is None else
+             simcse["mrr@10"] > before["mrr@10"], "{after:.4f} against {before:.4f} (without dropout, as the task "
+             "trained before: {nodrop:.4f})", after=None if simcse is None else simcse["mrr@10"],
+             before=before["mrr@10"], nodrop=u.get("mini:after:simcse", {}).get("mrr@10"))
+    if "reranker:with" in u:
+        w, wo = u["reranker:with"], u["reranker:without"]
+        goal(f"reranking the top {w['rerank_top']} raises recall@1 over the bi-encoder alone",
+             w["recall@1"] > wo["recall@1"], "{w:.4f} against {wo:.4f} ({q:,} questions)", w=w["recall@1"],
+             wo=wo["recall@1"], q=w["queries"])
+    if "minilm:sentence-transformers-load" in u:
+        c = u["minilm:sentence-transformers-load"]
+        goal("a folder trained by bertkit loads in sentence-transformers with the same vectors (cosine >= 0.99999)",
+             c["min_cosine"] >= 0.99999, "min cosine {c:.7f} over {n:,} texts", c=c["min_cosine"], n=c["texts"])
+    return {"columns": [{"title": "goal (issue 48)", "template": "{goal}"},
+                        {"title": "measured", "key": "measured", "template": ""},
+                        {"title": "result", "template": "{met}"}], "computed": computed, "rows": rows}
+
+
 def report(state: State, data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """Raw units, settings and the tables (docs/generate.py renders them in the report and the README)."""
     u = state.units
@@ -578,8 +641,9 @@ def report(state: State, data: dict[str, Any], args: argparse.Namespace) -> dict
                 rows.append(metric_row("all-MiniLM-L6-v2", f"trained by {who}, in-batch negatives, {steps} steps",
                                        u[f"minilm:after:{who}"], key=f"minilm:after:{who}"))
     mini = {"before": "before",
-            "simcse": "SimCSE on the training articles' paragraphs (no labels), {steps} steps, dropout as shipped (0)",
-            "simcse-dropout": "the same with dropout {dropout} (SimCSE's noise, the paper's value)",
+            "simcse": "SimCSE on the training articles' paragraphs (no labels), {steps} steps, LR {lr:g}, mean "
+                      "pooling, dropout 0 (the shipped config's, which the task kept before it took the paper's 0.1)",
+            "simcse-dropout": "the same with dropout {dropout} (the paper's, the task's SimCSE default now)",
             "supervised": "in-batch negatives on the training pairs, {steps} steps"}
     for key, training in mini.items():
         name = "mini:before" if key == "before" else f"mini:after:{key}"
@@ -600,6 +664,7 @@ def report(state: State, data: dict[str, Any], args: argparse.Namespace) -> dict
             "rows": [{"search": f"{name}, the index alone", **at_fields(u["reranker:without"])},
                      {"search": f"{name}, its top {u['reranker:with'].get('rerank_top', args.rerank_top)} reranked by the cross-encoder",
                       **at_fields(u["reranker:with"])}]}
+    tables["goals"] = goals_table(u)
     return {"title": "Training embedding models: bertkit against sentence-transformers' trainer",
             "date": time.strftime("%Y-%m-%d"), "machine": machine(), "data": data["counts"],
             "tables": tables, "units": u}
@@ -625,8 +690,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--step-warmup", type=int, default=3, help="step section: untimed steps of each first")
     p.add_argument("--profile", action="store_true", help="step section: print each library's top operators")
     p.add_argument("--simcse-steps", type=int, default=150)
-    p.add_argument("--simcse-dropout", type=float, default=0.1,
-                   help="a second SimCSE run from bertkit-mini with this dropout (0: none)")
     p.add_argument("--simcse-lr", type=float, default=5e-5)
     p.add_argument("--mini-steps", type=int, default=300)
     p.add_argument("--mini-lr", type=float, default=1e-4)
@@ -647,8 +710,8 @@ def main() -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     state = State(args.work)
     data = state.run("data", lambda: write_data(args.work, args.seed, args.negatives))
-    sections = {"minilm": minilm_section, "rounds": rounds_section, "step": step_section, "mini": mini_section,
-                "reranker": reranker_section}
+    sections = {"minilm": minilm_section, "rounds": rounds_section, "step": step_section,
+                "mini": mini_section, "reranker": reranker_section}
     for name in filter(None, args.sections.split(",")):
         sections[name](state, data, args.work, args)
     if args.json:  # the report of every unit done so far (each with the settings it ran with)

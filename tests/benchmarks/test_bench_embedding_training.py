@@ -1,7 +1,7 @@
 """bench_embedding_training's data and bookkeeping: SQuAD v1.1 dev split by article as the data README says
 (questions of articles 0-37 train with their paragraphs, 38-47 search all 2,067 paragraphs), the cross-encoder's
-negatives from the question's own article and never its paragraph, and a stored unit reused only with the settings
-it ran with."""
+negatives from the question's own article and never its paragraph, a stored unit reused only with the settings it
+ran with, and two runs sharing a work folder."""
 
 from __future__ import annotations
 
@@ -68,3 +68,12 @@ def test_a_stored_unit_is_reused_only_with_its_settings(tmp_path: Path) -> None:
     assert again.run("unit", lambda: calls.append(2) or {"x": 2}, {"steps": 5})["x"] == 1 and calls == [1]
     with pytest.raises(SystemExit, match="unit was run with {'steps': 5}, not {'steps': 6}"):
         again.run("unit", lambda: {"x": 3}, {"steps": 6})
+
+
+def test_two_runs_on_one_work_folder_keep_each_others_units(tmp_path: Path) -> None:
+    """Sections run by two processes at once on one WORK: each stores its units without dropping the other's."""
+    first, second = bench.State(tmp_path), bench.State(tmp_path)
+    first.run("a", lambda: {"x": 1})
+    second.run("b", lambda: {"x": 2})
+    first.run("c", lambda: {"x": 3})
+    assert json.loads((tmp_path / "state.json").read_text()) == {"a": {"x": 1}, "b": {"x": 2}, "c": {"x": 3}}
