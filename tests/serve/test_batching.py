@@ -1,10 +1,34 @@
-"""The dynamic batcher's idle hook: it runs when the queue runs empty, never between the batches of a burst."""
+"""The dynamic batcher: a request's items stay together whatever the timing; the idle hook runs when the queue runs
+empty, never between the batches of a burst."""
 
 from __future__ import annotations
 
 import asyncio
 
 from bertkit.serve.batching import DynamicBatcher
+
+
+def test_a_requests_items_queued_together_form_one_batch_however_late_the_loop_runs() -> None:
+    """With no delay allowed (as when a loaded machine brings the loop back after max_delay_s), the items a request
+    queued together still go in one batch, so its answer is the one computed for the request alone (bitwise, as
+    /v1/embeddings promises against encode); a batch still holds at most max_batch_size of them."""
+    sizes: list[int] = []
+
+    def fn(items: list[int]) -> list[int]:
+        sizes.append(len(items))
+        return [x + 1 for x in items]
+
+    async def scenario() -> tuple[list[int], list[int]]:
+        b = DynamicBatcher(fn, max_batch_size=4, max_delay_s=0.0)
+        b.start()
+        three = await b.submit([1, 2, 3])
+        six = await b.submit(list(range(6)))
+        await b.stop()
+        return three, six
+
+    three, six = asyncio.run(scenario())
+    assert (three, six) == ([2, 3, 4], [1, 2, 3, 4, 5, 6])
+    assert sizes == [3, 4, 2]
 
 
 def test_on_idle_runs_after_a_burst_not_between_its_batches() -> None:

@@ -136,10 +136,18 @@ class DynamicBatcher(Generic[Item, Result]):
                     f.cancel()  # never computed if still queued
 
     async def _next(self, timeout: float | None) -> Any:
-        """The next queued entry whose request still waits (cancelled ones are skipped), or _STOP."""
+        """The next queued entry whose request still waits (cancelled ones are skipped), or _STOP. An entry queued
+        already is taken at once, whatever the timeout: a request's items, queued together, stay in one batch even
+        when the loop comes back after the delay (so its answer does not depend on the machine's load); only new
+        arrivals are waited for, up to `timeout` seconds (TimeoutError)."""
         assert self.queue is not None
         while True:
-            entry = await (self.queue.get() if timeout is None else asyncio.wait_for(self.queue.get(), timeout))
+            try:
+                entry = self.queue.get_nowait()
+            except asyncio.QueueEmpty:
+                if timeout is not None and timeout <= 0:
+                    raise TimeoutError from None
+                entry = await (self.queue.get() if timeout is None else asyncio.wait_for(self.queue.get(), timeout))
             if entry is _STOP or not entry[1].done():
                 return entry
             self.skipped += 1
