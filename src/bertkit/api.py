@@ -199,8 +199,8 @@ class Bert:
     def fill_mask(self, texts: str | Sequence[str], top_k: int = 5,
                   batch_size: int = 32) -> list[list[dict[str, Any]]] | list[list[list[dict[str, Any]]]]:
         """A masked-LM head's top_k tokens at every mask token of each text (the folder's own: [MASK], <mask>), most
-        probable first, as /fill-mask answers them: [{"token", "token_id", "probability"}] per mask. One text gives its list per mask, a list of texts a
-        list of those. batch_size texts go in one forward pass."""
+        probable first, as /fill-mask answers them: [{"token", "token_id", "probability"}] per mask. One text gives
+        its list per mask, a list of texts a list of those. batch_size texts go in one forward pass."""
         self._check_call("fill_mask")
         batch_size = check_value(EncodeOptions, "batch_size", batch_size, "batch_size")
         single = isinstance(texts, str)

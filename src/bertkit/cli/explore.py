@@ -17,8 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "fill-mask",
         description="Print the masked-LM head's top-k tokens with probabilities at every "
-                    "mask token of TEXT, the folder's own ([MASK] for BERT, <mask> for RoBERTa); the folder must hold a "
-                    "masked-LM head (BertForMaskedLM, BertForPreTraining, or a family's, e.g. RobertaForMaskedLM).")
+                    "mask token of TEXT, the folder's own ([MASK] for BERT, <mask> for RoBERTa); the folder must "
+                    "hold a masked-LM head (BertForMaskedLM, BertForPreTraining, or a family's, e.g. RobertaForMaskedLM).")
     p.add_argument("text", metavar="TEXT")
     p.add_argument("--model", required=True, metavar="DIR")
     add_config_options(p, _fields(FillMaskOptions))

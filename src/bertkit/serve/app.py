@@ -255,7 +255,8 @@ def spec_field(cls: type, name: str, **kwargs: Any) -> Any:
 
 
 class FillMaskRequest(RequestBody):
-    texts: list[str] = Field(..., description="texts with at least one mask token each (the model's own: [MASK] for BERT, <mask> for RoBERTa)")
+    texts: list[str] = Field(..., description="texts with at least one mask token each (the model's own: [MASK] "
+                                              "for BERT, <mask> for RoBERTa)")
     top_k: int = spec_field(FillMaskOptions, "top_k", description="tokens per mask token, most probable first")
 
 

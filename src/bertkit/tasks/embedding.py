@@ -11,7 +11,8 @@ Training data, by the `loss` option:
     is used).
   - `simcse`: unsupervised SimCSE (Gao et al. 2021): any text file, one text per line (or a JSONL/CSV/TSV/Parquet
     file's `text` field), each text its own positive, embedded twice with different dropout masks in one pass.
-    Temperature 0.05 (scale 20) and dropout 0.1 (whatever the start folder's) as in the paper. No labels: a user's own corpus gives a first embedding model.
+    Temperature 0.05 (scale 20) and dropout 0.1 (whatever the start folder's) as in the paper. No labels: a
+    user's own corpus gives a first embedding model.
 `columns` names other fields, in that order. Tables are read by `bertkit.data.tables` (TSV/CSV with a header, JSON
 lines, Parquet: `iter_records`).
 
