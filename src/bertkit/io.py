@@ -108,17 +108,26 @@ def _temp_sibling(path: Path, shown: Path) -> tuple[int, str]:
     return fd, tmp
 
 
-def _write_failed(error: BaseException, shown: Path, folder: Path) -> OutputError | None:
-    """The OutputError a failed write stands for (a full disk, no permission), or None for any other failure.
-    Called while the temporary file still exists, so a disk it filled still looks full."""
-    if not isinstance(error, Exception):
-        return None
-    if disk_full(error, folder):
-        return OutputError(f"{shown}: no space left on the device while writing it; the previous version (if any) "
-                           "is untouched")
-    if isinstance(error, OSError) and error.errno in _NOT_WRITABLE:
-        return _not_writable(shown, folder, error)
-    return None
+@contextlib.contextmanager
+def _write_errors(shown: Path, folder: Path, tmp: str | None = None) -> Iterator[None]:
+    """Turn a failed write into the OutputError it stands for (a full disk, no permission), after removing the
+    temporary file `tmp`: the disk is checked first, while that file still fills it."""
+    try:
+        yield
+    except BaseException as e:
+        failed = None
+        if isinstance(e, Exception):
+            if disk_full(e, folder):
+                failed = OutputError(f"{shown}: no space left on the device while writing it; the previous version "
+                                     "(if any) is untouched")
+            elif isinstance(e, OSError) and e.errno in _NOT_WRITABLE:
+                failed = _not_writable(shown, folder, e)
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        if failed is not None:
+            raise failed from e
+        raise
 
 
 @contextlib.contextmanager
@@ -130,14 +139,8 @@ def _open_in_place(path: Path, mode: str, encoding: str | None) -> Iterator[IO]:
         if e.errno in _NOT_WRITABLE:
             raise _not_writable(path, path, e) from None
         raise
-    try:
-        with f:
-            yield f
-    except Exception as e:
-        failed = _write_failed(e, path, path.parent)
-        if failed is not None:
-            raise failed from e
-        raise
+    with _write_errors(path, path.parent), f:
+        yield f
 
 
 @contextlib.contextmanager
@@ -154,20 +157,11 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
             yield f
         return
     fd, tmp = _temp_sibling(target, path)
-    binary = "b" in mode
-    try:
-        with os.fdopen(fd, mode, encoding=None if binary else encoding) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-            os.replace(tmp, target)  # before the file (and its lock) is closed
-    except BaseException as e:
-        failed = _write_failed(e, path, target.parent)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if failed is not None:
-            raise failed from e
-        raise
+    with _write_errors(path, target.parent, tmp), os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as f:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
+        os.replace(tmp, target)  # before the file (and its lock) is closed
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -191,29 +185,17 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     target, in_place = output_target(path)
     if in_place:
         with tempfile.TemporaryDirectory(prefix="bertkit-") as folder:
-            tmp = Path(folder) / path.name
-            try:
-                yield tmp
-            except Exception as e:
-                failed = _write_failed(e, path, Path(folder))
-                if failed is not None:
-                    raise failed from e
-                raise
-            with open(tmp, "rb") as source, _open_in_place(target, "wb", None) as f:
+            with _write_errors(path, Path(folder)):
+                yield Path(folder) / path.name
+            with open(Path(folder) / path.name, "rb") as source, _open_in_place(target, "wb", None) as f:
                 shutil.copyfileobj(source, f)
         return
     fd, tmp = _temp_sibling(target, path)
     try:
-        yield Path(tmp)
-        os.chmod(tmp, _default_mode())  # writers such as safetensors recreate the file with mode 0600
-        os.replace(tmp, target)
-    except BaseException as e:
-        failed = _write_failed(e, path, target.parent)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if failed is not None:
-            raise failed from e
-        raise
+        with _write_errors(path, target.parent, tmp):
+            yield Path(tmp)
+            os.chmod(tmp, _default_mode())  # writers such as safetensors recreate the file with mode 0600
+            os.replace(tmp, target)
     finally:
         os.close(fd)
 
