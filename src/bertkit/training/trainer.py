@@ -1,21 +1,19 @@
 """The one trainer: pre-training and fine-tuning both run this loop.
 
 A job contributes a model (any nn.Module whose forward takes the batch's keys and returns an output with
-`.loss`), training data + collate function (or several `TrainPhase`s run as one schedule), and an
-`evaluate(model) -> dict` function. The loop: micro-batches with gradient accumulation, global norm clipping,
-optimizer + LR schedule, metrics/plots, evaluation, best model, checkpoints, signals, DDP. What varies is a
-component it calls, each in its own module of bertkit.training: precision, the data order (batches), the LR
-schedule (schedule), checkpoints (checkpoint), the resume check (provenance), processes (distributed), the profiler
-(profiling); users extend a run with callbacks (callbacks: trackers, early stopping, their own).
+`.loss`), training data (or several `TrainPhase`s run as one schedule) and an `evaluate(model) -> dict` function.
+What varies is a component the loop calls, each in its own module of bertkit.training (precision, batches,
+schedule, checkpoint, provenance, distributed, profiling); users extend a run with callbacks.
 
-Two guards keep a run honest. A non-finite loss or gradient norm stops the run before its update (every DDP
-rank agrees), so no checkpoint, best/ or final/ is ever written from NaN weights. And each checkpoint stores a
-fingerprint of the run's data and settings (bertkit.training.provenance) that a resume must match.
+Two guards keep a run honest: a non-finite loss or gradient norm stops the run before its update (every DDP rank
+agrees), so nothing is ever written from NaN weights; and a resume must match the fingerprint of the run's data
+and settings that each checkpoint stores (bertkit.training.provenance).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import random
 import signal
@@ -91,16 +89,11 @@ class TrainState:
     tokens_seen: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        p = self.position
-        return {"step": self.step, "position": [p.phase, p.epoch, p.batch], "best_value": self.best_value,
-                "best_step": self.best_step, "best_metrics": self.best_metrics,
-                "last_eval_step": self.last_eval_step, "tokens_seen": self.tokens_seen}
+        return {**dataclasses.asdict(self), "position": list(dataclasses.astuple(self.position))}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainState":
-        return cls(step=int(d["step"]), position=Position(*d["position"]), best_value=d["best_value"],
-                   best_step=d["best_step"], best_metrics=d["best_metrics"], last_eval_step=d["last_eval_step"],
-                   tokens_seen=int(d["tokens_seen"]))
+        return cls(**{**d, "position": Position(*d["position"])})
 
 
 @dataclass
@@ -156,10 +149,9 @@ class Trainer:
         on_start: Callable[[], None] | None = None,
         callbacks: Sequence[Callback] = (),
     ) -> None:
-        """`fingerprint`: the job's data and settings a resume must match (bertkit.training.provenance; the
-        config's own are added here). `on_start`: writes the job's records (its config copy) on rank 0 once the
-        run is known to start: under the folder's lock, after a resume was checked, before the first step.
-        `callbacks`: run after the built-in ones (bertkit.training.callbacks), on rank 0."""
+        """`fingerprint`: the job's data and settings a resume must match (the config's own are added here).
+        `on_start`: writes the job's records on rank 0 once the run is known to start (after a resume was checked).
+        `callbacks`: run after the built-in ones, on rank 0."""
         if phases is None:
             if train_data is None:
                 raise ConfigError("Trainer needs train_data (or phases)")
@@ -179,6 +171,7 @@ class Trainer:
         if config.activation_checkpointing and not set_activation_checkpointing(self.model, True):
             raise ConfigError("training.activation_checkpointing: the model has no BERT encoder to checkpoint")
         self._stop_signal: int | None = None
+        self._bar: Any = None  # the progress bar while a run shows one
         self.stop_reason: str | None = None
         self._job_callbacks = list(callbacks)
         self.callbacks: list[Callback] = []  # the built-in ones and the job's, chosen when a run starts
@@ -316,7 +309,8 @@ class Trainer:
                                       f"{', '.join(metrics) or 'nothing'}")
                 if self._is_better(float(metrics[name])):
                     st = self.state
-                    st.best_value, st.best_step, st.best_metrics = float(metrics[name]), st.step, dict(metrics, step=st.step)
+                    st.best_value, st.best_step = float(metrics[name]), st.step
+                    st.best_metrics = dict(metrics, step=st.step)
                     self._save_model_folder(self.output_dir / BEST)
             self.last_metrics = metrics
             self._call("on_evaluate", metrics)
@@ -370,32 +364,29 @@ class Trainer:
 
     def _print(self, text: str) -> None:
         if self.dist.is_main:
-            bar = getattr(self, "_bar", None)
-            if bar is not None:
-                bar.write(text)  # above a terminal's bar
+            if self._bar is not None:
+                self._bar.write(text)  # above a terminal's bar
             else:
                 print(text, file=sys.stderr, flush=True)
 
-    def _compiled(self, model: nn.Module) -> nn.Module:
-        """`model` under torch.compile as TrainingConfig.compile says (the training steps' module only)."""
+    def _close_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def _steps_module(self) -> nn.Module:
+        """The module the steps run: the model (or its bf16 working copy), under DDP and torch.compile as set."""
+        model = self.precision.steps_module(self.model)  # made after a resume has loaded the weights
+        if self.dist.distributed:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            model = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         mode = self.config.compile
-        if mode == "none":
-            return model
-        return torch.compile(model, mode=None if mode == "default" else mode)
-
-    def _wrap_ddp(self, model: nn.Module) -> nn.Module:
-        if not self.dist.distributed:
-            return model
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        ids = [self.device.index] if self.device.type == "cuda" else None
-        return DDP(model, device_ids=ids)
+        return model if mode == "none" else torch.compile(model, mode=None if mode == "default" else mode)
 
     def train(self, resume: bool = False) -> TrainResult:
         """Train to the end of the last phase (or until SIGINT/SIGTERM, or a callback's stop); `resume` continues the
-        latest checkpoint.
-
-        The output folder is locked for the run: a second job writing into it stops with an error."""
+        latest checkpoint. The output folder is locked for the run: a second job writing into it stops."""
         with ckpt.output_lock(self.output_dir, self.dist):
             return self._train(resume)
 
@@ -405,9 +396,7 @@ class Trainer:
 
     def _train(self, resume: bool) -> TrainResult:
         c = self.config
-        # Steady-state steps on a CPU, and the batches the loader builds on the host for any device (in this process
-        # or in the DataLoader workers forked from it), reuse warm pages instead of page-faulting (bertkit.runtime).
-        keep_freed_memory()
+        keep_freed_memory()  # the steps and the loader's host batches reuse warm pages (bertkit.runtime)
         if self.dist.is_main:
             make_dir(self.output_dir)
         barrier()
@@ -419,22 +408,20 @@ class Trainer:
         if self.profiler.enabled and c.profile_from + c.profile_steps > self.total_steps:
             self._print(f"warning: TrainingConfig.profile_from + profile_steps = {c.profile_from + c.profile_steps} "
                         f"but the run has {self.total_steps} steps: the profile covers the steps there are")
-        # The module the steps run: the model, or its bf16 working copy (made after a resume has loaded the weights)
-        model = self._compiled(self._wrap_ddp(self.precision.steps_module(self.model)))
+        model = self._steps_module()
         model.train()
         st = self.state
         self._call("on_train_begin")
-        bar = self._bar = progress_bar(self.total_steps, self.output_dir.name, "step", initial=st.step,
-                                       enabled=self.dist.is_main and c.progress_bar)
+        self._bar = progress_bar(self.total_steps, self.output_dir.name, "step", initial=st.step,
+                                 enabled=self.dist.is_main and c.progress_bar)
         try:
             if self._resume_record is not None:
                 self._log(self._resume_record)
             if c.eval_at_start and st.step == 0:
                 self.run_evaluation()  # the starting point's score (RNG untouched, like every evaluation)
-            result = self._loop(model, bar)
+            result = self._loop(model)
         except BaseException:
-            bar.close()
-            self._bar = None
+            self._close_bar()
             self.profiler.close()
             with contextlib.suppress(Exception):  # the run's own error is the one to raise
                 self._call("on_train_end", None)
@@ -442,7 +429,7 @@ class Trainer:
         self._call("on_train_end", result)
         return result
 
-    def _loop(self, model: nn.Module, bar: Any) -> TrainResult:
+    def _loop(self, model: nn.Module) -> TrainResult:
         """The steps to the end of the last phase (or a callback's stop), the final evaluation, checkpoint and
         final/; or, after a signal, a checkpoint."""
         c, st = self.config, self.state
@@ -457,10 +444,10 @@ class Trainer:
                 st.step += 1
                 if self._announce_profile():
                     window.start += self.profiler.write_seconds  # the logged tokens/s are the steps'
-                bar.update(1)
+                self._bar.update(1)
                 window.add(outcome)
                 if st.step % c.log_every == 0 or st.step in (1, self.total_steps):  # the first step's: a curve at once
-                    self._log_window(window, outcome, bar)
+                    self._log_window(window, outcome)
                 done = st.step >= self.total_steps
                 due = (st.step % c.eval_every == 0) if c.eval_every else outcome.epoch_ended
                 if due and not done:
@@ -469,11 +456,10 @@ class Trainer:
                     self.save_checkpoint()
                 if any_rank(self._stop_signal is not None or self.stop_reason is not None, self.dist):
                     if any_rank(self._stop_signal is not None, self.dist):
-                        return self._stop(bar)
+                        return self._stop()
                     self._print(f"stopped at step {st.step} of {self.total_steps}: {self.stop_reason}")
                     break
-        bar.close()
-        self._bar = None
+        self._close_bar()
         self.profiler.finish(note=f" (the run ended after {st.step - c.profile_from} of them)")
         self._announce_profile()
         if st.last_eval_step != st.step:
@@ -545,7 +531,7 @@ class Trainer:
             f"nothing was saved from it. {self._kept()} Lower the learning rate (training.lr = {self.config.lr:g}), "
             "or look for extreme values in the training data.")
 
-    def _log_window(self, window: _LogWindow, outcome: StepOutcome, bar: Any) -> None:
+    def _log_window(self, window: _LogWindow, outcome: StepOutcome) -> None:
         """Append a training record (mean loss, LR, tokens/s since the last one) and show it on the bar."""
         st = self.state
         elapsed = time.perf_counter() - window.start
@@ -556,7 +542,7 @@ class Trainer:
             record["grad_norm"] = float(outcome.grad_norm)
         st.tokens_seen += window.tokens
         self._log(record)
-        bar.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{outcome.lr:.2e}", tok_s=f"{record['tokens_per_s']:.0f}")
+        self._bar.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{outcome.lr:.2e}", tok_s=f"{record['tokens_per_s']:.0f}")
         window.reset()
 
     def _announce_profile(self) -> bool:
@@ -566,31 +552,24 @@ class Trainer:
             self._print(f"profile of steps {self.config.profile_from + 1}-{self.state.step} written to {written}")
         return written is not None
 
-    def _stop(self, bar: Any) -> TrainResult:
+    def _stop(self) -> TrainResult:
         """A signal arrived: write a checkpoint and return an interrupted result."""
         signum = self._stop_signal or signal.SIGTERM
         self.profiler.close()
         folder = self.save_checkpoint()
-        bar.close()
-        self._bar = None
+        self._close_bar()
         self._print(f"stopped by signal {signum} at step {self.state.step}; checkpoint written to {folder}")
         return self._result(interrupted=True, signum=signum)
 
-    def _result(self, interrupted: bool = False, signum: int | None = None, final_dir: Path | None = None) -> TrainResult:
+    def _result(self, interrupted: bool = False, signum: int | None = None,
+                final_dir: Path | None = None) -> TrainResult:
         best_dir = self.output_dir / BEST
         history = read_metrics(self.logger.path) if self.dist.is_main else []
         return TrainResult(
-            global_step=self.state.step,
-            final_metrics=self.last_metrics,
-            best_metrics=self.state.best_metrics,
-            best_dir=best_dir if self.dist.is_main and best_dir.is_dir() else None,
-            final_dir=final_dir,
-            history=history,
-            interrupted=interrupted,
-            signal=signum,
-            resumes=[r for r in history if r.get("split") == "resume"],
-            stop_reason=self.stop_reason,
-        )
+            global_step=self.state.step, final_metrics=self.last_metrics, best_metrics=self.state.best_metrics,
+            best_dir=best_dir if self.dist.is_main and best_dir.is_dir() else None, final_dir=final_dir,
+            history=history, interrupted=interrupted, signal=signum, stop_reason=self.stop_reason,
+            resumes=[r for r in history if r.get("split") == "resume"])
 
     # --- callbacks -------------------------------------------------------------------------------------------
     def _builtin_callbacks(self) -> list[str]:
