@@ -1,13 +1,11 @@
 """The `bertkit` command: one verb per job, each defined in a module of this package.
 
 `VERBS` names every verb, the module that defines it and its one-line help. Only the verb being run is built (its
-module's `register(subparsers)` adds it), so `bertkit --help` and a verb's start import nothing a verb does not need;
-the other verbs are listed by name and help alone. A verb's handler takes the parsed `argparse.Namespace` and returns
-an exit code (or None for 0).
+module's `register(subparsers)` adds it), so `bertkit --help` imports no verb's dependencies. A handler takes the
+parsed `argparse.Namespace` and returns an exit code (or None for 0).
 
-Help is compact: one spelling per option with its type and default (the other spellings are still accepted), the
-first sentence of its field's docstring, and a usage line that names what is required; the full text of every option
-is in docs/reference/cli.md. A misspelt verb or option is answered with that verb's usage and the nearest names.
+Help is compact: one spelling per option with its type, default and first sentence (`--help-all` and
+docs/reference/cli.md give the whole text). A misspelt verb or option is answered with the nearest names.
 """
 
 from __future__ import annotations
@@ -53,15 +51,13 @@ HELP_WIDTH = 100  # the help's width when stdout is not a terminal (a pipe, a fi
 
 def first_sentence(text: str) -> str:
     """A docstring's first sentence ('e.g.' and '(...)' do not end it), for the compact help."""
-    depth, i = 0, 0
-    while i < len(text):
-        c = text[i]
+    depth = 0
+    for i, c in enumerate(text):
         depth += c in "([{"
         depth -= c in ")]}" and depth > 0
-        if c in ".;" and depth == 0 and (i + 1 == len(text) or text[i + 1] == " ") and not text[:i + 1].endswith(
+        if c in ".;" and depth == 0 and text[i + 1:i + 2] in ("", " ") and not text[:i + 1].endswith(
                 ("e.g.", "i.e.", "etc.", "vs.", " al.")):
             return text[:i + 1] if c == "." else text[:i]
-        i += 1
     return text
 
 
@@ -174,18 +170,13 @@ def build_parser(verb: str | None = "*") -> argparse.ArgumentParser:
     wanted = set(VERBS) if verb == "*" else {verb} & set(VERBS)
     verbs = _Verbs(sub, set(wanted))
     for module in VERB_MODULES:
-        names = [name for name, (m, _) in VERBS.items() if m == module]
-        if wanted & set(names):
+        if any(VERBS[name][0] == module for name in wanted):
             importlib.import_module(module).register(verbs)
     for name, (_, text) in VERBS.items():  # the verbs not built: listed, in VERBS' order
         if name not in sub.choices:
             sub.add_parser(name, help=text, add_help=False)
     sub._choices_actions.sort(key=lambda a: list(VERBS).index(a.dest))
     return parser
-
-
-def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
-    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
 
 
 def chosen_verb(argv: list[str]) -> str | None:
@@ -199,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(chosen_verb(argv))
     args, extra = parser.parse_known_args(argv)
     if extra:  # answered by the verb's parser: its usage, and the option nearest to the misspelt one
-        verb_parser = _subparsers(parser).choices.get(getattr(args, "command", None) or "", parser)
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        verb_parser = sub.choices.get(getattr(args, "command", None) or "", parser)
         verb_parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()

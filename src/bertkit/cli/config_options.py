@@ -156,7 +156,7 @@ def add_config_options(group: argparse.ArgumentParser | argparse._ArgumentGroup,
     top = {n for n in names if "." not in n}
     where = {prefix: group.add_argument_group(title) for prefix, title in (groups or {}).items()}
     for f, name in zip(fields, names):
-        into = where.get(f.path.split(".")[0] if "." in f.path else "", group) if where else group
+        into = where.get(f.path.split(".")[0] if "." in f.path else "", group)
         flat = "." in name and name.split(".")[-1] not in top
         kwargs: dict[str, Any] = {"dest": PREFIX + f.path, "default": argparse.SUPPRESS,
                                   "help": f.help.replace("%", "%%") or None, "required": f.path in required}
@@ -164,7 +164,7 @@ def add_config_options(group: argparse.ArgumentParser | argparse._ArgumentGroup,
         listed = (choices or {}).get(f.path) or declared  # a registry's names are checked when the config is built
         if switches and f.type is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
-        elif listed and _plain(f.type):
+        elif listed and f.type is str:  # an optional string takes null too: not argparse's to check
             kwargs.update(type=value_reader(f.type), choices=listed)
         else:
             kwargs.update(type=value_reader(f.type), metavar=type_metavar(f.type))
@@ -172,23 +172,22 @@ def add_config_options(group: argparse.ArgumentParser | argparse._ArgumentGroup,
         action.shown_default = f.default  # type: ignore[attr-defined]  (the help's default: cli.HelpFormatter)
 
 
+def add_options(group: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type, **kwargs: Any) -> None:
+    """One option per field of options dataclass `cls`, each with its default in its help (`add_config_options`'
+    keyword arguments)."""
+    add_config_options(group, config_fields(cls, defaults=cls()), **kwargs)
+
+
 def type_metavar(tp: Any) -> str:
     """An option's value as the help names it, by its field's type: INT, FLOAT, STR, BOOL, LIST or MAP (null is
     taken where the field is optional)."""
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         tp = next(a for a in typing.get_args(tp) if a is not type(None))
-    names = {int: "INT", float: "FLOAT", str: "STR", bool: "BOOL"}
-    kind = tp
-    if typing.get_origin(kind) is list:
+    if typing.get_origin(tp) is list:
         return "LIST"
-    if typing.get_origin(kind) is dict or kind is dict or dataclasses.is_dataclass(kind):
+    if typing.get_origin(tp) is dict or tp is dict or dataclasses.is_dataclass(tp):
         return "MAP"
-    return names.get(kind, "VALUE")
-
-
-def _plain(tp: Any) -> bool:
-    """A string field that is not optional: argparse can check its choices (an optional one takes null too)."""
-    return tp is str
+    return {int: "INT", float: "FLOAT", str: "STR", bool: "BOOL"}.get(tp, "VALUE")
 
 
 def value_reader(tp: Any) -> Callable[[str], Any]:
@@ -271,12 +270,18 @@ def config_from_options(cls: type[T], args: argparse.Namespace, base: dict[str, 
     return config_from_dict(cls, apply_overrides(dict(base or {}), args, cls))
 
 
-def add_run_options(parser: argparse.ArgumentParser, config_name: str) -> None:
-    """--config, --resume, --print-config and --no-progress: what a training verb has besides its generated options."""
+def add_run_options(parser: argparse.ArgumentParser, config_name: str, fields: Iterable[ConfigField],
+                    groups: dict[str, str], tasks: str | None = None) -> None:
+    """A training verb's options: --config, --resume, --print-config and --no-progress; one option per field of its
+    config in the argument groups `groups` names (`add_config_options`; --output is training.output_dir's); with
+    `tasks` (a group title), every task's options."""
     parser.add_argument("--config", metavar="CONFIG.yaml", help=f"YAML or JSON {config_name}")
     parser.add_argument("--resume", action="store_true", help="continue from OUTPUT's latest checkpoint")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    add_config_options(parser, fields, aliases={"training.output_dir": ("output",)}, groups=groups)
+    if tasks:
+        add_config_options(parser.add_argument_group(tasks), task_option_fields(), switches=True)
 
 
 def config_dict(args: argparse.Namespace) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from bertkit.cli.config_options import PREFIX, add_config_options, config_fields, config_from_options
+from bertkit.cli.config_options import PREFIX, add_options, config_from_options
 from bertkit.data.config import PretrainingDataConfig
 from bertkit.data.prepare import PrepareOptions
 from bertkit.io import check_output_dir
@@ -32,9 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="one-sentence chunks always get a random B, exactly as google-research/bert (~56%% random); "
                    "the same as --no-balanced-nsp")
     # Every PretrainingDataConfig field is an option, with its docstring as help: one source of truth.
-    add_config_options(p, config_fields(PretrainingDataConfig, defaults=PretrainingDataConfig()), aliases=_ALIASES,
-                       switches=True)
-    add_config_options(p, config_fields(PrepareOptions, defaults=PrepareOptions()))
+    add_options(p, PretrainingDataConfig, aliases=_ALIASES, switches=True)
+    add_options(p, PrepareOptions)
     p.set_defaults(func=prepare_pretraining_command)
 
 

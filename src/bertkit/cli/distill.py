@@ -7,14 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertkit.cli.config_options import (
-    add_config_options,
-    add_run_options,
-    config_dict,
-    config_fields,
-    printed_config,
-    task_option_fields,
-)
+from bertkit.cli.config_options import add_run_options, config_dict, config_fields, printed_config
 from bertkit.jobs.distill import DistillConfig
 from bertkit.training.config import TrainingConfig
 
@@ -47,12 +40,9 @@ def register(subparsers: Any) -> None:
         "hard loss, the teacher's soft targets at a temperature and a cosine alignment of hidden states. A "
         "fine-tuned TEACHER distils on a labelled TRAIN file of its task (OUTPUT/best is a fine-tuned folder); a "
         "pre-trained one on data from `bertkit prepare-pretraining` (masked LM; set --max-steps).")
-    add_run_options(p, "DistillConfig")
-    add_config_options(p, config_fields(DistillConfig, {"training": TrainingConfig}),
-                       aliases={"training.output_dir": ("output",)},
-                       groups={"": "the run", "training": "training (fine-tuning's defaults for a fine-tuned "
-                               "teacher, pre-training's otherwise)"})
-    tasks = p.add_argument_group("task options (task-specific distillation: changed from the teacher's, as in "
-                                 "--options; [names] marks an option only those tasks have)")
-    add_config_options(tasks, task_option_fields(), switches=True)
+    add_run_options(p, "DistillConfig", config_fields(DistillConfig, {"training": TrainingConfig}),
+                    groups={"": "the run", "training": "training (fine-tuning's defaults for a fine-tuned teacher, "
+                            "pre-training's otherwise)"},
+                    tasks="task options (task-specific distillation: changed from the teacher's, as in --options; "
+                    "[names] marks an option only those tasks have)")
     p.set_defaults(func=_distill)

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from bertkit.cli.config_options import add_config_options, config_fields, config_from_options
+from bertkit.cli.config_options import add_options, config_from_options
 from bertkit.errors import ConfigError
 from bertkit.inference.options import AttentionOptions, FeatureOptions, FillMaskOptions
 
@@ -16,12 +16,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the fill-mask, extract-features and attention verbs."""
     p = subparsers.add_parser(
         "fill-mask",
-        description="Print the masked-LM head's top-k tokens with probabilities at every "
-                    "mask token of TEXT, the folder's own ([MASK] for BERT, <mask> for RoBERTa); the folder must "
-                    "hold a masked-LM head (BertForMaskedLM, BertForPreTraining, or a family's, e.g. RobertaForMaskedLM).")
+        description="Print the masked-LM head's top-k tokens with probabilities at every mask token of TEXT, the "
+                    "folder's own ([MASK] for BERT, <mask> for RoBERTa); the folder must hold a masked-LM head "
+                    "(BertForMaskedLM, BertForPreTraining, or a family's, e.g. RobertaForMaskedLM).")
     p.add_argument("text", metavar="TEXT")
     p.add_argument("--model", required=True, metavar="DIR")
-    add_config_options(p, _fields(FillMaskOptions))
+    add_options(p, FillMaskOptions)
     p.set_defaults(func=fill_mask_command)
 
     p = subparsers.add_parser(
@@ -33,8 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, metavar="DIR")
     p.add_argument("--layers", default="-1,-2,-3,-4",
                    help="layer indices, -1 = last; write --layers=-1,-2 (default %(default)s)")
-    add_config_options(p, _fields(FeatureOptions),
-                       aliases={"max_length": ("max_seq_length",)})  # the reference's spelling
+    add_options(p, FeatureOptions, aliases={"max_length": ("max_seq_length",)})  # the reference's spelling
     p.set_defaults(func=extract_features_command)
 
     p = subparsers.add_parser(
@@ -45,13 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--pair", default=None, help="second segment of a sentence pair")
     p.add_argument("--model", required=True, metavar="DIR")
     p.add_argument("-o", "--output", required=True, metavar="OUT.png")
-    add_config_options(p, _fields(AttentionOptions))
+    add_options(p, AttentionOptions)
     p.set_defaults(func=attention_command)
-
-
-def _fields(cls: type) -> list:
-    """The generated options of an options dataclass, each with its default in its help."""
-    return config_fields(cls, defaults=cls())
 
 
 def _load(folder: str):  # noqa: ANN202 (model, tokenizer)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bertkit.cli.config_options import add_config_options, config_fields, config_from_options
+from bertkit.cli.config_options import add_options, config_from_options
 from bertkit.inference.options import ExportOptions
 
 
@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "numeric_features and categorical_ids).")
     p.add_argument("model", metavar="DIR")
     p.add_argument("-o", "--output", required=True, metavar="MODEL.onnx")
-    add_config_options(p, config_fields(ExportOptions, defaults=ExportOptions()))
+    add_options(p, ExportOptions)
     p.set_defaults(func=export_onnx_command)
 
 

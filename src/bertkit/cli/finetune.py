@@ -16,28 +16,41 @@ from bertkit.cli.config_options import (
     config_fields,
     config_from_options,
     printed_config,
-    task_option_fields,
 )
 from bertkit.jobs.finetune import FinetuneConfig
 from bertkit.training.config import TrainingConfig
 
 
-def _add_finetune(sub: Any) -> None:
-    p = sub.add_parser(
+def register(subparsers: Any) -> None:
+    """Add the fine-tuning verbs to the `bertkit` parser."""
+    from bertkit.jobs.evaluate import EvaluateConfig
+    from bertkit.jobs.predict import PredictConfig
+
+    p = subparsers.add_parser(
         "finetune",
         description="Fine-tune MODEL on TRAIN, evaluating on DEV every epoch (or --eval-every N "
                     "steps); the best model by the task's main metric is kept in OUTPUT/best (without DEV: no "
                     "evaluation, and the last step's model, OUTPUT/final, is the result). Every field of "
                     "FinetuneConfig, its training: TrainingConfig and the task's options is an option here; "
                     "--config reads them from a YAML/JSON file first.")
-    add_run_options(p, "FinetuneConfig")
-    add_config_options(p, config_fields(FinetuneConfig, {"training": TrainingConfig}, skip=("options",)),
-                       aliases={"training.output_dir": ("output",)},
-                       groups={"": "the run", "training": "training (fine-tuning defaults: 3 epochs, batch 32, "
-                               "warm-up 0.1, the task's LR, no trackers)"})
-    tasks = p.add_argument_group("task options (the --task's; [names] marks an option only those tasks have)")
-    add_config_options(tasks, task_option_fields(), switches=True)
+    add_run_options(p, "FinetuneConfig", config_fields(FinetuneConfig, {"training": TrainingConfig}, skip=("options",)),
+                    groups={"": "the run", "training": "training (fine-tuning defaults: 3 epochs, batch 32, warm-up "
+                            "0.1, the task's LR, no trackers)"},
+                    tasks="task options (the --task's; [names] marks an option only those tasks have)")
     p.set_defaults(func=_finetune)
+
+    p = subparsers.add_parser("evaluate",
+                              description="Evaluate a fine-tuned model folder on INPUT with its task's metrics.")
+    add_config_options(p, config_fields(EvaluateConfig), required=("model", "input"))
+    p.set_defaults(func=_evaluate)
+
+    p = subparsers.add_parser("predict", description="Predict with a fine-tuned model: classification -> the input TSV "
+                              "plus a prediction column; ner -> token<TAB>tag lines; qa -> {id: answer} JSON; "
+                              "multiple-choice -> JSON lines; embedding -> JSON lines of each query's ranking (or each "
+                              "scored pair's cosine); with --probabilities, each answer with its scores as the server "
+                              "gives it.")
+    add_config_options(p, config_fields(PredictConfig), required=("model", "input", "output"), switches=True)
+    p.set_defaults(func=_predict)
 
 
 def resolve_finetune_config(args: argparse.Namespace) -> FinetuneConfig:
@@ -63,32 +76,12 @@ def _finetune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_evaluate(sub: Any) -> None:
-    from bertkit.jobs.evaluate import EvaluateConfig
-
-    p = sub.add_parser("evaluate", description="Evaluate a fine-tuned model folder on INPUT with its task's metrics.")
-    add_config_options(p, config_fields(EvaluateConfig), required=("model", "input"))
-    p.set_defaults(func=_evaluate)
-
-
 def _evaluate(args: argparse.Namespace) -> int:
     from bertkit.jobs import evaluate
     from bertkit.jobs.finetune import dumps
 
-    metrics = evaluate.run(config_from_options(evaluate.EvaluateConfig, args))
-    print(dumps(metrics))
+    print(dumps(evaluate.run(config_from_options(evaluate.EvaluateConfig, args))))
     return 0
-
-
-def _add_predict(sub: Any) -> None:
-    from bertkit.jobs.predict import PredictConfig
-
-    p = sub.add_parser("predict", description="Predict with a fine-tuned model: classification -> the input TSV plus a "
-                       "prediction column; ner -> token<TAB>tag lines; qa -> {id: answer} JSON; multiple-choice "
-                       "-> JSON lines; embedding -> JSON lines of each query's ranking (or each scored pair's "
-                       "cosine); with --probabilities, each answer with its scores as the server gives it.")
-    add_config_options(p, config_fields(PredictConfig), required=("model", "input", "output"), switches=True)
-    p.set_defaults(func=_predict)
 
 
 def _predict(args: argparse.Namespace) -> int:
@@ -98,10 +91,3 @@ def _predict(args: argparse.Namespace) -> int:
     n = predict.run(config)
     print(f"{n} predictions -> {config.output}", file=sys.stderr)
     return 0
-
-
-def register(subparsers: Any) -> None:
-    """Add the fine-tuning verbs to the `bertkit` parser."""
-    _add_finetune(subparsers)
-    _add_evaluate(subparsers)
-    _add_predict(subparsers)

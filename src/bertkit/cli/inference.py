@@ -66,8 +66,6 @@ def embed_command(args: argparse.Namespace) -> int:
         name = "<stdin>" if config.input == "-" else config.input
         print(blank_lines_warning(name, result.blank_count, list(result.blank_lines)), file=sys.stderr)
     skipped = f" ({result.shards_skipped} finished shards kept)" if result.shards_skipped else ""
-    if result.rank:
-        print(f"rank {result.rank}: embedded {result.rows} rows{skipped}", file=sys.stderr)
-        return 0
-    print(f"wrote {result.rows} x {result.dim} embeddings to {result.output}{skipped}", file=sys.stderr)
+    print(f"rank {result.rank}: embedded {result.rows} rows{skipped}" if result.rank else
+          f"wrote {result.rows} x {result.dim} embeddings to {result.output}{skipped}", file=sys.stderr)
     return 0

@@ -49,11 +49,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=convert_command)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# info
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def describe_folder(folder: Path) -> dict[str, Any]:
     """What `info` shows: class, task, labels, parameter count, vocabulary, and whether the weights file holds
     every tensor of the config's model (the weights are read, so a truncated or mismatched folder is reported)."""
@@ -73,7 +68,8 @@ def describe_folder(folder: Path) -> dict[str, Any]:
         "class": cls.__name__,
         "task": config.task,
         "labels": config.label_names if config.label_names is not None else
-        (config.num_labels if cls.__name__ in _LABELLED else None),
+        (config.num_labels if cls.__name__ in ("BertForSequenceClassification", "BertForTokenClassification")
+         else None),
         "parameters": model.num_parameters(),
         "parameters_without_embeddings": model.num_parameters(exclude_embeddings=True),
         "weights": weights.name,
@@ -82,9 +78,6 @@ def describe_folder(folder: Path) -> dict[str, Any]:
         "vocab_size": read_vocab_size(vocab) if vocab.is_file() else None,
         "config": {k: v for k, v in config.to_dict().items() if v is not None and v != {}},
     }
-
-
-_LABELLED = ("BertForSequenceClassification", "BertForTokenClassification")
 
 
 def info_command(args: argparse.Namespace) -> int:
@@ -109,27 +102,14 @@ def info_command(args: argparse.Namespace) -> int:
     return 0
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# convert
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def _tokenizer_settings(folder: Path) -> dict[str, Any]:
-    """Lower-casing and splitting settings from a folder's tokenizer_config.json (HF or bertkit spelling)."""
-    path = folder / "tokenizer_config.json"
-    d: dict[str, Any] = {}
-    if path.is_file():
-        d = read_json_object(path, CheckpointError)
-    return {
-        "do_lower_case": bool(d.get("do_lower_case", d.get("lowercase", True))),
-        "strip_accents": d.get("strip_accents"),
-        "tokenize_chinese_chars": bool(d.get("tokenize_chinese_chars", True)),
-    }
-
-
 def _hf_tokenizer_config(src: Path, max_length: int) -> dict[str, Any]:
-    """tokenizer_config.json as transformers' BertTokenizer(Fast) reads it."""
-    return {"tokenizer_class": "BertTokenizer", **_tokenizer_settings(src), "model_max_length": max_length,
+    """tokenizer_config.json as transformers' BertTokenizer(Fast) reads it, its lower-casing and splitting settings
+    from src's (HF or bertkit spelling)."""
+    path = src / "tokenizer_config.json"
+    d = read_json_object(path, CheckpointError) if path.is_file() else {}
+    return {"tokenizer_class": "BertTokenizer", "do_lower_case": bool(d.get("do_lower_case", d.get("lowercase", True))),
+            "strip_accents": d.get("strip_accents"),
+            "tokenize_chinese_chars": bool(d.get("tokenize_chinese_chars", True)), "model_max_length": max_length,
             **_SPECIAL_TOKENS}
 
 
@@ -141,15 +121,6 @@ def _copy_files(src: Path, dst: Path, names: tuple[str, ...]) -> None:
             shutil.copyfile(src / name, dst / name)
 
 
-def _tokenizer_class() -> Any | None:
-    """bertkit's BertTokenizer, or None while the package has none."""
-    try:
-        from bertkit.tokenizer import BertTokenizer
-    except ImportError:
-        return None
-    return BertTokenizer
-
-
 def convert_command(args: argparse.Namespace) -> int:
     """Handler of `bertkit convert`: load with every check, write the whole output folder atomically."""
     import bertkit.tasks  # noqa: F401 (registers the tasks' heads: a config naming only its task opens)
@@ -158,6 +129,7 @@ def convert_command(args: argparse.Namespace) -> int:
     from bertkit.model.checkpoint import VOCAB_NAME, family_layout, save_pretrained
     from bertkit.model.families import unexpressed
     from bertkit.model.folder import load_model
+    from bertkit.tokenizer import BertTokenizer
 
     src = resolve_model_dir(args.from_hf or args.to_hf)
     out = Path(args.out)
@@ -184,12 +156,11 @@ def convert_command(args: argparse.Namespace) -> int:
     if not vocabularies:
         raise CheckpointError(f"{src}: no tokenizer (expected one of {', '.join(_VOCABULARY_FILES)}); a model folder "
                               "needs its vocabulary")
-    tokenizer_cls = _tokenizer_class()
     wordpiece = family == "bert" and (src / VOCAB_NAME).is_file()
 
     def write_tokenizer(target: Path) -> None:
-        if args.from_hf and wordpiece and tokenizer_cls is not None:
-            tokenizer_cls.from_pretrained(str(src)).save_pretrained(str(target))  # normalised by bertkit
+        if args.from_hf and wordpiece:
+            BertTokenizer.from_pretrained(str(src)).save_pretrained(str(target))  # normalised by bertkit
         else:  # a family's tokenizer files go as they are: bertkit and transformers read the same ones
             _copy_files(src, target, _TOKENIZER_FILES)
         if args.to_hf and wordpiece:

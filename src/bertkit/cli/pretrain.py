@@ -11,13 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bertkit.cli.config_options import (
-    add_config_options,
-    add_run_options,
-    config_dict,
-    config_fields,
-    printed_config,
-)
+from bertkit.cli.config_options import add_run_options, config_dict, config_fields, printed_config
 from bertkit.jobs.pretrain import ExecutionConfig, PretrainConfig
 from bertkit.training.config import TrainingConfig
 
@@ -30,12 +24,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "`bertkit prepare-pretraining`, in one or two phases (seq 128 then 512) under one LR schedule. Any config "
         "field can be overridden: --training.lr 1e-4 (or --lr 1e-4), --phases '[{data: d128, max_steps: 900}]'.",
     )
-    add_run_options(p, "PretrainConfig (see configs/)")
-    add_config_options(p, config_fields(PretrainConfig, {"training": TrainingConfig, "execution": ExecutionConfig},
-                                        defaults=PretrainConfig()),
-                       aliases={"training.output_dir": ("output",)},
-                       groups={"": "the run", "training": "training (the paper's pre-training defaults)",
-                               "execution": "execution (how a step computes: the same loss, another speed)"})
+    add_run_options(p, "PretrainConfig (see configs/)",
+                    config_fields(PretrainConfig, {"training": TrainingConfig, "execution": ExecutionConfig},
+                                  defaults=PretrainConfig()),
+                    groups={"": "the run", "training": "training (the paper's pre-training defaults)",
+                            "execution": "execution (how a step computes: the same loss, another speed)"})
     p.set_defaults(func=pretrain_command)
 
 

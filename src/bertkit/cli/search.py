@@ -11,8 +11,9 @@ from bertkit.inference.index import IndexOptions
 from bertkit.jobs.search import IndexConfig, SearchConfig
 
 
-def _add_index(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `index` and `search`."""
+    p = subparsers.add_parser(
         "index",
         description="Index every row of EMBEDDINGS (a folder written by `bertkit embed -o DIR`) for "
                     "inner-product search (cosine on normalised embeddings): exact, hnsw or ivf (IVF-PQ with "
@@ -24,6 +25,16 @@ def _add_index(sub: argparse._SubParsersAction) -> None:
                                         defaults=IndexConfig(embeddings="-", output="-")),
                        switches=True)
     p.set_defaults(func=_index)
+
+    p = subparsers.add_parser(
+        "search",
+        description="Embed each QUERY (and each line of --queries-file) as the index's rows were "
+                    "embedded, and print one JSON line per query: {query, results: [{rank, row, id, score, "
+                    "text}]}, best first.")
+    p.add_argument("queries", metavar="QUERY", nargs="*", help="queries")
+    p.add_argument("--index", dest=PREFIX + "index", required=True, metavar="DIR", help="an index folder")
+    add_config_options(p, config_fields(SearchConfig, skip=("index", "queries"), defaults=SearchConfig(index="-")))
+    p.set_defaults(func=_search)
 
 
 def _index(args: argparse.Namespace) -> int:
@@ -37,18 +48,6 @@ def _index(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_search(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "search",
-        description="Embed each QUERY (and each line of --queries-file) as the index's rows were "
-                    "embedded, and print one JSON line per query: {query, results: [{rank, row, id, score, "
-                    "text}]}, best first.")
-    p.add_argument("queries", metavar="QUERY", nargs="*", help="queries")
-    p.add_argument("--index", dest=PREFIX + "index", required=True, metavar="DIR", help="an index folder")
-    add_config_options(p, config_fields(SearchConfig, skip=("index", "queries"), defaults=SearchConfig(index="-")))
-    p.set_defaults(func=_search)
-
-
 def _search(args: argparse.Namespace) -> int:
     from bertkit.answers import json_line
     from bertkit.jobs.search import search
@@ -57,9 +56,3 @@ def _search(args: argparse.Namespace) -> int:
     for i, answer in enumerate(search(config_from_options(SearchConfig, args))):
         print(json_line(answer, f"answer {i}"))  # never `Infinity` or `NaN`, which no JSON reader takes
     return 0
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add `index` and `search`."""
-    _add_index(subparsers)
-    _add_search(subparsers)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.config_options import add_config_options, config_fields, config_from_options
+from bertkit.cli.config_options import add_options, config_from_options
 from bertkit.errors import ConfigError
 from bertkit.serve.settings import ServeAddress, ServeSettings
 
@@ -16,9 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Start a FastAPI service with the endpoints the folder's head supports, "
                     "an OpenAPI document at /docs and /openapi.json, and /health.")
     p.add_argument("--model", required=True, metavar="DIR")
-    add_config_options(p, config_fields(ServeAddress, defaults=ServeAddress()))
-    limits = p.add_argument_group("limits and batching (ServeSettings)")
-    add_config_options(limits, config_fields(ServeSettings, defaults=ServeSettings()))
+    add_options(p, ServeAddress)
+    add_options(p.add_argument_group("limits and batching (ServeSettings)"), ServeSettings)
     p.set_defaults(func=serve_command)
 
 

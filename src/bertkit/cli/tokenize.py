@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from bertkit.cli.config_options import add_config_options, config_fields, config_from_options
+from bertkit.cli.config_options import add_options, config_from_options
 from bertkit.errors import CheckpointError, DataError, data_error
 from bertkit.io import atomic_open, check_output_dir, check_output_file
 from bertkit.pretrained import SHIPPED, resolve_model_dir
@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("-o", "--output", required=True, help="output tokenizer folder")
     t.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case, strip accents)")
     t.add_argument("--overwrite", action="store_true", help="write into an output folder that already holds files")
-    add_config_options(t, config_fields(VocabOptions, defaults=VocabOptions()), required=("vocab_size",))
+    add_options(t, VocabOptions, required=("vocab_size",))
     t.set_defaults(func=train_tokenizer_command)
 
 
