@@ -30,8 +30,8 @@ from bertkit.pretrained import resolve_model_dir
 from bertkit.tokenizer.basic import Word
 from bertkit.tokenizer.families import FAMILIES, SPECIAL_NAMES, Family, tokenizer_family
 from bertkit.tokenizer.tokenizer import (
-    _NO_LIMIT, _TEXT_CLEANUP, DEFAULT_MODEL_MAX_LENGTH, BertTokenizer, Encoding, Sequence_, TokenizerBase, _cleanup,
-    _token_name,
+    _NO_LIMIT, _TEXT_CLEANUP, DEFAULT_MODEL_MAX_LENGTH, BertTokenizer, Encoding, Layout, Sequence_, TokenizerBase,
+    _cleanup, _token_name,
 )
 
 # SentencePiece's piece types (sentencepiece_model.proto): control pieces are special tokens, user-defined ones
@@ -193,10 +193,6 @@ def _special_ids(backend: Any, names: dict[str, str], source: Path) -> dict[str,
 # The tokenizer
 # ------------------------------------------------------------------------------------------------------------------
 
-# Special tokens around a window: ids and token type ids before A, A's type, between A and B, B's type, after.
-Layout = tuple[list[int], list[int], int, list[int], list[int], int, list[int], list[int]]
-
-
 def _layout(backend: Any, pair: bool, token_types: bool) -> Layout:
     """Where the post-processor puts its special tokens, read off one encoding of a probe text (or pair)."""
     enc = backend.encode("a", "b") if pair else backend.encode("a")
@@ -266,10 +262,8 @@ class FastTokenizer(TokenizerBase):
         self.all_special_ids = frozenset(i for i in ids.values() if i is not None)
         self.vocab: dict[str, int] = backend.get_vocab(with_added_tokens=True)
         self.ids_to_tokens: dict[int, str] = {i: t for t, i in self.vocab.items()}
-        self._single = _layout(backend, False, self.family.token_types)
-        self._pair = _layout(backend, True, self.family.token_types)
-        self.special_counts = (len(self._single[0]) + len(self._single[3]) + len(self._single[6]),
-                               len(self._pair[0]) + len(self._pair[3]) + len(self._pair[6]))
+        types = self.family.token_types
+        self._set_layouts(_layout(backend, False, types), _layout(backend, True, types))
         # A byte-level BPE without a prefix space reads a word alone as the start of a text ("Paris", not
         # "ĠParis"): a word of a sentence gets the space it has there (transformers' add_prefix_space=True).
         pre = json.loads(backend.pre_tokenizer.__getstate__()) if backend.pre_tokenizer is not None else {}
@@ -320,37 +314,6 @@ class FastTokenizer(TokenizerBase):
         """The ids of one word of a sentence given as words (NER's CoNLL words), as transformers encodes a word
         with is_split_into_words=True: a byte-level BPE word gets the space before it."""
         return self.backend.encode(self._word_prefix + word, add_special_tokens=False).ids
-
-    def _build(self, a: Sequence_, sa: tuple[int, int], b: Sequence_ | None, sb: tuple[int, int] | None,
-               special: bool) -> Encoding:
-        """One window: the post-processor's special tokens around A[sa] (and B[sb])."""
-        pre, pre_t, type_a, mid, mid_t, type_b, post, post_t = self._pair if b is not None else self._single
-        if not special:
-            pre = pre_t = mid = mid_t = post = post_t = []
-        ids_a, off_a, w_a = a[0][sa[0]:sa[1]], a[1][sa[0]:sa[1]], a[2][sa[0]:sa[1]]
-        la, lp, lm = len(ids_a), len(pre), len(mid)
-        ids = [*pre, *ids_a, *mid]
-        types = [*pre_t, *[type_a] * la, *mid_t]
-        offsets = [*[(0, 0)] * lp, *off_a, *[(0, 0)] * lm]
-        word_ids: list[int | None] = [*[None] * lp, *w_a, *[None] * lm]
-        seq_ids: list[int | None] = [*[None] * lp, *[0] * la, *[None] * lm]
-        special_mask = [*[1] * lp, *[0] * la, *[1] * lm]
-        if b is not None and sb is not None:
-            lb = sb[1] - sb[0]
-            ids += b[0][sb[0]:sb[1]]
-            types += [type_b] * lb
-            offsets += b[1][sb[0]:sb[1]]
-            word_ids += b[2][sb[0]:sb[1]]
-            seq_ids += [1] * lb
-            special_mask += [0] * lb
-        n = len(post)
-        ids += post
-        types += post_t
-        offsets += [(0, 0)] * n
-        word_ids += [None] * n
-        seq_ids += [None] * n
-        special_mask += [1] * n
-        return Encoding(ids, types, [1] * len(ids), special_mask, offsets, word_ids, seq_ids)
 
     # --- decoding ----------------------------------------------------------------------------------------------------
     def decode(self, ids: Sequence[int] | Any, skip_special_tokens: bool = True,

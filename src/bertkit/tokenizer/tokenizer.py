@@ -19,7 +19,7 @@ from bertkit.errors import CheckpointError, TokenizerError
 from bertkit.io import atomic_write_json, atomic_write_text, make_dir, read_json_object
 from bertkit.pretrained import resolve_model_dir
 from bertkit.tokenizer.basic import ASCII_CONTROL_RE, ASCII_WORD_RE, Word, split_words
-from bertkit.tokenizer.families import tokenizer_family
+from bertkit.tokenizer.families import SPECIAL_NAMES, tokenizer_family
 from bertkit.tokenizer.wordpiece import MAX_INPUT_CHARS_PER_WORD, WordPiece
 
 SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
@@ -245,11 +245,15 @@ def _token_name(value: Any) -> str | None:
 # ------------------------------------------------------------------------------------------------------------------
 
 
+# Special tokens around a window: ids and token type ids before A, A's type, between A and B, B's type, after.
+Layout = tuple[list[int], list[int], int, list[int], list[int], int, list[int], list[int]]
+
+
 class TokenizerBase:
     """What every bertkit tokenizer shares: encoding one text or a batch into `Encoding`s, truncation into HF's
     overflow windows, padding. A subclass gives `_encode_text` (a text's ids, offsets and word indices, no special
-    tokens), `_build` (one window with its special tokens) and `special_counts` (special tokens added around one
-    sequence and around a pair), so the windows and their order are computed here once for every tokenizer."""
+    tokens) and the `_single` and `_pair` layouts of its special tokens, so the windows, their order and their
+    special tokens are computed here once for every tokenizer."""
 
     vocab: dict[str, int]
     ids_to_tokens: dict[int, str]
@@ -257,7 +261,9 @@ class TokenizerBase:
     model_max_length: int
     pad_token: str
     pad_token_id: int | None
-    special_counts: tuple[int, int] = (2, 3)  # [CLS] A [SEP], [CLS] A [SEP] B [SEP]
+    _single: Layout
+    _pair: Layout
+    special_counts: tuple[int, int]
 
     # --- sizes and lookups -----------------------------------------------------------------------------------------
     @property
@@ -280,11 +286,12 @@ class TokenizerBase:
             return self.ids_to_tokens[ids]
         return [self.ids_to_tokens[int(i)] for i in ids]
 
-    def _encode_text(self, text: str) -> Sequence_:
-        raise NotImplementedError
+    def _set_layouts(self, single: Layout, pair: Layout) -> None:
+        """The special tokens around one sequence and around a pair; `special_counts` counts them (BERT: 2 and 3)."""
+        self._single, self._pair = single, pair
+        self.special_counts = tuple(len(lay[0]) + len(lay[3]) + len(lay[6]) for lay in (single, pair))  # type: ignore
 
-    def _build(self, a: Sequence_, sa: tuple[int, int], b: Sequence_ | None, sb: tuple[int, int] | None,
-               special: bool) -> Encoding:
+    def _encode_text(self, text: str) -> Sequence_:
         raise NotImplementedError
 
     # --- encoding ----------------------------------------------------------------------------------------------------
@@ -374,8 +381,7 @@ class TokenizerBase:
 
     def _encode_many(self, texts: list[str], num_workers: int | None) -> list[Sequence_]:
         """`_encode_text` over a list, in worker processes when the batch is large."""
-        if num_workers is None:
-            num_workers = 1
+        num_workers = num_workers or 1
         if num_workers <= 1 or len(texts) < 2 * num_workers:
             encode = self._encode_text
             return [encode(t) for t in texts]
@@ -424,6 +430,37 @@ class TokenizerBase:
         encs = [self._build(a, sa, b, sb, add_special_tokens) for sa, sb in combos]
         encs[0].overflowing = encs[1:]
         return encs[0]
+
+    def _build(self, a: Sequence_, sa: tuple[int, int], b: Sequence_ | None, sb: tuple[int, int] | None,
+               special: bool) -> Encoding:
+        """One window: the special tokens of the layout around A[sa] (and B[sb]); BERT's `[CLS] A [SEP] (B [SEP])`."""
+        pre, pre_t, type_a, mid, mid_t, type_b, post, post_t = self._pair if b is not None else self._single
+        if not special:
+            pre = pre_t = mid = mid_t = post = post_t = []
+        ids_a, off_a, w_a = a[0][sa[0]:sa[1]], a[1][sa[0]:sa[1]], a[2][sa[0]:sa[1]]
+        la, lp, lm = len(ids_a), len(pre), len(mid)
+        ids = [*pre, *ids_a, *mid]
+        types = [*pre_t, *[type_a] * la, *mid_t]
+        offsets = [*[(0, 0)] * lp, *off_a, *[(0, 0)] * lm]
+        word_ids: list[int | None] = [*[None] * lp, *w_a, *[None] * lm]
+        seq_ids: list[int | None] = [*[None] * lp, *[0] * la, *[None] * lm]
+        special_mask = [*[1] * lp, *[0] * la, *[1] * lm]
+        if b is not None and sb is not None:
+            lb = sb[1] - sb[0]
+            ids += b[0][sb[0]:sb[1]]
+            types += [type_b] * lb
+            offsets += b[1][sb[0]:sb[1]]
+            word_ids += b[2][sb[0]:sb[1]]
+            seq_ids += [1] * lb
+            special_mask += [0] * lb
+        n = len(post)
+        ids += post
+        types += post_t
+        offsets += [(0, 0)] * n
+        word_ids += [None] * n
+        seq_ids += [None] * n
+        special_mask += [1] * n
+        return Encoding(ids, types, [1] * len(ids), special_mask, offsets, word_ids, seq_ids)
 
     def _pad(self, encodings: list[Encoding], padding: bool | str, max_length: int | None,
              multiple: int | None) -> None:
@@ -479,8 +516,7 @@ class BertTokenizer(TokenizerBase):
         self.model_max_length = int(model_max_length)
         self.unk_token, self.cls_token, self.sep_token = unk_token, cls_token, sep_token
         self.pad_token, self.mask_token = pad_token, mask_token
-        specials = {"unk_token": unk_token, "cls_token": cls_token, "sep_token": sep_token,
-                    "pad_token": pad_token, "mask_token": mask_token}
+        specials = {n: getattr(self, n) for n in SPECIAL_NAMES}
         # [MASK] is only needed for masked LM and [PAD] only for padding (google-research/bert's own test
         # vocabulary has no [PAD]); the others are part of every encoding.
         missing = [t for t in specials.values() if t not in self.vocab and t not in (mask_token, pad_token)]
@@ -500,6 +536,8 @@ class BertTokenizer(TokenizerBase):
         self._special_re = (re.compile("|".join(re.escape(t) for t in sorted(self.never_split, key=len, reverse=True)))
                             if self.never_split else None)
         self.wordpiece = WordPiece(self.vocab, unk_token, MAX_INPUT_CHARS_PER_WORD)
+        cls, sep = [self.cls_token_id], [self.sep_token_id]
+        self._set_layouts((cls, [0], 0, sep, [0], 0, [], []), (cls, [0], 0, sep, [0], 1, sep, [1]))
 
     # --- sizes and lookups -----------------------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -581,37 +619,6 @@ class BertTokenizer(TokenizerBase):
                 offsets += [(pos[a], pos[b - 1] + 1) for a, b in spans]
             word_ids += [w] * len(pids)
         return ids, offsets, word_ids
-
-    def _build(self, a: Sequence_, sa: tuple[int, int], b: Sequence_ | None, sb: tuple[int, int] | None,
-               special: bool) -> Encoding:
-        """One window: `[CLS] A[sa] [SEP] (B[sb] [SEP])` with every per-token field."""
-        ids_a, off_a, w_a = a[0][sa[0]:sa[1]], a[1][sa[0]:sa[1]], a[2][sa[0]:sa[1]]
-        la = len(ids_a)
-        if special:
-            ids = [self.cls_token_id, *ids_a, self.sep_token_id]
-            offsets = [(0, 0), *off_a, (0, 0)]
-            word_ids: list[int | None] = [None, *w_a, None]
-            seq_ids: list[int | None] = [None, *[0] * la, None]
-            special_mask = [1, *[0] * la, 1]
-        else:
-            ids, offsets, word_ids, seq_ids, special_mask = ids_a, off_a, list(w_a), [0] * la, [0] * la
-        type_ids = [0] * len(ids)
-        if b is not None and sb is not None:
-            lb = sb[1] - sb[0]
-            ids += b[0][sb[0]:sb[1]]
-            offsets += b[1][sb[0]:sb[1]]
-            word_ids += b[2][sb[0]:sb[1]]
-            seq_ids += [1] * lb
-            special_mask += [0] * lb
-            type_ids += [1] * lb
-            if special:
-                ids.append(self.sep_token_id)
-                offsets.append((0, 0))
-                word_ids.append(None)
-                seq_ids.append(None)
-                special_mask.append(1)
-                type_ids.append(1)
-        return Encoding(ids, type_ids, [1] * len(ids), special_mask, offsets, word_ids, seq_ids)
 
     # --- decoding ----------------------------------------------------------------------------------------------------
     def decode(self, ids: Sequence[int] | Any, skip_special_tokens: bool = True,
@@ -698,8 +705,7 @@ class BertTokenizer(TokenizerBase):
             "strip_accents": self.strip_accents,
             "tokenize_chinese_chars": self.tokenize_chinese_chars,
             "model_max_length": self.model_max_length,
-            "unk_token": self.unk_token, "sep_token": self.sep_token, "pad_token": self.pad_token,
-            "cls_token": self.cls_token, "mask_token": self.mask_token,
+            **{n: getattr(self, n) for n in SPECIAL_NAMES},
         }
 
     def _tokenizer_json(self) -> dict[str, Any]:
@@ -742,7 +748,5 @@ class BertTokenizer(TokenizerBase):
             raise TokenizerError("vocabulary ids are not 0..n-1; cannot be written as vocab.txt")
         atomic_write_text(folder / "vocab.txt", "".join(t + "\n" for t in tokens))
         atomic_write_json(folder / "tokenizer_config.json", self.config())
-        atomic_write_json(folder / "special_tokens_map.json",
-                          {"unk_token": self.unk_token, "sep_token": self.sep_token, "pad_token": self.pad_token,
-                           "cls_token": self.cls_token, "mask_token": self.mask_token})
+        atomic_write_json(folder / "special_tokens_map.json", {n: getattr(self, n) for n in SPECIAL_NAMES})
         atomic_write_json(folder / "tokenizer.json", self._tokenizer_json())
