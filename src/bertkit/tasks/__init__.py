@@ -35,21 +35,15 @@ def _ordered(tasks: dict[str, type[Task]]) -> dict[str, type[Task]]:
     return dict(sorted(tasks.items(), key=lambda kv: ORDER.index(kv[0]) if kv[0] in ORDER else len(ORDER)))
 
 
-def _discover() -> dict[str, type[Task]]:
-    """Every named Task subclass defined in a module of this package (but the SHARED ones), by name, in ORDER."""
-    found: dict[str, type[Task]] = {}
+def _discover() -> list[type[Task]]:
+    """Every named Task subclass defined in a module of this package (but the SHARED ones)."""
+    found = []
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name in SHARED:
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for value in vars(module).values():
-            defined_here = isinstance(value, type) and value.__module__ == module.__name__
-            if defined_here and issubclass(value, Task) and value.name:
-                if value.name in found:
-                    raise TypeError(f"task name {value.name!r} is claimed by {found[value.name].__qualname__} and "
-                                    f"{value.__qualname__}")
-                found[value.name] = value
-    return _ordered(found)
+        if info.name not in SHARED:
+            module = importlib.import_module(f"{__name__}.{info.name}")
+            found += [value for value in vars(module).values() if isinstance(value, type)
+                      and value.__module__ == module.__name__ and issubclass(value, Task) and value.name]
+    return found
 
 
 def _aliases(tasks: dict[str, type[Task]]) -> dict[str, str]:
@@ -85,13 +79,6 @@ def _endpoints(tasks: dict[str, type[Task]]) -> dict[str, str]:
     return out
 
 
-def _declare_heads(tasks: dict[str, type[Task]]) -> None:
-    """Give the model floor each task's head under its name and aliases (`bertkit.model.folder.TASK_HEADS`), so a
-    config.json that names only its task opens into that head wherever a folder is opened."""
-    for name, cls in tasks.items():
-        register_task_head((name, *cls.aliases), _head_of(cls))
-
-
 def _head_of(cls: type[Task]) -> Callable[[dict[str, Any]], str]:
     """The head class name a fine-tuned folder of task `cls` holds, from its config.json `task_settings`."""
     def head(raw: dict[str, Any]) -> str:
@@ -100,19 +87,16 @@ def _head_of(cls: type[Task]) -> Callable[[dict[str, Any]], str]:
     return head
 
 
-TASKS: dict[str, type[Task]] = _discover()
-ALIASES: dict[str, str] = _aliases(TASKS)
-_endpoints(TASKS)
+TASKS: dict[str, type[Task]] = {}
+ALIASES: dict[str, str] = {}
 
 
 def register_task(cls: type[Task], *heads: type) -> type[Task]:
-    """Add a task class defined outside this package to the registry (also usable as a class decorator): its name
+    """Add a task class to the registry (a plug-in's; also usable as a class decorator): its name
     and aliases become known to `get_task`, `bertkit finetune`'s options built after the call, evaluate, predict,
     serve and export-onnx, and the head classes it brings (`heads`, which its `head` names) to the model floor.
     Registering the same class again is a no-op; a name, alias or endpoint another task holds is an error naming
     both."""
-    from bertkit.model.heads import register_head
-
     if not (isinstance(cls, type) and issubclass(cls, Task) and cls.name):
         raise TypeError(f"register_task takes a Task subclass with a name, got {cls!r}")
     taken = TASKS.get(cls.name)
@@ -121,8 +105,11 @@ def register_task(cls: type[Task], *heads: type) -> type[Task]:
     tasks = _ordered({**TASKS, cls.name: cls})
     aliases = _aliases(tasks)  # checks the new aliases and endpoint before anything changes
     _endpoints(tasks)
-    for head in heads:
-        register_head(head)
+    if heads:
+        from bertkit.model.heads import register_head
+
+        for head in heads:
+            register_head(head)
     register_task_head((cls.name, *cls.aliases), _head_of(cls))
     TASKS.clear()
     TASKS.update(tasks)
@@ -148,7 +135,8 @@ def folder_serving(model: Any, tokenizer: Any) -> Serving | None:
     return None if task is None else task.serving(task, task.settings_of(model.config), tokenizer)
 
 
-_declare_heads(TASKS)
+for _cls in _discover():
+    register_task(_cls)
 
 
 def get_task(name: str) -> Task:

@@ -1,22 +1,15 @@
-"""What every fine-tuning task shares: the Task core, its serving appendix, file readers with line numbers, padding
-collation, and the functions that run a task's model (`outputs`, `predict`, `evaluate`).
+"""What every fine-tuning task shares: the Task core and its serving appendix, padding collation, and the functions
+that run a task's model (`outputs`, `predict`, `evaluate`).
 
-A task module (classification, ner, qa, multiple_choice) subclasses `Task`, which is google-research/bert's
-DataProcessor plus `create_model`: it reads a file into examples, fits what the training examples define (the
-labels), turns examples into features, declares its head, decodes the model's outputs into one prediction per
-example, scores predictions and writes them. The fine-tuning job (`bertkit.jobs.finetune`) and the one Trainer do
-everything else. Beside it, in the same module, a `Serving` subclass is the task's HTTP endpoint: its request and
-response bodies, and how a request becomes examples and an example's outputs an answer.
+A task module subclasses `Task` (google-research/bert's DataProcessor plus `create_model`): it reads a file into
+examples, fits what the training examples define, makes features, declares its head (`Head`), decodes the model's
+outputs into one prediction per example, scores and writes them; the fine-tuning job and the one Trainer do the rest.
+A `Serving` subclass beside it is the task's HTTP endpoint.
 
-Settings: every task keeps its choices (label names, max length, columns, doc stride, ...) and what fitting learned
-from the training data in one dataclass (its `settings_class`, a `TaskSettings`), written to the fine-tuned model's
-config.json as it is (`task_settings`, `dataclasses.asdict`). They are made two ways: `Task.settings(options)` for a
-new run, and `Task.settings_of(saved)` for a model that has them, so `evaluate`, `predict` and `serve` read inputs
-exactly as `finetune` did. Settings are never changed in place: reading a file leaves them as they are, and
-`fit_labels` returns new ones.
-
-The head: `Task.head(settings)` is the one declaration of the head the settings need: its class, the BertConfig
-fields that size it and the outputs inference reads (`Head`).
+A task's choices and what fitting learned live in one `TaskSettings` dataclass, written to the fine-tuned folder's
+config.json (`task_settings`): `Task.settings(options)` makes them for a new run, `Task.settings_of(saved)` reads
+them back, so `evaluate`, `predict` and `serve` read inputs exactly as `finetune` did. Settings are never changed in
+place: `fit_labels` returns new ones.
 """
 
 from __future__ import annotations
@@ -94,32 +87,27 @@ class Task:
     options_class: type[TaskOptions] = TaskOptions  # the task's typed options
     settings_class: type[TaskSettings] = TaskSettings  # the task's typed saved settings
     model_inputs: tuple[str, ...] = ("input_ids", "token_type_ids")
-    """Feature keys the head's forward reads, passed through by the collator and run_model (which add
-    attention_mask): a task with a new input (numeric columns, ...) names it here and its head takes it."""
+    """Feature keys the head's forward reads (the collator adds attention_mask); a new input is named here."""
     label_keys: tuple[str, ...] = ("labels",)  # feature keys the head's loss reads, in training only
     serving: type[Serving] | None = None  # the task's HTTP endpoint, a Serving subclass (None: not served)
 
     def settings(self, options: TaskOptions | Mapping[str, Any] | None = None) -> TaskSettings:
-        """The settings of a new run from the task's options (typed, a dict of them as a config file's `options:`
-        holds them, or None for the defaults; a key the task does not have is a ConfigError naming it). A task with
-        options of its own extends this."""
+        """The settings of a new run from the task's options (typed, a dict as a config file's `options:`, or None
+        for the defaults)."""
         options = task_options(self, options)
         settings = self.settings_class()
         return settings if options.max_length is None else dataclasses.replace(settings, max_length=options.max_length)
 
     def start_settings(self, options: TaskOptions | Mapping[str, Any] | None, start: FolderConfig) -> TaskSettings:
-        """The settings of a new run that starts from the folder `start` (`bertkit.model.folder.read_folder`): by
-        default `settings(options)`; a task whose folders declare settings of their own (the embedding task: a
-        sentence-transformers folder's pooling, normalisation and length) takes them for the options left unset."""
+        """The settings of a new run that starts from the folder `start`: by default `settings(options)`; a task
+        whose folders declare settings of their own (embedding) takes them for the options left unset."""
         return self.settings(options)
 
     def settings_of(self, saved: Any, where: str = "task_settings") -> TaskSettings:
-        """The settings a model is used with, from what holds them: typed settings as they are; a mapping of their
-        fields (config.json's `task_settings`: a value of the wrong type is a ConfigError naming the field, a key
-        this version does not know is left out with a warning naming it); or a folder's BertConfig: its saved
-        settings when it names this task, else (a head bertkit did not fine-tune: a transformers checkpoint, a folder
-        made by hand) the defaults, reading up to the model's position limit. A folder's label names are its
-        config's, which name the head's outputs."""
+        """The settings a model is used with: typed settings as they are; a mapping of their fields (config.json's
+        `task_settings`; an unknown key is left out with a warning); or a folder's BertConfig: its saved settings
+        when it names this task, else the defaults up to the model's position limit (a head bertkit did not
+        fine-tune). A folder's label names are its config's."""
         if isinstance(saved, self.settings_class):
             return saved
         if isinstance(saved, Mapping):
@@ -162,9 +150,7 @@ class Task:
         raise NotImplementedError
 
     def batch_sampler(self, features: Sequence[Feature], settings: TaskSettings) -> BatchSampler | None:
-        """How training groups an epoch's shuffled features into batches (`bertkit.training.batches.TrainPhase`):
-        None, batch_size features at a time; the embedding task keeps examples that share a text apart
-        (`no_duplicate_batches`), since its loss takes the batch's other examples for negatives."""
+        """How training groups an epoch's shuffled features into batches (None: batch_size at a time)."""
         return None
 
     def decode(self, examples: Sequence, features: Sequence[Feature], outputs: list[dict[str, np.ndarray]],
@@ -173,8 +159,7 @@ class Task:
         raise NotImplementedError
 
     def score(self, examples: Sequence, predictions: Sequence, settings: TaskSettings) -> dict[str, float]:
-        """The task's metrics for predictions against the examples' references. A built-in task takes the settings
-        typed or as a mapping of their fields (config.json's form, through `settings_of`)."""
+        """The task's metrics for predictions against the examples' references (settings typed or a mapping)."""
         raise NotImplementedError
 
     def write_predictions(self, path: str | os.PathLike, examples: Sequence, predictions: Sequence,
@@ -192,14 +177,10 @@ class TextsRequest:
 
 
 class Serving:
-    """A task's HTTP endpoint, the appendix beside its Task: a task module subclasses it, declares the endpoint, its
-    request and response bodies (dataclasses: the server makes its schemas of them, a request field the endpoint
-    does not know refused) and a few example requests, says how a request becomes the task's examples and how an
-    example's model outputs become its answer, and names the subclass as its task's `serving`.
-
-    `bertkit.serve` makes one per served folder (`Serving(task, settings, tokenizer)`: the settings `predict` uses)
-    and adds only transport: batching, limits, errors. A batch is each example's `serve_features`, one run of the
-    model over all of them, then each example's `answer`. The ONNX export traces the model on `example_requests`."""
+    """A task's HTTP endpoint, beside its Task (named as the task's `serving`): the endpoint, its request and
+    response bodies (dataclasses the server makes its schemas of), example requests, how a request becomes examples
+    and how an example's outputs become its answer. `bertkit.serve` makes one per served folder and adds only
+    transport (batching, limits, errors); the ONNX export traces the model on `example_requests`."""
 
     endpoint: str
     """Served at /<endpoint>."""
@@ -217,18 +198,16 @@ class Serving:
         self.task, self.settings, self.tokenizer = task, settings, tokenizer
 
     def request_examples(self, request: Any) -> list:
-        """The task's examples of one request (a `request` instance), made as `read` makes them of a file's rows:
-        one item each for the server's batcher; ValueError or a BertkitError naming the field for a bad request."""
+        """The task's examples of one request, made as `read` makes them of a file's rows; ValueError or a
+        BertkitError naming the field for a bad request."""
         raise NotImplementedError
 
     def request_texts(self, request: Any, examples: Sequence) -> list[str]:
-        """The strings of a request the server's limits apply to (how many, how long, not blank); `texts[i]` in
-        their messages."""
+        """The strings of a request the server's limits apply to (how many, how long, not blank)."""
         return list(request.texts)
 
     def serve_features(self, example: Any) -> list[Feature]:
-        """One served example's features, made as `predict` makes them (`Task.features`); an exception refuses this
-        example alone (ValueError or a BertkitError: a 400 saying why)."""
+        """One served example's features, as `predict` makes them; an exception refuses this example alone."""
         return self.task.features([example], self.tokenizer, self.settings, training=False)
 
     def answer(self, example: Any, features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]]) -> Any:
@@ -240,10 +219,8 @@ class Serving:
         return {"results": results}
 
     def answer_bytes(self, example: Any) -> int | None:
-        """The most bytes of JSON one example's answer can take (`bertkit.answers`: NUMBER_BYTES per number,
-        OBJECT_BYTES per object, the strings' `json_bytes`), known before the model runs: the server refuses a
-        request whose answers could exceed its max_response_bytes before computing them. None: not declared (a
-        plug-in's answer is then measured once computed)."""
+        """The most bytes of JSON one example's answer can take (`bertkit.answers`), known before the model runs so
+        the server can refuse a request over its max_response_bytes early. None: measured once computed."""
         return None
 
     def example_requests(self) -> list[dict[str, Any]]:
@@ -253,11 +230,9 @@ class Serving:
 
     def batch(self, model: torch.nn.Module, examples: Sequence,
               seen: Callable[[list[Feature]], None] | None = None) -> list:
-        """The endpoint on a batch of examples: every example's features (`serve_features`; one that is refused gets
-        its exception as its result), one run of `model` over all of them, then each example's `answer`. The one
-        path of a task's answers: the server's batcher runs it, and so do `bertkit.load(...)`'s task calls and
-        `bertkit predict --probabilities`. `seen` is given the batch's features before the model runs (the
-        server counts their tokens)."""
+        """The endpoint on a batch of examples: every example's features (a refused one gets its exception as its
+        result), one run of `model` over all of them, then each example's `answer`; the server, `bertkit.load(...)`
+        and `bertkit predict --probabilities` all answer through it. `seen` gets the features before the model runs."""
         import torch
 
         results: list = [None] * len(examples)
@@ -279,15 +254,12 @@ class Serving:
         return results
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Running a task: its options, batches, the model's outputs, predictions and metrics.
-# ----------------------------------------------------------------------------------------------------------------
+# --- running a task: its options, batches, the model's outputs, predictions and metrics ---------------------------
 
 
 def task_options(task: Task, values: TaskOptions | Mapping[str, Any] | None = None,
                  where: str = "options") -> TaskOptions:
-    """A task's typed options: typed ones as they are, else from a dict (a config file's `options:`); a key the task
-    does not have is a ConfigError naming it and the task."""
+    """A task's typed options: typed ones as they are, else from a dict (a config file's `options:`)."""
     if isinstance(values, TaskOptions):
         return values
     return config_from_dict(task.options_class, dict(values or {}), f"{where} (task {task.name})")
@@ -301,10 +273,13 @@ def collator(task: Task, tokenizer: Any) -> Collator:
 
 def outputs(task: Task, model: torch.nn.Module, features: Sequence[Feature], settings: TaskSettings,
             batch_size: int, tokenizer: Any = None) -> list[dict[str, np.ndarray]]:
-    """The model's outputs (the head's `Head.outputs`) per feature, in order: what `decode` reads."""
+    """The model's outputs (the head's `Head.outputs`) per feature, in the features' order: what `decode` reads."""
     head = task.head(settings)
-    return run_model(model, features, collator(task, tokenizer), batch_size, head.outputs, head.per_token,
-                     task.model_inputs)
+    results: list[dict[str, np.ndarray]] = [{} for _ in features]
+    for i, out in iter_model_outputs(model, features, collator(task, tokenizer), batch_size, head.outputs,
+                                     head.per_token, task.model_inputs):
+        results[i] = out
+    return results
 
 
 def predict(task: Task, model: torch.nn.Module, examples: Sequence, features: Sequence[Feature],
@@ -315,9 +290,8 @@ def predict(task: Task, model: torch.nn.Module, examples: Sequence, features: Se
 
 def answer_examples(serving: Serving, model: torch.nn.Module, examples: Sequence, batch_size: int,
                     where: Callable[[int], str]) -> list:
-    """Every example's answer as the server gives it (`Serving.batch`, batch_size examples per model run): what
-    `bertkit.load(...)`'s task calls and `bertkit predict --probabilities` return. The first example refused (as the
-    server refuses a request item) raises its error, its message prefixed with `where(i)`."""
+    """Every example's answer as the server gives it (`Serving.batch`, batch_size examples per model run). The
+    first example refused raises its error, its message prefixed with `where(i)`."""
     answers: list = []
     for start in range(0, len(examples), batch_size):
         answers += serving.batch(model, examples[start:start + batch_size])
@@ -379,9 +353,9 @@ class Collator:
                 batch[key] = torch.tensor(values, dtype=torch.float32)  # regression targets
             else:
                 batch[key] = torch.tensor(values, dtype=torch.long)
-        lengths = [[len(s) for s in f["input_ids"]] if isinstance(f["input_ids"][0], list) else len(f["input_ids"])
-                   for f in features]
-        batch["attention_mask"] = torch.tensor(_pad([_ones(n) for n in lengths], 0), dtype=torch.long)
+        masks = [[[1] * len(s) for s in ids] if isinstance(ids[0], list) else [1] * len(ids)
+                 for ids in (f["input_ids"] for f in features)]
+        batch["attention_mask"] = torch.tensor(_pad(masks, 0), dtype=torch.long)
         return batch
 
 
@@ -391,10 +365,6 @@ def _pad_arrays(arrays: Sequence[np.ndarray]) -> np.ndarray:
     for row, a in enumerate(arrays):
         out[row, :len(a)] = a
     return out
-
-
-def _ones(n: int | list[int]) -> list:
-    return [[1] * k for k in n] if isinstance(n, list) else [1] * n
 
 
 def feature_length(feature: Feature) -> int:
@@ -429,16 +399,6 @@ def iter_model_outputs(model: torch.nn.Module, features: Sequence[Feature], coll
                 yield i, {k: v[row, :n] if per_token else v[row] for k, v in arrays.items()}
     finally:
         model.train(was_training)
-
-
-def run_model(model: torch.nn.Module, features: Sequence[Feature], collate: Collator, batch_size: int,
-              output_keys: Sequence[str] = ("logits",), per_token: bool = False,
-              model_inputs: Sequence[str] = ("input_ids", "token_type_ids")) -> list[dict[str, np.ndarray]]:
-    """Model outputs for every feature, in the features' order (see iter_model_outputs)."""
-    results: list[dict[str, np.ndarray] | None] = [None] * len(features)
-    for i, out in iter_model_outputs(model, features, collate, batch_size, output_keys, per_token, model_inputs):
-        results[i] = out
-    return results  # type: ignore[return-value]
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -343,9 +343,8 @@ class ClassifyServing(Serving):
     settings: ClassificationSettings
 
     def request_examples(self, request: ClassifyRequest) -> list[TextExample]:
-        """One example per text (and pair), or per object of columns for a model that reads columns: made as
-        `read` makes one of a row (`request_example`: the template's text, the numbers standardised and the
-        categories looked up with the training data's statistics saved in the folder)."""
+        """One example per text (and pair), or per object of columns for a model that reads columns, made as
+        `read` makes one of a row (`request_example`)."""
         settings = self.settings
         columns = input_columns(settings)
         texts, pairs = request.texts, request.pairs
@@ -487,6 +486,9 @@ class ClassificationTask(Task):
     def read(self, path: str | os.PathLike, settings: ClassificationSettings,
              labelled: bool = True) -> list[TextExample]:
         examples = (self._read_jsonl if format_of(path) == "jsonl" else self._read_table)(path, settings, labelled)
+        layout = examples[0].layout if examples else None
+        if labelled and not (settings.labels or layout and layout.labels):  # a fixed label set admits rare classes
+            check_stray_labels(path, examples, settings.problem or (layout.problem if layout else "single_label"))
         if settings.numeric_stats is None:  # the training file: its own limits (a fitted model's: row by row)
             check_training_numbers(path, examples, settings)
         names = settings.label_names
@@ -535,8 +537,6 @@ class ClassificationTask(Task):
             if allowed is not None:
                 check_label_set(path, line, examples[-1].label, allowed,
                                 None if settings.labels else glue_name(layout))
-        if labelled and allowed is None:  # a fixed label set admits its rare classes
-            check_stray_labels(path, examples, problem)
         return examples
 
     def _read_jsonl(self, path: str | os.PathLike, settings: ClassificationSettings,
@@ -565,8 +565,6 @@ class ClassificationTask(Task):
                 **extra))
             if allowed is not None:
                 check_label_set(path, line, examples[-1].label, allowed)
-        if labelled and allowed is None:
-            check_stray_labels(path, examples, problem)
         return examples
 
     # --- labels -----------------------------------------------------------------------------------------------
@@ -636,11 +634,7 @@ class ClassificationTask(Task):
                 if problem == "regression":
                     feature["labels"] = float(ex.label)
                 elif problem == "multi_label":
-                    hot = [0.0] * len(names)
-                    for lab in ex.label:
-                        if lab in index:
-                            hot[index[lab]] = 1.0
-                    feature["labels"] = hot
+                    feature["labels"] = [1.0 if name in ex.label else 0.0 for name in names]
                 elif ex.label in index:
                     feature["labels"] = index[ex.label]
             out.append(feature)
@@ -713,8 +707,7 @@ def paired_test(examples: Sequence[TextExample], predictions_a: Sequence, predic
         return significance.paired_bootstrap(counts(predictions_a), counts(predictions_b),
                                              significance.f1_from_counts, "micro_f1", seed=seed)
     if metric == "accuracy":
-        return significance.mcnemar([p == r for p, r in zip(predictions_a, refs)],
-                                    [p == r for p, r in zip(predictions_b, refs)])
+        return significance.accuracy_test(refs, predictions_a, predictions_b)
     names = list(settings.label_names or sorted({*refs, *predictions_a, *predictions_b}, key=str))
     index = {name: i for i, name in enumerate(names)}
     k = len(names)
@@ -725,24 +718,17 @@ def paired_test(examples: Sequence[TextExample], predictions_a: Sequence, predic
         statistic, metric, seed=seed)
 
 
-# Stray labels (check_stray_labels): a word among numbers (a number among words) whose kind holds a tenth of the rows
-# or fewer (or fewer rows, and at most 3), and, below the first tenfold drop in label counts under at least two
-# classes of 10 or more rows, a label on at most 3 rows, are taken for typos.
+# The rules of check_stray_labels (see there).
 STRAY_COMMON = 10
 STRAY_RATIO = 10
 STRAY_MAX_ROWS = 3
 
 
 def read_logits(logits: np.ndarray, problem_type: str | None, names: Sequence[str]) -> dict[str, Any]:
-    """The one reading of a sequence classifier's logits, used by evaluation, `predict` and the server.
-
-    problem_type is BertConfig's: "regression" -> {"value"}; "multi_label_classification" -> a sigmoid per label,
-    {"labels": those above 0.5, "label"/"probability": the most probable, "probabilities"}; otherwise a softmax
-    over the labels -> {"label", "probability", "probabilities"}. None means regression for one output, else
-    single-label. Every answer has all five keys, as /classify's response has (a key the head does not give is
-    None; no probabilities: {}), so Python's answer and the server's are the same dict. Non-finite logits are a
-    CheckpointError: a NaN probability is never an answer.
-    """
+    """The one reading of a sequence classifier's logits (evaluation, `predict`, the server), by BertConfig's
+    problem_type (None: regression for one output, else single-label): regression gives "value"; multi-label a
+    sigmoid per label, "labels" those above 0.5; single-label a softmax. Every answer has all five keys of
+    /classify's response (None or {} where the head gives nothing). Non-finite logits are a CheckpointError."""
     logits = np.asarray(logits, dtype=np.float64).reshape(-1)
     if not np.isfinite(logits).all():  # the inputs are bounded (numeric_vector), so only the weights can do this
         raise CheckpointError(f"the model's logits are not finite ({logits.tolist()}): its weights hold NaN or inf "

@@ -156,8 +156,6 @@ def numeric_vector(values: Sequence[float | None], stats: Sequence[Sequence[floa
     return z + [1.0 if v is None else 0.0 for v in values]
 
 
-
-
 def category_ids(values: Sequence[str | None], vocabularies: Sequence[Sequence[str]]) -> list[int]:
     """Per column, 1 + the value's position in the training vocabulary; UNKNOWN_CATEGORY for an unseen or empty
     value."""

@@ -204,11 +204,6 @@ def _read_texts(path: str | os.PathLike, settings: EmbeddingSettings) -> list[Te
     return [TextsExample(line, (text,)) for line, text in rows if text.strip()]
 
 
-def _query_examples(retrieval: RetrievalSet) -> list[QueryExample]:
-    return [QueryExample(q, text, frozenset(retrieval.relevant[q]), retrieval.corpus)
-            for q, text in retrieval.queries.items()]
-
-
 def retrieval_set(examples: Sequence[TextsExample | QueryExample]) -> RetrievalSet:
     """The retrieval set examples stand for: a retrieval set's queries with their whole corpus; or pairs and triples,
     whose distinct queries are searched against every distinct positive and negative text (ids `q<n>`, `d<n>`, in
@@ -308,7 +303,9 @@ class EmbeddingTask(Task):
         """A retrieval set (a BEIR folder or a qrels file in one) as its queries; else the loss's rows: pairs or
         triples, scored pairs, or SimCSE's texts."""
         if is_retrieval_set(path):
-            return _query_examples(read_retrieval_set(path))  # type: ignore[return-value]
+            retrieval = read_retrieval_set(path)
+            return [QueryExample(q, text, frozenset(retrieval.relevant[q]), retrieval.corpus)  # type: ignore[misc]
+                    for q, text in retrieval.queries.items()]
         if settings.loss == "simcse":
             return _read_texts(path, settings)  # type: ignore[return-value]
         return _read_rows(path, settings, labelled)  # type: ignore[return-value]
@@ -325,9 +322,11 @@ class EmbeddingTask(Task):
         """Training: each example's texts as one feature (input_ids (texts, seq); SimCSE's text twice), scored pairs
         with their score as `labels`. Evaluation: one feature per text (`evaluation_texts`)."""
         if not training:
-            return [{"input_ids": ids} for ids in _token_ids(evaluation_texts(examples), tokenizer, settings)]
+            evaluated = evaluation_texts(examples)
+            by_text = _token_ids(evaluated, tokenizer, settings)
+            return [{"input_ids": by_text[t]} for t in evaluated]
         texts = [e.texts * 2 if len(e.texts) == 1 else e.texts for e in examples]  # type: ignore[union-attr]
-        ids = dict(zip(*_distinct_ids([t for row in texts for t in row], tokenizer, settings)))
+        ids = _token_ids([t for row in texts for t in row], tokenizer, settings)
         out = []
         for example, row in zip(examples, texts):
             feature: Feature = {"input_ids": [ids[t] for t in row]}
@@ -394,17 +393,11 @@ class EmbeddingTask(Task):
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
-def _distinct_ids(texts: Sequence[str], tokenizer: Any, settings: EmbeddingSettings) -> tuple[list[str], list[list[int]]]:
-    """The distinct texts and their word-piece ids, cut to settings.max_length (each text tokenized once)."""
+def _token_ids(texts: Sequence[str], tokenizer: Any, settings: EmbeddingSettings) -> dict[str, list[int]]:
+    """Each distinct text's word-piece ids, cut to settings.max_length (each text tokenized once)."""
     distinct = list(dict.fromkeys(texts))
     encoded = tokenizer(distinct, max_length=settings.max_length, truncation=True) if distinct else []
-    return distinct, [list(e.input_ids) for e in encoded]
-
-
-def _token_ids(texts: Sequence[str], tokenizer: Any, settings: EmbeddingSettings) -> list[list[int]]:
-    """Every text's word-piece ids, in order."""
-    ids = dict(zip(*_distinct_ids(texts, tokenizer, settings)))
-    return [ids[t] for t in texts]
+    return {text: list(e.input_ids) for text, e in zip(distinct, encoded)}
 
 
 __all__ = ["EmbeddingOptions", "EmbeddingSettings", "EmbeddingTask", "QueryExample", "RetrievalSet", "TextsExample",

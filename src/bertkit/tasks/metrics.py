@@ -15,9 +15,7 @@ import string
 from collections import Counter
 from typing import Collection, Hashable, Sequence
 
-# ----------------------------------------------------------------------------------------------------------------
-# Classification.
-# ----------------------------------------------------------------------------------------------------------------
+# --- classification ---------------------------------------------------------------------------------------------------
 
 
 def accuracy(predictions: Sequence[Hashable], references: Sequence[Hashable]) -> float:
@@ -87,9 +85,7 @@ def multilabel_scores(predictions: Sequence[set], references: Sequence[set]) -> 
     return {"micro_f1": f1, "micro_precision": precision, "micro_recall": recall, "exact_match": exact}
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Regression.
-# ----------------------------------------------------------------------------------------------------------------
+# --- regression -------------------------------------------------------------------------------------------------------
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
@@ -127,9 +123,7 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     return pearson(ranks(x), ranks(y))
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Entity-level scores (NER).
-# ----------------------------------------------------------------------------------------------------------------
+# --- entity-level scores (NER) ----------------------------------------------------------------------------------------
 
 
 def entity_scores(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> dict[str, float]:
@@ -171,9 +165,7 @@ def entity_counts(predictions: Sequence[Sequence[str]], references: Sequence[Seq
     return out
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# SQuAD: exact match and token F1, as the official v1.1 evaluation script computes them.
-# ----------------------------------------------------------------------------------------------------------------
+# --- SQuAD: exact match and token F1, as the official v1.1 evaluation script computes them ----------------------------
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -202,13 +194,8 @@ def squad_f1(prediction: str, reference: str, version_2: bool = False) -> float:
     ref_tokens = normalize_answer(reference).split()
     if version_2 and (not pred_tokens or not ref_tokens):
         return float(pred_tokens == ref_tokens)
-    common = Counter(pred_tokens) & Counter(ref_tokens)
-    same = sum(common.values())
-    if same == 0:
-        return 0.0
-    precision = same / len(pred_tokens)
-    recall = same / len(ref_tokens)
-    return 2 * precision * recall / (precision + recall)
+    same = sum((Counter(pred_tokens) & Counter(ref_tokens)).values())
+    return precision_recall_f1(same, len(pred_tokens) - same, len(ref_tokens) - same)[2]
 
 
 def squad_question_scores(
@@ -252,9 +239,7 @@ def squad_scores(
     return out
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Retrieval: a ranking of documents per query against the set of its relevant ones (binary relevance).
-# ----------------------------------------------------------------------------------------------------------------
+# --- retrieval: a ranking of documents per query against the set of its relevant ones (binary relevance) --------------
 
 RECALL_AT = (1, 5, 10)  # the recall@k reported
 RANK_CUTOFF = 10  # MRR@10 and nDCG@10 (MS MARCO's and BEIR's headline cut-offs)

@@ -201,6 +201,4 @@ class MultipleChoiceTask(Task):
 def paired_test(examples: Sequence[ChoiceExample], predictions_a: Sequence[int], predictions_b: Sequence[int],
                 settings: MultipleChoiceSettings, seed: int = 0) -> significance.PairedTest:
     """Accuracy of B against A: McNemar's exact test."""
-    refs = [ex.label for ex in examples]
-    return significance.mcnemar([p == r for p, r in zip(predictions_a, refs)],
-                                [p == r for p, r in zip(predictions_b, refs)])
+    return significance.accuracy_test([ex.label for ex in examples], predictions_a, predictions_b)

@@ -34,7 +34,8 @@ from bertkit.io import atomic_open
 import bertkit.tasks.metrics as metrics
 import bertkit.tasks.significance as significance
 from bertkit.model.head_settings import FrozenTaggerSettings
-from bertkit.tasks.base import IGNORE_INDEX, Feature, Head, Serving, Task, TaskOptions, TaskSettings, task_options
+from bertkit.tasks.base import (IGNORE_INDEX, Feature, Head, Serving, Task, TaskOptions, TaskSettings, softmax,
+                                task_options)
 from bertkit.tokenizer.basic import word_span
 
 logger = logging.getLogger(__name__)
@@ -117,8 +118,7 @@ def read_conll(path: str | os.PathLike, labelled: bool = True) -> list[TaggedSen
 def word_tags(feature: Feature, logits: np.ndarray, label_names: Sequence[str]) -> list[tuple[str, float]]:
     """Each word's tag and its softmax probability, read at the word's first piece (BERT paper, section 4.3); a
     word that did not fit in max_length is "O" with probability 1."""
-    shifted = np.exp(logits - logits.max(-1, keepdims=True))
-    probs = shifted / shifted.sum(-1, keepdims=True)
+    probs = softmax(logits)
     tags = []
     for p in feature["word_starts"]:
         if p is None:
@@ -155,7 +155,6 @@ class NerSettings(TaskSettings, FrozenTaggerSettings):
     """"iob1" when the training file's tags were IOB1 (converted to IOB2 on reading)."""
     encoder: str | None = spec(None)
     """With --frozen: the encoder folder the tagger was first built on (a record)."""
-
 
 
 @dataclass
@@ -299,10 +298,9 @@ class NerTask(Task):
             labels = [IGNORE_INDEX]
             word_starts: list[int | None] = []
             for i, word in enumerate(s.words):
-                pieces = cache.get(word)
-                if pieces is None:
-                    pieces = tokenizer.encode_word(word) or [tokenizer.unk_token_id]
-                    cache[word] = pieces
+                if word not in cache:
+                    cache[word] = tokenizer.encode_word(word) or [tokenizer.unk_token_id]
+                pieces = cache[word]
                 if len(ids) - 1 + len(pieces) > room:
                     word_starts.append(None)
                     continue

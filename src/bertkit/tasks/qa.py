@@ -112,9 +112,7 @@ def read_squad(path: str | os.PathLike, labelled: bool = True) -> list[QAExample
     return examples
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Windows and labels.
-# ----------------------------------------------------------------------------------------------------------------
+# --- windows and labels ------------------------------------------------------------------------------------------
 
 
 def context_offsets(encoding: Any) -> list[tuple[int, int] | None]:
@@ -149,9 +147,7 @@ def max_context_flags(windows: Sequence[Sequence[tuple[int, int] | None]]) -> li
     return [[off is not None and best[off[0]][1] == w for off in offsets] for w, offsets in enumerate(windows)]
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Decoding.
-# ----------------------------------------------------------------------------------------------------------------
+# --- decoding ----------------------------------------------------------------------------------------------------
 
 
 def window_spans(start_logits: np.ndarray, end_logits: np.ndarray, offsets: Sequence[tuple[int, int] | None],
@@ -244,7 +240,6 @@ class QASettings(TaskSettings):
     """v2.0: answer '' when the null score exceeds the best span's by more than this."""
 
 
-
 @dataclass
 class QARequest:
     """/qa's request: one question and the context to answer it from."""
@@ -298,8 +293,7 @@ class QAServing(Serving):
                outputs: Sequence[dict[str, np.ndarray]]) -> dict[str, Any]:
         """The answer `decode` gives, with its score and where it lies in the context ("" at 0 when none)."""
         s = self.settings
-        windows = [{**out, "offsets": f["offsets"], "max_context": f["max_context"]}
-                   for f, out in zip(features, outputs)]
+        windows = [_window(f, out) for f, out in zip(features, outputs)]
         candidates, null_score = ranked_spans(windows, s.n_best, s.max_answer_length)
         if not candidates or null_wins(candidates, null_score, s.version_2, s.null_threshold):
             return {"answer": "", "score": null_score, "start_char": 0, "end_char": 0}
@@ -376,8 +370,7 @@ class QATask(Task):
                outputs: list[dict[str, np.ndarray]], settings: QASettings) -> list[str]:
         per_example: list[list[dict[str, Any]]] = [[] for _ in examples]
         for feature, out in zip(features, outputs):
-            per_example[feature["example"]].append({**out, "offsets": feature["offsets"],
-                                                    "max_context": feature["max_context"]})
+            per_example[feature["example"]].append(_window(feature, out))
         return [decode_answer(ex.context, windows, settings.n_best, settings.max_answer_length,
                               settings.version_2, settings.null_threshold)[0]
                 for ex, windows in zip(examples, per_example)]
@@ -385,13 +378,20 @@ class QATask(Task):
     def score(self, examples: Sequence[QAExample], predictions: Sequence[str],
               settings: QASettings) -> dict[str, float]:
         settings = self.settings_of(settings, "score settings")  # typed, or a mapping of its fields
-        refs = {ex.id: [] if ex.is_impossible else [text for text, _ in ex.answers] for ex in examples}
         preds = {ex.id: p for ex, p in zip(examples, predictions)}
-        return metrics.squad_scores(preds, refs, version_2=_scored_as_v2(examples, settings))
+        return metrics.squad_scores(preds, _references(examples), version_2=_scored_as_v2(examples, settings))
 
     def write_predictions(self, path: str | os.PathLike, examples: Sequence[QAExample], predictions: Sequence[str],
                           settings: QASettings) -> None:
         atomic_write_json(path, {ex.id: p for ex, p in zip(examples, predictions)})
+
+
+def _window(feature: Feature, outputs: dict[str, np.ndarray]) -> dict[str, Any]:
+    return {**outputs, "offsets": feature["offsets"], "max_context": feature["max_context"]}
+
+
+def _references(examples: Sequence[QAExample]) -> dict[str, list[str]]:
+    return {ex.id: [] if ex.is_impossible else [text for text, _ in ex.answers] for ex in examples}
 
 
 def _scored_as_v2(examples: Sequence[QAExample], settings: QASettings) -> bool:
@@ -403,11 +403,9 @@ def _scored_as_v2(examples: Sequence[QAExample], settings: QASettings) -> bool:
 def paired_test(examples: Sequence[QAExample], predictions_a: Sequence[str], predictions_b: Sequence[str],
                 settings: QASettings, seed: int = 0) -> significance.PairedTest:
     """F1 of B against A: the paired bootstrap over questions, each question's F1 the max over its answers."""
-    refs = {ex.id: [] if ex.is_impossible else [text for text, _ in ex.answers] for ex in examples}
-
     def per_question(predictions: Sequence[str]) -> np.ndarray:
-        scores = metrics.squad_question_scores({ex.id: p for ex, p in zip(examples, predictions)}, refs,
-                                               _scored_as_v2(examples, settings))
+        scores = metrics.squad_question_scores({ex.id: p for ex, p in zip(examples, predictions)},
+                                               _references(examples), _scored_as_v2(examples, settings))
         return np.array([[scores[ex.id][1]] for ex in examples], dtype=np.float64).reshape(-1, 1)
 
     n = len(examples)

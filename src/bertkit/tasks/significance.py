@@ -107,6 +107,12 @@ def mcnemar(a_correct: Sequence[bool], b_correct: Sequence[bool], metric: str = 
                       _outcome(p, score_b - score_a, alpha), alpha, only_a=only_a, only_b=only_b)
 
 
+def accuracy_test(references: Sequence, predictions_a: Sequence, predictions_b: Sequence) -> PairedTest:
+    """McNemar's exact test of B's accuracy against A's on the same references."""
+    return mcnemar([p == r for p, r in zip(predictions_a, references)],
+                   [p == r for p, r in zip(predictions_b, references)])
+
+
 def paired_bootstrap(a_counts: np.ndarray, b_counts: np.ndarray, statistic: Callable[[np.ndarray], np.ndarray],
                      metric: str, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
                      alpha: float = ALPHA) -> PairedTest:
