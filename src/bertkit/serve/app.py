@@ -3,22 +3,17 @@
 /health always; /embed for every folder (the encoder under any head); /fill-mask for masked-LM heads; /search with
 an index (ServeSettings.index: a `bertkit index` folder of this model, checked when the app is created); and the
 endpoint of the task that serves the folder's head (/classify, /ner, /qa, /choose, or a plug-in task's), built
-from the task's serving object (`bertkit.tasks.base.Serving`): its request and response schemas, and the batch
-function here, which reads a request as `bertkit predict` reads a file (the task's examples and features, with
-the settings saved in the folder) and answers what `predict` decodes. This module keeps the transport only: each
-endpoint's work runs through a DynamicBatcher, so concurrent requests share forward passes; each request's items
-are prepared one by one, so a bad request gets its own 4xx and never fails the ones batched with it; the limits
-of ServeSettings apply to every endpoint. A request field the endpoint does not know, or a value not of its type
-(`true` or "3" for a number), is a 422 naming it.
+from the task's serving object (`bertkit.tasks.base.Serving`), which reads a request as `bertkit predict` reads a
+file (with the settings saved in the folder) and answers what `predict` decodes. Each endpoint's work runs through
+a DynamicBatcher, so concurrent requests share forward passes; each request's items are prepared one by one, so a
+bad request gets its own 4xx and never fails the ones batched with it. A request field the endpoint does not know,
+or a value not of its type (`true` or "3" for a number), is a 422 naming it.
 
-Bounded answers: before any work, every endpoint works out the most its answer can take for the request it was
-given (`bertkit.answers`: its numbers, objects and strings; for /search the longest rows the hits can carry; for a
-task's endpoint `Serving.answer_bytes`) and refuses a request whose answer could exceed max_response_bytes (413); every
-answer's numbers are checked finite before it is sent (a NaN is a 500 naming it, never `null`).
-
-The service answers only requests whose Host header is an IP address, localhost or a name of allowed_hosts (a page
-of another site whose name was made to resolve to this machine, DNS rebinding, sends its own name), and its page
-comes with a Content-Security-Policy that lets it run its own script and style only.
+Before any work, every endpoint works out the most its answer can take (`bertkit.answers`) and refuses a request
+whose answer could exceed max_response_bytes (413); every answer's numbers are checked finite before it is sent (a
+NaN is a 500 naming it, never `null`). Only requests whose Host header is an IP address, localhost or a name of
+allowed_hosts are answered (a guard against DNS rebinding), and the page's Content-Security-Policy lets it run its
+own script and style only.
 """
 
 from __future__ import annotations
@@ -57,14 +52,17 @@ from bertkit.runtime import release_free_memory
 from bertkit.serve.batching import DynamicBatcher, ItemError, QueueFull, RequestTimeout, prepare_each
 from bertkit.serve.bodies import RequestBody
 from bertkit.serve.operations import ApiKeyCheck, Observe, ServiceMetrics, add_docs, bearer_in_schema, \
-    json_access_log
-from bertkit.serve.protocols import Transport, add_protocol_routes, service_version
+    json_access_log, send_detail
+from bertkit.serve.protocols import add_protocol_routes, service_version
 from bertkit.serve.settings import ServeSettings
 from bertkit.model.folder import open_folder
 from bertkit.tasks import TASKS, Serving, serving_task
 
 logger = logging.getLogger("bertkit.serve")
 API_KEY_VARIABLE = "BERTKIT_API_KEY"
+
+
+CLOSE = (b"connection", b"close")
 
 
 def declared_size(scope: dict) -> int | None:
@@ -75,7 +73,7 @@ def declared_size(scope: dict) -> int | None:
 
 class BodyLimit:
     """ASGI middleware: 413 for a body over `limit` bytes, from Content-Length or while it streams in, before
-    anything parses it (a 150 MB JSON body used to be read whole first)."""
+    anything parses it."""
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -112,10 +110,7 @@ class BodyLimit:
                 raise
 
     async def _refuse(self, send: Callable, size: int) -> None:
-        body = json.dumps({"detail": f"request body of {size} bytes or more; the limit is {self.limit}"}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": body})
+        await send_detail(send, 413, f"request body of {size} bytes or more; the limit is {self.limit}", CLOSE)
 
 
 class WholeBodyFirst:
@@ -191,12 +186,9 @@ class HostCheck:
         header = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
         if header and host_allowed(host_name(header), self.allowed):
             return await self.app(scope, receive, send)
-        detail = (f"Host {header!r} is not a name of this service: it answers an IP address, localhost, or a name "
-                  "given to --allowed-hosts (a guard against DNS rebinding)" if header else "no Host header")
-        body = json.dumps({"detail": detail}).encode()
-        await send({"type": "http.response.start", "status": 400,
-                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": body})
+        await send_detail(send, 400, f"Host {header!r} is not a name of this service: it answers an IP address, "
+                          "localhost, or a name given to --allowed-hosts (a guard against DNS rebinding)"
+                          if header else "no Host header", CLOSE)
 
 
 # --- request and response bodies -------------------------------------------------------------------------------
@@ -249,7 +241,7 @@ def spec_field(cls: type, name: str, **kwargs: Any) -> Any:
     """A request field that takes the values of field `name` of config `cls` (its default and its spec's bounds):
     the server's schema and its checks, the Python API and the CLI read one declaration."""
     declared = field_spec(cls, name)
-    bounds = {k: getattr(declared, k) for k in ("ge", "gt", "le", "lt") if declared and getattr(declared, k) is not None}
+    bounds = {k: v for k in ("ge", "gt", "le", "lt") if declared and (v := getattr(declared, k)) is not None}
     default = next(f.default for f in dataclasses.fields(cls) if f.name == name)
     return Field(default, **bounds, **kwargs)
 
@@ -385,15 +377,12 @@ class Predictor:
     def fill_mask(self, items: list[tuple[str, int]]) -> list[list[list[dict[str, Any]]] | Exception]:
         """items: (text, top_k); a text with a [MASK] beyond the model's window gets its ConfigError."""
         def compute(rows: list[tuple[list[int], int]]) -> list[list[list[dict[str, Any]]]]:
+            self.count_tokens("fill-mask", sum(len(ids) for ids, _ in rows))
             results = predict_masks(self.model, self.tokenizer, [r for r, _ in rows], max(k for _, k in rows))
             return [[[vars(p) for p in mask[:k]] for mask in per_text] for per_text, (_, k) in zip(results, rows)]
 
-        def counted(rows: list[tuple[list[int], int]]) -> list[list[list[dict[str, Any]]]]:
-            self.count_tokens("fill-mask", sum(len(ids) for ids, _ in rows))
-            return compute(rows)
-
         return prepare_each(items, lambda item: (mask_ids(self.tokenizer, item[0], self.max_length), item[1]),
-                            counted)
+                            compute)
 
     @functools.cached_property
     def reranks(self) -> bool:
@@ -476,69 +465,49 @@ def schema(cls: type, base: type[BaseModel] = BaseModel) -> type[BaseModel]:
 
 
 # --- the app ---------------------------------------------------------------------------------------------------
-def create_app(folder: str | Path, settings: ServeSettings | None = None) -> FastAPI:
-    """A FastAPI app serving `folder`; batchers start and stop with the app's lifespan."""
-    settings = settings or ServeSettings()
-    settings.validate()
-    api_key = settings.api_key or api_key_from_environment()
-    predictor = Predictor(folder, settings.precision)
-    print(f"bertkit serve: /embed precision {predictor.encoder.precision} ({predictor.encoder.precision_reason})",
-          file=sys.stderr, flush=True)
-    metrics = ServiceMetrics()
-    predictor.count_tokens = metrics.count_tokens  # type: ignore[method-assign]
-    delay = settings.max_batch_delay_ms / 1000.0
-    served = predictor.task.serving if predictor.task is not None else None
-    functions: list[tuple[str, Callable]] = [("embed", predictor.embed)]
-    if predictor.masked_lm:
-        functions.append(("fill-mask", predictor.fill_mask))
-    if served is not None:
-        functions.append((served.endpoint, predictor.task_batch))
-    if predictor.reranks:
-        functions.append(("rerank", predictor.rerank))
-    if settings.index:
-        predictor.open_index(settings.index, settings.max_top_k)
-        functions.append(("search", predictor.search))
-    batchers = {
-        name: DynamicBatcher(fn, settings.max_batch_size, delay, max_queue=settings.max_queue, cost=item_chars,
-                             max_batch_cost=settings.max_batch_chars, on_idle=release_free_memory,
-                             on_batch=metrics.batch_observer(name))
-        for name, fn in functions
-    }
-    metrics.watch(batchers)
+class Service:
+    """What every route shares: the folder's Predictor, the limits of ServeSettings, the metrics, and a
+    DynamicBatcher per endpoint this folder has. A route checks its request here, then `run`s its items."""
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        for b in batchers.values():
-            b.start()
-        # One forward pass before the first client: torch's one-time set-up (about 0.3 s) is not a client's wait.
-        await asyncio.get_running_loop().run_in_executor(batchers["embed"].executor, predictor.embed,
-                                                         [("warm-up", None, None, "right")])
-        yield
-        for b in batchers.values():  # graceful: queued work finishes before the threads stop
-            await b.stop()
+    def __init__(self, predictor: Predictor, settings: ServeSettings) -> None:
+        self.predictor, self.settings, self.metrics = predictor, settings, ServiceMetrics()
+        predictor.count_tokens = self.metrics.count_tokens  # type: ignore[method-assign]
+        functions: dict[str, Callable] = {"embed": predictor.embed}
+        if predictor.masked_lm:
+            functions["fill-mask"] = predictor.fill_mask
+        if predictor.serving is not None:
+            functions[predictor.serving.endpoint] = predictor.task_batch
+        if predictor.reranks:
+            functions["rerank"] = predictor.rerank
+        if settings.index:
+            predictor.open_index(settings.index, settings.max_top_k)
+            functions["search"] = predictor.search
+        self.batchers = {
+            name: DynamicBatcher(fn, settings.max_batch_size, settings.max_batch_delay_ms / 1000.0,
+                                 max_queue=settings.max_queue, cost=item_chars, max_batch_cost=settings.max_batch_chars,
+                                 on_idle=release_free_memory, on_batch=self.metrics.batch_observer(name))
+            for name, fn in functions.items()
+        }
+        self.metrics.watch(self.batchers)
 
-    app = FastAPI(title="bertkit", description=f"BERT inference over {Path(folder).name} ({predictor.head})",
-                  version=service_version(), lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.predictor = predictor
-    app.state.batchers = batchers
-    app.state.metrics = metrics
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
-    if api_key:  # checked before the body is read
-        app.add_middleware(ApiKeyCheck, key=api_key, open_routes=settings.open_routes)
-        bearer_in_schema(app, settings.open_routes)
-        print(f"bertkit serve: every request needs the API key, but to {', '.join(settings.open_routes) or 'none'}",
-              file=sys.stderr, flush=True)
-    app.add_middleware(HostCheck, allowed=list(settings.allowed_hosts))
-    app.add_middleware(Observe, metrics=metrics, routes=lambda: [r.path for r in app.routes],  # the outermost
-                       log=json_access_log() if settings.access_log == "json" else None)
+    def batcher(self, endpoint: str) -> DynamicBatcher:
+        """The endpoint's batcher; a 404 naming the endpoints this folder has."""
+        if endpoint == "search" and endpoint not in self.batchers:
+            raise HTTPException(404, "no head for /search: this service has no index (bertkit serve --index DIR, "
+                                     "a `bertkit index` folder built with this model)")
+        if endpoint not in self.batchers:
+            raise HTTPException(404, f"this model folder ({self.predictor.head}) has no head for /{endpoint}; "
+                                     f"available: {', '.join('/' + e for e in self.batchers)}")
+        return self.batchers[endpoint]
 
-    async def run(endpoint: str, items: list, request: Request, field: str | None = "texts") -> list:
+    async def run(self, endpoint: str, items: list, request: Request, field: str | None = "texts") -> list:
         """The endpoint's items through its batcher, within the limits; 503 when the queue is full or time runs out,
         400 naming `field[i]` when item i's input is refused (500 for a failure that is not the input's, such as
         a model or index that holds NaN: every number of the results is checked finite here, for every endpoint)."""
         request.state.texts = len(items)  # the access log's
         try:
-            results = await batcher(endpoint).submit(items, settings.request_timeout_s, request.is_disconnected)
+            results = await self.batcher(endpoint).submit(items, self.settings.request_timeout_s,
+                                                          request.is_disconnected)
             check_finite(results, f"/{endpoint} answer")
             return results
         except CheckpointError as e:  # the model's or the index's fault, named
@@ -559,34 +528,72 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
             logger.error("/%s failed on %s", endpoint, where, exc_info=e.cause)
             raise HTTPException(500, f"internal error on {where}: {type(e.cause).__name__}: {e.cause}") from None
 
-    def check_texts(texts: list[str], field: str = "texts") -> None:
+    def check_texts(self, texts: list[str], field: str = "texts") -> None:
+        """400 for no text or an empty one, 413 for more texts or longer ones than the limits."""
+        limits = self.settings
         if not texts:
             raise HTTPException(400, f"{field} is empty; send at least one text")
-        if len(texts) > settings.max_request_texts:
-            raise HTTPException(413, f"{len(texts)} {field} in one request; the limit is "
-                                     f"{settings.max_request_texts}")
+        if len(texts) > limits.max_request_texts:
+            raise HTTPException(413, f"{len(texts)} {field} in one request; the limit is {limits.max_request_texts}")
         for i, t in enumerate(texts):
-            if len(t) > settings.max_text_chars:
-                raise HTTPException(413, f"{field}[{i}] has {len(t)} characters; the limit is "
-                                         f"{settings.max_text_chars}")
+            if len(t) > limits.max_text_chars:
+                raise HTTPException(413, f"{field}[{i}] has {len(t)} characters; the limit is {limits.max_text_chars}")
             if not t.strip():
                 raise HTTPException(400, f"{field}[{i}] is empty")
 
-    def check_answer(size: int, what: str) -> None:
+    def check_answer(self, size: int, what: str) -> None:
         """413 before any work when a request's answer could take more than max_response_bytes; `what` says what
         makes it that large (the one bound of every endpoint: each works out its `size` from the request)."""
-        if size > settings.max_response_bytes:
+        if size > self.settings.max_response_bytes:
             raise HTTPException(413, f"the answer to this request could take {size:,} bytes ({what}); the limit is "
-                                     f"{settings.max_response_bytes:,} per request: ask for less in one request")
+                                     f"{self.settings.max_response_bytes:,} per request: ask for less in one request")
 
-    def batcher(endpoint: str) -> DynamicBatcher:
-        if endpoint == "search" and endpoint not in batchers:
-            raise HTTPException(404, "no head for /search: this service has no index (bertkit serve --index DIR, "
-                                     "a `bertkit index` folder built with this model)")
-        if endpoint not in batchers:
-            raise HTTPException(404, f"this model folder ({predictor.head}) has no head for /{endpoint}; "
-                                     f"available: {', '.join('/' + e for e in batchers)}")
-        return batchers[endpoint]
+    def truncation(self, asked: bool | None, side: str = "right") -> str | None:
+        """The side an over-long text is cut on (None: refused), as a request's `truncate` or the service says."""
+        return side.lower() if (self.settings.auto_truncate if asked is None else asked) else None
+
+    async def embed_vectors(self, texts: list[str], field: str, request: Request, pooling: str | None = None,
+                            normalize: bool | None = None, truncate: str | None = None) -> list[tuple[list, int]]:
+        """/embed's and /v1/embeddings' work: the limits on the texts, then each text's (vector, tokens)."""
+        self.batcher("embed")
+        self.check_texts(texts, field)
+        return await self.run("embed", [(t, pooling, normalize, truncate) for t in texts], request, field=field)
+
+
+def create_app(folder: str | Path, settings: ServeSettings | None = None) -> FastAPI:
+    """A FastAPI app serving `folder`; batchers start and stop with the app's lifespan."""
+    settings = settings or ServeSettings()
+    settings.validate()
+    api_key = settings.api_key or api_key_from_environment()
+    predictor = Predictor(folder, settings.precision)
+    print(f"bertkit serve: /embed precision {predictor.encoder.precision} ({predictor.encoder.precision_reason})",
+          file=sys.stderr, flush=True)
+    service = Service(predictor, settings)
+    batchers, metrics = service.batchers, service.metrics
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        for b in batchers.values():
+            b.start()
+        # One forward pass before the first client: torch's one-time set-up (about 0.3 s) is not a client's wait.
+        await asyncio.get_running_loop().run_in_executor(batchers["embed"].executor, predictor.embed,
+                                                         [("warm-up", None, None, "right")])
+        yield
+        for b in batchers.values():  # graceful: queued work finishes before the threads stop
+            await b.stop()
+
+    app = FastAPI(title="bertkit", description=f"BERT inference over {Path(folder).name} ({predictor.head})",
+                  version=service_version(), lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.predictor, app.state.batchers, app.state.metrics = predictor, batchers, metrics
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    if api_key:  # checked before the body is read
+        app.add_middleware(ApiKeyCheck, key=api_key, open_routes=settings.open_routes)
+        bearer_in_schema(app, settings.open_routes)
+        print(f"bertkit serve: every request needs the API key, but to {', '.join(settings.open_routes) or 'none'}",
+              file=sys.stderr, flush=True)
+    app.add_middleware(HostCheck, allowed=list(settings.allowed_hosts))
+    app.add_middleware(Observe, metrics=metrics, routes=lambda: [r.path for r in app.routes],  # the outermost
+                       log=json_access_log() if settings.access_log == "json" else None)
 
     @app.exception_handler(ValueError)
     @app.exception_handler(BertkitError)
@@ -607,25 +614,14 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
                 "precision": predictor.encoder.precision,
                 "batches": {k: b.batches for k, b in batchers.items()}}
 
-    def truncation(asked: bool | None, side: str = "right") -> str | None:
-        """The side an over-long text is cut on (None: refused), as a request's `truncate` or the service says."""
-        return side.lower() if (settings.auto_truncate if asked is None else asked) else None
-
-    async def embed_vectors(texts: list[str], field: str, request: Request, pooling: str | None = None,
-                            normalize: bool | None = None, truncate: str | None = None) -> list[tuple[list[float], int]]:
-        """/embed's and /v1/embeddings' work: the limits on the texts, then each text's (vector, tokens)."""
-        batcher("embed")
-        check_texts(texts, field)
-        return await run("embed", [(t, pooling, normalize, truncate) for t in texts], request, field=field)
-
     async def embed(req: Any, request: Request) -> EmbedResponse | list[list[float]]:
         texts, field = embed_texts(req)
         dim = predictor.config.hidden_size
-        check_answer(len(texts) * (dim * NUMBER_BYTES + OBJECT_BYTES) + OBJECT_BYTES,
-                     f"{len(texts)} texts x {dim} numbers")
+        service.check_answer(len(texts) * (dim * NUMBER_BYTES + OBJECT_BYTES) + OBJECT_BYTES,
+                             f"{len(texts)} texts x {dim} numbers")
         normalize = req.normalize if req.normalize is not None or field == "texts" else True  # TEI's default
-        answers = await embed_vectors(texts, field, request, req.pooling, normalize,
-                                      truncation(req.truncate, req.truncation_direction))
+        answers = await service.embed_vectors(texts, field, request, req.pooling, normalize,
+                                              service.truncation(req.truncate, req.truncation_direction))
         vectors = [v for v, _ in answers]
         return vectors if field == "inputs" else EmbedResponse(embeddings=vectors, dimension=dim)
 
@@ -634,8 +630,8 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
 
     @app.post("/fill-mask", response_model=FillMaskResponse, include_in_schema="fill-mask" in batchers)
     async def fill_mask(req: FillMaskRequest, request: Request) -> FillMaskResponse:
-        batcher("fill-mask")
-        check_texts(req.texts)
+        service.batcher("fill-mask")
+        service.check_texts(req.texts)
         mask = predictor.tokenizer.mask_token  # [MASK], <mask>: the folder's own
         masks = [t.count(mask) for t in req.texts]
         for i, n in enumerate(masks):
@@ -649,33 +645,32 @@ def create_app(folder: str | Path, settings: ServeSettings | None = None) -> Fas
                                      f"predictions; the limit is {settings.max_fill_mask_predictions} per request "
                                      "(send fewer masks or a smaller top_k)")
         k = min(req.top_k, predictor.config.vocab_size)
-        check_answer(sum(masks) * (k * predictor.token_bytes + OBJECT_BYTES) + len(masks) * OBJECT_BYTES,
-                     f"{sum(masks)} {mask}s x top_k {k}, each token up to {predictor.token_bytes} bytes")
-        return FillMaskResponse(results=await run("fill-mask", [(t, req.top_k) for t in req.texts], request))
+        service.check_answer(sum(masks) * (k * predictor.token_bytes + OBJECT_BYTES) + len(masks) * OBJECT_BYTES,
+                             f"{sum(masks)} {mask}s x top_k {k}, each token up to {predictor.token_bytes} bytes")
+        return FillMaskResponse(results=await service.run("fill-mask", [(t, req.top_k) for t in req.texts], request))
 
     async def search(req: Any, request: Request) -> SearchResponse:
-        batcher("search")  # 404 without --index
-        check_texts(req.queries, "queries")
+        service.batcher("search")  # 404 without --index
+        service.check_texts(req.queries, "queries")
         k = min(req.top_k, len(predictor.index))
-        check_answer(len(req.queries) * predictor.hit_bytes(k) + OBJECT_BYTES,
-                     f"{len(req.queries)} queries x top_k {k}: hits whose rows take up to "
-                     f"{predictor.hit_bytes(k):,} bytes per query")
-        return SearchResponse(results=await run("search", [(q, req.top_k) for q in req.queries], request,
-                                                field="queries"))
+        service.check_answer(len(req.queries) * predictor.hit_bytes(k) + OBJECT_BYTES,
+                             f"{len(req.queries)} queries x top_k {k}: hits whose rows take up to "
+                             f"{predictor.hit_bytes(k):,} bytes per query")
+        return SearchResponse(results=await service.run("search", [(q, req.top_k) for q in req.queries], request,
+                                                        field="queries"))
 
     search.__annotations__["req"] = search_request(settings.max_top_k)
     app.post("/search", response_model=SearchResponse, include_in_schema="search" in batchers)(search)
 
     for declared in task_endpoints():  # every task's route; the one serving this folder's head has a batcher
-        add_task_route(app, declared, predictor, batcher, check_texts, check_answer, run)
+        add_task_route(app, declared, service)
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def scrape() -> Response:
         """The service's metrics in the Prometheus text format."""
         return Response(metrics.scrape(), media_type=metrics.content_type)
 
-    add_protocol_routes(app, predictor, settings, str(folder),
-                        Transport(batcher, check_texts, check_answer, run, embed_vectors, truncation))
+    add_protocol_routes(app, service, str(folder))
     add_docs(app, f"bertkit serve {Path(folder).name}")
     return app
 
@@ -691,8 +686,8 @@ PAGE_EXAMPLES: dict[str, dict[str, Any]] = {
     "embed": {"texts": ["A cat sat on the mat.", "Stock markets fell sharply today."]},
     "fill-mask": {"texts": ["Paris is the [MASK] of France."], "top_k": 5},
     "search": {"queries": ["a question about the corpus"], "top_k": 5},
-    "rerank": {"query": "Where do lobsters live?", "texts": ["Lobsters live on the sea floor.", "A cat sat on the mat."],
-               "return_text": True},
+    "rerank": {"query": "Where do lobsters live?",
+               "texts": ["Lobsters live on the sea floor.", "A cat sat on the mat."], "return_text": True},
     "tokenize": {"inputs": "Lobsters live on the sea floor."},
     "v1/embeddings": {"input": ["A cat sat on the mat."], "model": "bertkit"},
 }
@@ -724,8 +719,7 @@ def task_endpoints() -> list[type[Serving]]:
     return [cls.serving for cls in TASKS.values() if cls.serving is not None]
 
 
-def add_task_route(app: FastAPI, served: type[Serving], predictor: Predictor, batcher: Callable,
-                   check_texts: Callable, check_answer: Callable, run: Callable) -> None:
+def add_task_route(app: FastAPI, served: type[Serving], service: Service) -> None:
     """POST /<endpoint> from a task's serving class: the request schema (an unknown field is a 422), then the
     task's examples of the request (ValueError or a BertkitError: 400), the limits on its texts and on its answer
     (`Serving.answer_bytes`), the batcher running the task's batch function, and the task's response. A folder whose
@@ -733,24 +727,24 @@ def add_task_route(app: FastAPI, served: type[Serving], predictor: Predictor, ba
     response = schema(served.response)
 
     async def endpoint(req: Any, request: Request) -> Any:
-        batcher(served.endpoint)
-        serving = predictor.serving
+        service.batcher(served.endpoint)
+        serving = service.predictor.serving
         body = served.request(**req.model_dump())
         examples = serving.request_examples(body)
-        check_texts(serving.request_texts(body, examples))
+        service.check_texts(serving.request_texts(body, examples))
         sizes = [serving.answer_bytes(example) for example in examples]
         declared = None not in sizes
         if declared:
-            check_answer(sum(sizes) + OBJECT_BYTES, f"{len(examples)} examples")
-        answer = serving.respond(body, await run(served.endpoint, examples, request, field=served.item_field))
+            service.check_answer(sum(sizes) + OBJECT_BYTES, f"{len(examples)} examples")
+        answer = serving.respond(body, await service.run(served.endpoint, examples, request, field=served.item_field))
         if not declared:  # a plug-in task that declares no bound: its answer is measured once computed
-            check_answer(len(response.model_validate(answer).model_dump_json()),
-                         f"task {serving.task.name!r} declares no answer_bytes, so its answer was measured")
+            service.check_answer(len(response.model_validate(answer).model_dump_json()),
+                                 f"task {serving.task.name!r} declares no answer_bytes, so its answer was measured")
         return answer
 
     endpoint.__annotations__["req"] = schema(served.request, RequestBody)
     app.post(f"/{served.endpoint}", response_model=response,
-             include_in_schema=predictor.serving is not None and type(predictor.serving) is served)(endpoint)
+             include_in_schema=type(service.predictor.serving) is served)(endpoint)
 
 
 def build_server(folder: str | Path, host: str = "127.0.0.1", port: int = 8000,

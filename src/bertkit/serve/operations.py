@@ -1,16 +1,6 @@
-"""Operating the service: Prometheus metrics, an API key, JSON access logs, and Swagger UI from a package.
-
-- `ServiceMetrics`: one prometheus_client registry per app, served at /metrics in the Prometheus text format:
-  requests by route, method and status, their latency, the size of each forward pass, and, read from the batchers
-  at each scrape, queue depth, texts computed, batches run and texts dropped because their client had left; tokens
-  read by the model per endpoint.
-- `Observe` (ASGI): counts and times every request, and writes one JSON object per request when asked
-  (ServeSettings.access_log = "json").
-- `ApiKeyCheck` (ASGI): `Authorization: Bearer KEY` on every path but the open ones, compared in constant time;
-  401 otherwise.
-- `add_docs`: /docs as Swagger UI whose script and style come from the fastapi-offline package (nothing fetched from a
-  CDN; Swagger UI 5, which reads the OpenAPI 3.1 FastAPI writes), or, without it, a page that points to / and
-  /openapi.json.
+"""Operating the service: Prometheus metrics at /metrics (`ServiceMetrics`, `Observe`), JSON access logs, an API key
+(`ApiKeyCheck`), and /docs as Swagger UI served from the fastapi-offline package, nothing fetched from a CDN
+(`add_docs`).
 """
 
 from __future__ import annotations
@@ -143,6 +133,13 @@ class Observe:
                       "client": (scope.get("client") or ("",))[0]})
 
 
+async def send_detail(send: Callable, status: int, detail: str, *headers: tuple[bytes, bytes]) -> None:
+    """Answer a request from an ASGI middleware, before the app sees it: `status` and {"detail": detail}."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), *headers]})
+    await send({"type": "http.response.body", "body": json.dumps({"detail": detail}).encode()})
+
+
 def is_open(path: str, open_routes: Iterable[str]) -> bool:
     """Whether `path` needs no key: one of `open_routes`, or under one ('/docs' opens '/docs/swagger-ui.css'); '/'
     opens only itself."""
@@ -159,16 +156,13 @@ class ApiKeyCheck:
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http" or is_open(scope["path"], self.open):
             return await self.app(scope, receive, send)
-        header = dict(scope.get("headers") or []).get(b"authorization", b"")
-        scheme, _, token = header.partition(b" ")
+        scheme, _, token = dict(scope.get("headers") or []).get(b"authorization", b"").partition(b" ")
         if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.key):
             return await self.app(scope, receive, send)
         detail = ("the API key sent is not this service's" if scheme.lower() == b"bearer" and token.strip() else
                   "this service needs an API key: send the header `Authorization: Bearer KEY` with the key it was "
                   "started with (--api-key or BERTKIT_API_KEY)")
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
-        await send({"type": "http.response.body", "body": json.dumps({"detail": detail}).encode()})
+        await send_detail(send, 401, detail, (b"www-authenticate", b"Bearer"))
 
 
 def bearer_in_schema(app: Any, open_routes: Iterable[str]) -> None:

@@ -1,13 +1,6 @@
-"""The protocols clients already speak, on top of the service's own endpoints.
-
-- OpenAI's `POST /v1/embeddings` (what the OpenAI SDK, LangChain and LlamaIndex send): `input` a text or a list,
-  `model` (any name: one model is served, and the answer names it), `encoding_format` float or base64 (little-endian
-  float32, as OpenAI's), `dimensions` (the model's only), `user` (ignored); answered with `data`, `model` and `usage`
-  (the tokens the model read). The protocol has no field to cut long texts: ServeSettings.auto_truncate decides.
-- text-embeddings-inference's (TEI) routes beside /embed (which takes TEI's `inputs` in app.py): `POST /tokenize`
-  (`inputs`, `add_special_tokens` -> per text its tokens' id, text, special, start, stop), `POST /rerank` for a
-  classifier fine-tuned on pairs (`query`, `texts`, `raw_scores`, `return_text`, `truncate` -> [{index, score}],
-  best first), and `GET /info` (TEI's fields, and bertkit's: the folder, head, precision, limits, version).
+"""The protocols clients already speak, on top of the service's own endpoints: OpenAI's `POST /v1/embeddings` (what
+the OpenAI SDK, LangChain and LlamaIndex send), and text-embeddings-inference's (TEI) routes beside /embed (which
+takes TEI's `inputs` in app.py): `POST /tokenize`, `POST /rerank` for a classifier fine-tuned on pairs, `GET /info`.
 
 Each route keeps the service's rules: the limits on texts, the answer's size worked out before any work
 (`check_answer`), strict request types (an unknown field is a 422 naming it), work through the batchers.
@@ -19,7 +12,6 @@ import asyncio
 import base64
 import dataclasses
 import math
-from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -32,23 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bertkit.answers import NUMBER_BYTES, OBJECT_BYTES, json_bytes
 from bertkit.serve.bodies import RequestBody
-from bertkit.serve.settings import ServeSettings
 from bertkit.tasks.classification import relevance  # /rerank's score, as Bert.rank's
-
-
-@dataclasses.dataclass
-class Transport:
-    """What create_app's endpoints share (closures over its settings and batchers): `batcher(name)` (404 naming the
-    endpoints the folder has), `check_texts(texts, field)`, `check_answer(size, what)`, `run(endpoint, items,
-    request, field)`, `embed_vectors(texts, field, request, pooling, normalize, truncate)` and `truncation(asked,
-    side)`."""
-
-    batcher: Callable
-    check_texts: Callable
-    check_answer: Callable
-    run: Callable
-    embed_vectors: Callable
-    truncation: Callable
 
 
 # --- OpenAI ------------------------------------------------------------------------------------------------------
@@ -161,10 +137,10 @@ def openai_errors(app: FastAPI) -> None:
         return await request_validation_exception_handler(request, exc)
 
 
-def add_protocol_routes(app: FastAPI, predictor: Any, settings: ServeSettings, model_id: str,
-                        transport: Transport) -> None:
-    """POST /v1/embeddings, /tokenize and /rerank (in the schema only for a folder that reranks), GET /info."""
-    t = transport
+def add_protocol_routes(app: FastAPI, service: Any, model_id: str) -> None:
+    """POST /v1/embeddings, /tokenize and /rerank (in the schema only for a folder that reranks), GET /info, on the
+    app's `bertkit.serve.app.Service` (its predictor, limits and batchers)."""
+    predictor, settings = service.predictor, service.settings
     dim = predictor.config.hidden_size
     openai_errors(app)
 
@@ -174,9 +150,9 @@ def add_protocol_routes(app: FastAPI, predictor: Any, settings: ServeSettings, m
         if req.dimensions is not None and req.dimensions != dim:
             raise HTTPException(400, f"dimensions {req.dimensions}: this model's vectors have {dim}; leave it out")
         each = (4 * math.ceil(4 * dim / 3) if req.encoding_format == "base64" else dim * NUMBER_BYTES) + OBJECT_BYTES
-        t.check_answer(len(texts) * each + 3 * OBJECT_BYTES + json_bytes(model_id),
-                       f"{len(texts)} texts x {dim} numbers ({req.encoding_format})")
-        answers = await t.embed_vectors(texts, "input", request, truncate=t.truncation(None))
+        service.check_answer(len(texts) * each + 3 * OBJECT_BYTES + json_bytes(model_id),
+                             f"{len(texts)} texts x {dim} numbers ({req.encoding_format})")
+        answers = await service.embed_vectors(texts, "input", request, truncate=service.truncation(None))
         encode = base64_vector if req.encoding_format == "base64" else (lambda v: v)
         tokens = sum(n for _, n in answers)
         return OpenAIEmbeddingsResponse(
@@ -191,10 +167,10 @@ def add_protocol_routes(app: FastAPI, predictor: Any, settings: ServeSettings, m
     @app.post("/tokenize", response_model=list[list[SimpleToken]])
     async def tokenize(req: TokenizeRequest, request: Request) -> list[list[dict[str, Any]]]:
         texts = [req.inputs] if isinstance(req.inputs, str) else req.inputs
-        t.check_texts(texts, "inputs")
-        t.check_answer(sum(tokenize_bytes(x, token_bytes) for x in texts) + OBJECT_BYTES,
-                       f"{len(texts)} texts of up to {max(map(len, texts)):,} characters, a token per character "
-                       "at most")
+        service.check_texts(texts, "inputs")
+        service.check_answer(sum(tokenize_bytes(x, token_bytes) for x in texts) + OBJECT_BYTES,
+                             f"{len(texts)} texts of up to {max(map(len, texts)):,} characters, a token per "
+                             "character at most")
         request.state.texts = len(texts)
         return await asyncio.get_running_loop().run_in_executor(
             None, lambda: [tokens_of(predictor, x, req.add_special_tokens) for x in texts])
@@ -202,17 +178,17 @@ def add_protocol_routes(app: FastAPI, predictor: Any, settings: ServeSettings, m
     @app.post("/rerank", response_model=list[Rank], response_model_exclude_none=True,
               include_in_schema=predictor.reranks)
     async def rerank(req: RerankRequest, request: Request) -> list[Rank]:
-        t.batcher("rerank")  # 404 for a folder that is not a pair classifier
+        service.batcher("rerank")  # 404 for a folder that is not a pair classifier
         from bertkit.tasks.classification import request_example
 
-        t.check_texts([req.query], "query")
-        t.check_texts(req.texts)
-        t.check_answer(sum(OBJECT_BYTES + 2 * NUMBER_BYTES + (json_bytes(x) if req.return_text else 0)
-                           for x in req.texts) + OBJECT_BYTES, f"{len(req.texts)} ranks")
+        service.check_texts([req.query], "query")
+        service.check_texts(req.texts)
+        service.check_answer(sum(OBJECT_BYTES + 2 * NUMBER_BYTES + (json_bytes(x) if req.return_text else 0)
+                                 for x in req.texts) + OBJECT_BYTES, f"{len(req.texts)} ranks")
         examples = [request_example(req.query, x, None, predictor.settings, f"texts[{i}]")
                     for i, x in enumerate(req.texts)]
-        cut = t.truncation(req.truncate) is not None
-        answers = await t.run("rerank", [(ex, cut) for ex in examples], request)
+        cut = service.truncation(req.truncate) is not None
+        answers = await service.run("rerank", [(ex, cut) for ex in examples], request)
         names = list(predictor.settings.label_names or [])
         ranks = [Rank(index=i, score=relevance(a, names, req.raw_scores), text=x if req.return_text else None)
                  for i, (a, x) in enumerate(zip(answers, req.texts))]
@@ -254,4 +230,4 @@ def tokens_of(predictor: Any, text: str, special: bool) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["Transport", "add_protocol_routes", "base64_vector", "relevance", "service_version"]
+__all__ = ["add_protocol_routes", "base64_vector", "relevance", "service_version"]
