@@ -6,10 +6,8 @@ torch until a model is touched.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from bertkit.errors import BertkitError, CheckpointError, ConfigError, DataError, TokenizerError
+from bertkit.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -34,15 +32,4 @@ _LAZY: dict[str, str] = {
 
 __all__ = ["BertkitError", "CheckpointError", "ConfigError", "DataError", "TokenizerError", "__version__", *_LAZY]
 
-
-def __getattr__(name: str) -> Any:
-    """Import a public name's module the first time the name is used."""
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'bertkit' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -19,6 +19,7 @@ Also here: nested dataclass <-> dict, JSON and YAML, and the docstring under eac
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -51,14 +52,10 @@ def coerce_value(value: Any, tp: Any, where: str) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
-        errors = []
         for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return coerce_value(value, arg, where)
-            except ConfigError as e:
-                errors.append(e)
+            if arg is not type(None):
+                with contextlib.suppress(ConfigError):
+                    return coerce_value(value, arg, where)
         raise ConfigError(f"{where}: expected {_type_name(tp)}, found {value!r}")
     if tp is Any:
         return value

@@ -39,13 +39,10 @@ class LineProgress:
     def line(self) -> str:
         """The current report."""
         elapsed = self.clock() - self.started
-        done = self.n - self.start_n
-        rate = done / elapsed if elapsed > 0 else 0.0
-        parts = [f"{self.n}/{self.total} {self.unit}" if self.total else f"{self.n} {self.unit}"]
+        rate = (self.n - self.start_n) / elapsed if elapsed > 0 else 0.0
+        parts = [f"{self.n} {self.unit}", f"{rate:.3g} {self.unit}/s", f"elapsed {_duration(elapsed)}"]
         if self.total:
-            parts[0] += f" ({100 * self.n / self.total:.1f}%)"
-        parts.append(f"{rate:.3g} {self.unit}/s")
-        parts.append(f"elapsed {_duration(elapsed)}")
+            parts[0] = f"{self.n}/{self.total} {self.unit} ({100 * self.n / self.total:.1f}%)"
         if self.total and rate > 0:
             parts.append(f"ETA {_duration((self.total - self.n) / rate)}")
         if self.postfix:
