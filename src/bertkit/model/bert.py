@@ -279,10 +279,8 @@ class BertEncoder(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if pre_ln else None
         self.gradient_checkpointing = False
 
-    def forward(
-        self, x: Tensor, packing: Packing, output_hidden_states: bool = False, output_attentions: bool = False,
-        places: Tensor | None = None,
-    ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
+    def forward(self, x: Tensor, packing: Packing, output_hidden_states: bool = False, output_attentions: bool = False,
+                places: Tensor | None = None) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
         """Packed (tokens, hidden) -> packed, with every layer's states and attentions if asked. With `places`
         (batch, n), the last layer runs its queries, feed-forward block and LayerNorms at those places only and the
         output is (batch, n, hidden) (`BertModel.forward`'s output_at)."""
@@ -304,11 +302,8 @@ class BertEncoder(nn.Module):
             x = self.LayerNorm(x)
             if hidden_states is not None:
                 hidden_states[-1] = packing.unpack(x)  # the last entry is always last_hidden_state
-        return (
-            x,
-            tuple(hidden_states) if hidden_states is not None else None,
-            tuple(attentions) if attentions is not None else None,
-        )
+        return (x, tuple(hidden_states) if hidden_states is not None else None,
+                tuple(attentions) if attentions is not None else None)
 
 
 POOLER_ACTIVATIONS = {"tanh": nn.Tanh, "gelu": GELU, "relu": nn.ReLU}
@@ -406,16 +401,9 @@ class BertModel(BertPreTrainedModel):
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.post_init()
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-        output_at: Tensor | None = None,
-        execution: Execution | None = None,
-    ) -> BertModelOutput:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False, output_at: Tensor | None = None,
+                execution: Execution | None = None) -> BertModelOutput:
         """`output_at` (batch, n): distinct positions per sequence where the caller reads last_hidden_state (the
         pre-training heads' masked positions and [CLS], `sparse_last_layer`). The last layer then computes its
         outputs there only, the same as everywhere else at those places; last_hidden_state is zero elsewhere.

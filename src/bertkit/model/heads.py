@@ -184,6 +184,11 @@ def base_model(model: BertPreTrainedModel) -> BertModel:
     return model if isinstance(model, BertModel) else model.bert  # type: ignore[return-value]
 
 
+def _flat(t: Tensor | None) -> Tensor | None:
+    """(batch, n, seq) -> (batch * n, seq): the texts of examples of several texts (choices, pairs) as one batch."""
+    return None if t is None else t.reshape(-1, t.shape[-1])
+
+
 class _MLMHeadModel(BertHeadModel):
     """A head with an MLM decoder (`cls.predictions`), tied to the input word embeddings; its forward runs the encoder
     and the decoder as the plan given to the call says, else as the model's (`execution`, from construction)."""
@@ -216,10 +221,9 @@ class _MLMHeadModel(BertHeadModel):
         `sparse_last_layer`, the masked positions and [CLS] when the head reads it (batch, n), n the most in a
         sequence or the fixed slots (+ 1); None (every position) otherwise, or when every layer's states or
         attentions are asked for (`every_layer`), or when the pooler averages every token."""
-        config = self.config
         if labels is None or every_layer or not (plan.sparse_mlm and plan.sparse_last_layer):
             return None
-        if self.reads_cls and config.pooling == "mean":
+        if self.reads_cls and self.config.pooling == "mean":
             return None
         wanted = labels != IGNORE_INDEX  # (batch, seq)
         if self.reads_cls:
@@ -241,17 +245,10 @@ class BertForPreTraining(_MLMHeadModel):
         self.cls = BertPreTrainingHeads(config)
         self.post_init()
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        labels: Tensor | None = None,
-        next_sentence_label: Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-        execution: Execution | None = None,
-    ) -> BertForPreTrainingOutput:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                labels: Tensor | None = None, next_sentence_label: Tensor | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False,
+                execution: Execution | None = None) -> BertForPreTrainingOutput:
         out, prediction_logits, mlm_loss, positions = self._masked_lm(
             input_ids, attention_mask, token_type_ids, labels, output_hidden_states, output_attentions, execution)
         nsp_logits = self.cls.seq_relationship(out.pooler_output)  # (batch, 2)
@@ -272,16 +269,9 @@ class BertForMaskedLM(_MLMHeadModel):
         self.cls = BertOnlyMLMHead(config)
         self.post_init()
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        labels: Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-        execution: Execution | None = None,
-    ) -> MaskedLMOutput:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                labels: Tensor | None = None, output_hidden_states: bool = False, output_attentions: bool = False,
+                execution: Execution | None = None) -> MaskedLMOutput:
         out, logits, loss, positions = self._masked_lm(
             input_ids, attention_mask, token_type_ids, labels, output_hidden_states, output_attentions, execution)
         return MaskedLMOutput(loss, logits, positions, out.hidden_states, out.attentions)
@@ -295,15 +285,9 @@ class BertForNextSentencePrediction(BertHeadModel):
         self.cls = BertOnlyNSPHead(config)
         self.post_init()
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        labels: Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> ClassifierOutput:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                labels: Tensor | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False) -> ClassifierOutput:
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
         logits = self.cls.seq_relationship(out.pooler_output)
         loss = None if labels is None else F.cross_entropy(logits.float(), labels.view(-1))
@@ -336,15 +320,9 @@ class BertForReplacedTokenDetection(BertHeadModel):
         self.discriminator_predictions = ReplacedTokenDetectionHead(config)
         self.post_init()
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        labels: Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> ClassifierOutput:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                labels: Tensor | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False) -> ClassifierOutput:
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
         logits = self.discriminator_predictions(out.last_hidden_state)  # (batch, seq)
         loss = None
@@ -357,11 +335,6 @@ class BertForReplacedTokenDetection(BertHeadModel):
 # ----------------------------------------------------------------------------------------------------------------
 # Fine-tuning heads: one output layer each on top of BertModel (paper, section 4).
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def _classifier_dropout(config: BertConfig) -> Dropout:
-    p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-    return Dropout(p)
 
 
 def sequence_classification_loss(logits: Tensor, labels: Tensor, config: BertConfig) -> Tensor:
@@ -411,24 +384,17 @@ class _LinearHeadModel(BertHeadModel):
 
     def __init__(self, config: BertConfig, out_features: int) -> None:
         super().__init__(config)
-        self.dropout = _classifier_dropout(config)
+        p = config.classifier_dropout
+        self.dropout = Dropout(p if p is not None else config.hidden_dropout_prob)
         tabular = config.tabular_inputs if self.reads_tabular_inputs else None
         self.tabular = TabularFeatures(**tabular) if tabular else None
         extra = self.tabular.width if self.tabular is not None else 0
         self.classifier = nn.Linear(config.hidden_size + extra, out_features)
         self.post_init()
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        labels: Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-        numeric_features: Tensor | None = None,
-        categorical_ids: Tensor | None = None,
-    ) -> ClassifierOutput:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                labels: Tensor | None = None, output_hidden_states: bool = False, output_attentions: bool = False,
+                numeric_features: Tensor | None = None, categorical_ids: Tensor | None = None) -> ClassifierOutput:
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
         features = self.dropout(out.pooler_output if self.reads_pooled_output else out.last_hidden_state)
         if self.tabular is not None:  # (batch, hidden + tabular width)
@@ -469,23 +435,13 @@ class BertForMultipleChoice(_LinearHeadModel):
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config, 1)
 
-    def forward(
-        self,
-        input_ids: Tensor,  # (batch, choices, seq)
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        labels: Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> ClassifierOutput:
-        num_choices = input_ids.shape[1]
-
-        def flat(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t.reshape(-1, t.shape[-1])  # (batch * choices, seq)
-
-        out = super().forward(flat(input_ids), flat(attention_mask), flat(token_type_ids), None,
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                labels: Tensor | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False) -> ClassifierOutput:
+        """input_ids (batch, choices, seq): each choice's pair encoded as a sequence of its own."""
+        out = super().forward(_flat(input_ids), _flat(attention_mask), _flat(token_type_ids), None,
                               output_hidden_states, output_attentions)
-        logits = out.logits.view(-1, num_choices)  # (batch, choices)
+        logits = out.logits.view(-1, input_ids.shape[1])  # (batch, choices)
         loss = None if labels is None else self.loss(logits, labels)
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
@@ -500,16 +456,9 @@ class BertForQuestionAnswering(BertHeadModel):
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        start_positions: Tensor | None = None,
-        end_positions: Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> QuestionAnsweringOutput:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                start_positions: Tensor | None = None, end_positions: Tensor | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False) -> QuestionAnsweringOutput:
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
         start_logits, end_logits = self.qa_outputs(out.last_hidden_state).unbind(-1)  # each (batch, seq)
         loss = None
@@ -562,23 +511,14 @@ class BertForEmbedding(BertHeadModel):
             return self.settings.scale
         return self.logit_scale.exp().clamp(max=MAX_SCALE)
 
-    def forward(
-        self,
-        input_ids: Tensor,  # (batch, seq) or (batch, texts, seq)
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        labels: Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> EmbeddingOutput:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                labels: Tensor | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False) -> EmbeddingOutput:
+        """input_ids (batch, seq) or (batch, texts, seq)."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-
-        def flat(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t.reshape(-1, t.shape[-1])  # (batch * texts, seq)
-
-        mask = flat(attention_mask)
-        out = self.bert(flat(input_ids), mask, flat(token_type_ids), output_hidden_states, output_attentions)
+        mask = _flat(attention_mask)
+        out = self.bert(_flat(input_ids), mask, _flat(token_type_ids), output_hidden_states, output_attentions)
         vectors = pool_hidden(out.last_hidden_state, mask, self.settings.pooling)  # (batch * texts, hidden)
         if self.settings.normalize:
             vectors = F.normalize(vectors, dim=-1)
@@ -636,11 +576,6 @@ def combine_layers(layers: Tensor, choice: str, mix: ScalarMix | None = None) ->
     raise ValueError(f"frozen_features = {choice!r}: expected one of {', '.join(FEATURE_CHOICES)}")
 
 
-def feature_width(choice: str, hidden_size: int) -> int:
-    """Width of a token feature for a feature choice."""
-    return 4 * hidden_size if choice == "concat_last_four" else hidden_size
-
-
 class BertForFrozenTokenClassification(BertHeadModel):
     """Tagging on a frozen BERT: the encoder never trains (and always runs in eval mode); a token's feature is
     combined from its hidden states (`frozen_features`) and tagged by a BiLSTM + linear layer or a linear layer.
@@ -664,7 +599,7 @@ class BertForFrozenTokenClassification(BertHeadModel):
         if self.frozen_features.endswith("_last_four") and config.num_hidden_layers < 4:
             raise ConfigError(f"frozen_features = {self.frozen_features!r} needs an encoder of 4 layers or more; "
                               f"this one has {config.num_hidden_layers} (use last or weighted_sum)")
-        width = feature_width(self.frozen_features, config.hidden_size)
+        width = (4 if self.frozen_features == "concat_last_four" else 1) * config.hidden_size  # a token's feature
         hidden, p = s.tagger_hidden, s.tagger_dropout
         self.scalar_mix = ScalarMix(config.num_hidden_layers + 1) if self.frozen_features == "weighted_sum" else None
         self.dropout = Dropout(p)
@@ -695,14 +630,9 @@ class BertForFrozenTokenClassification(BertHeadModel):
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True)
         return torch.stack(out.hidden_states, dim=2)
 
-    def forward(
-        self,
-        input_ids: Tensor | None = None,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        hidden_layers: Tensor | None = None,
-        labels: Tensor | None = None,
-    ) -> ClassifierOutput:
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, hidden_layers: Tensor | None = None,
+                labels: Tensor | None = None) -> ClassifierOutput:
         if hidden_layers is None:
             if input_ids is None:
                 raise ValueError("BertForFrozenTokenClassification needs input_ids or hidden_layers")
@@ -717,10 +647,7 @@ class BertForFrozenTokenClassification(BertHeadModel):
     def _run_lstm(self, x: Tensor, attention_mask: Tensor | None) -> Tensor:
         """The BiLSTM over each sequence's real tokens only (packed: the backward direction starts at its end)."""
         seq = x.shape[1]
-        if attention_mask is None:
-            lengths = torch.full((x.shape[0],), seq, dtype=torch.long)
-        else:
-            lengths = attention_mask.sum(1).cpu()
+        lengths = torch.full((x.shape[0],), seq) if attention_mask is None else attention_mask.sum(1).cpu()
         packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         out, _ = self.lstm(packed)
         return nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=seq)[0]  # (batch, seq, 2 * hidden)
