@@ -25,15 +25,9 @@ class PretrainingCollator:
     i's mask is a function of (seed, epoch, i) alone (`bertkit.data.masking`).
     """
 
-    def __init__(
-        self,
-        vocab: VocabInfo | Any,
-        dynamic_masking: bool = False,
-        config: PretrainingDataConfig | None = None,
-        seed: int = 0,
-        pad_to_multiple_of: int | None = None,
-        next_sentence: bool | None = None,
-    ) -> None:
+    def __init__(self, vocab: VocabInfo | Any, dynamic_masking: bool = False,
+                 config: PretrainingDataConfig | None = None, seed: int = 0, pad_to_multiple_of: int | None = None,
+                 next_sentence: bool | None = None) -> None:
         self.vocab = vocab if isinstance(vocab, VocabInfo) else VocabInfo.from_vocab(vocab.vocab)
         self.tables = MaskTables.from_vocab(self.vocab)
         self.dynamic_masking = dynamic_masking
@@ -63,9 +57,8 @@ class PretrainingCollator:
         input_ids[real] = batch.tokens  # row-major order of the real slots = the instances back to back
         if self.dynamic_masking:
             if batch.mask_counts is not None:
-                raise ConfigError(
-                    "dynamic_masking=True but the dataset holds static masks (prepared without --dynamic-masking)"
-                )
+                raise ConfigError("dynamic_masking=True but the dataset holds static masks (prepared without "
+                                  "--dynamic-masking)")
             if batch.indices is None:
                 raise ConfigError("dynamic masking draws each instance's mask from its dataset index: the items "
                                   "need an 'index' (as PretrainingDataset's have)")
@@ -73,7 +66,8 @@ class PretrainingCollator:
             input_ids, labels = mask_batch(input_ids, keys, self.tables, **self.config.mask_options())
         else:
             if batch.mask_counts is None:
-                raise ConfigError("the dataset holds no masks (prepared with --dynamic-masking): use dynamic_masking=True")
+                raise ConfigError("the dataset holds no masks (prepared with --dynamic-masking): use "
+                                  "dynamic_masking=True")
             labels = np.full(real.shape, IGNORE_INDEX, dtype=np.int64)
             labels[np.repeat(np.arange(len(batch)), batch.mask_counts), batch.masked_positions] = batch.masked_labels
         out = {

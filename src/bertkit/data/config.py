@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from bertkit.dataclass_io import SEED_LIMIT, Config, config_from_dict, spec
+from bertkit.dataclass_io import SEED_LIMIT, Config, spec
 from bertkit.errors import ConfigError
 
 LAYOUTS = ("auto", "lines", "paragraphs")
@@ -103,12 +104,11 @@ class PretrainingDataConfig(Config):
                               f"mask_token_prob + random_token_prob <= 1 (mask_token_prob is {self.mask_token_prob!r})")
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str | None = None) -> "PretrainingDataConfig":
-        """Inverse of `to_dict`; unknown keys and wrong types are errors naming the field. Data prepared before
-        the field was renamed says `max_seq_length`; it is read as `max_length`."""
+    def from_older(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """Data prepared before the field was renamed says `max_seq_length`; it is read as `max_length`."""
         if "max_seq_length" in d and "max_length" not in d:
             d = {("max_length" if k == "max_seq_length" else k): v for k, v in d.items()}
-        return config_from_dict(cls, d, where)
+        return d
 
     def to_json(self) -> str:
         """JSON text of the config."""
@@ -134,5 +134,4 @@ class PretrainingDataConfig(Config):
     @classmethod
     def load(cls, path: str | os.PathLike) -> "PretrainingDataConfig":
         """Read a config written by `save`."""
-        with open(path, encoding="utf-8") as f:
-            return cls.from_json(f.read())
+        return cls.from_json(Path(path).read_text(encoding="utf-8"))

@@ -30,11 +30,9 @@ TEXT_SUFFIXES = (".txt", ".txt.gz")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".ndjson")
 
 # Words that end in a period without ending a sentence ("Mr. Elliot", "St. Paul", "e.g. this").
-ABBREVIATIONS = frozenset(
-    """mr mrs ms messrs mme mlle dr st jr sr prof rev revd hon capt col gen lt sgt maj adm cmdr gov sen rep pres
-    mt ft esq vs e.g i.e cf al approx figs vols pp inc ltd bros dept univ jan feb apr jun jul aug sep sept oct
-    nov dec viz""".split()
-)
+ABBREVIATIONS = frozenset("""mr mrs ms messrs mme mlle dr st jr sr prof rev revd hon capt col gen lt sgt maj adm cmdr
+    gov sen rep pres mt ft esq vs e.g i.e cf al approx figs vols pp inc ltd bros dept univ jan feb apr jun jul aug sep
+    sept oct nov dec viz""".split())
 # Abbreviations that are also ordinary words: they only do not end a sentence before a number ("No. 5").
 NUMBER_ABBREVIATIONS = frozenset("no nos vol fig ch art p".split())
 
@@ -110,9 +108,7 @@ def expand_inputs(paths: Iterable[str | os.PathLike]) -> list[Path]:
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(
-                q for q in p.rglob("*") if q.is_file() and q.name.endswith(TEXT_SUFFIXES + JSONL_SUFFIXES)
-            )
+            found = sorted(q for q in p.rglob("*") if q.is_file() and q.name.endswith(TEXT_SUFFIXES + JSONL_SUFFIXES))
             if not found:
                 raise data_error(p, None, "folder holds no .txt, .txt.gz, .jsonl or .jsonl.gz file")
             files.extend(found)
@@ -145,10 +141,9 @@ def iter_lines(path: Path, on_bad_utf8: str, stats: CorpusStats) -> Iterator[tup
                     stats.bad_utf8_lines += 1
                     offset += len(raw)
                     continue
-                raise data_error(
-                    path, lineno, f"not valid UTF-8 at byte offset {offset + e.start} (byte 0x{raw[e.start]:02x}); "
-                    "convert the file to UTF-8 or pass --on-bad-utf8 skip"
-                ) from None
+                raise data_error(path, lineno, f"not valid UTF-8 at byte offset {offset + e.start} (byte "
+                                 f"0x{raw[e.start]:02x}); convert the file to UTF-8 or pass --on-bad-utf8 "
+                                 "skip") from None
             except (OSError, EOFError) as e:  # pragma: no cover - corrupt gzip
                 raise data_error(path, lineno, f"cannot read: {e}") from None
             offset += len(raw)
@@ -225,9 +220,8 @@ class _DocumentBuilder:
         yield doc
 
 
-def _paragraph_documents(
-    lines: Iterable[tuple[int, str]], source: str, builder: _DocumentBuilder
-) -> Iterator[Document]:
+def _paragraph_documents(lines: Iterable[tuple[int, str]], source: str,
+                         builder: _DocumentBuilder) -> Iterator[Document]:
     """Documents of free text: blank lines end paragraphs, headings start documents."""
     paragraph: list[str] = []
     para_line = 0
@@ -267,9 +261,8 @@ def _line_documents(lines: Iterable[tuple[int, str]], source: str, builder: _Doc
     yield from builder.finish()
 
 
-def _jsonl_documents(
-    path: Path, layout: str, text_field: str, on_bad_utf8: str, builder: _DocumentBuilder, stats: CorpusStats
-) -> Iterator[Document]:
+def _jsonl_documents(path: Path, layout: str, text_field: str, on_bad_utf8: str, builder: _DocumentBuilder,
+                     stats: CorpusStats) -> Iterator[Document]:
     """One document per JSONL record; its text is split by lines or into sentences per `layout`."""
     source = str(path)
     for lineno, line in iter_lines(path, on_bad_utf8, stats):
@@ -282,35 +275,20 @@ def _jsonl_documents(
         if not isinstance(text, str):
             raise data_error(path, lineno, f"field {text_field!r} should be a string, found {type(text).__name__}")
         yield from builder.start(source, lineno)
-        inner = ((lineno, t) for t in text.split("\n"))
         if layout == "lines":
-            for _, t in inner:
+            for t in text.split("\n"):
                 if t.strip():
                     yield from builder.add(t.strip(), source, lineno)
-        else:
-            # paragraphs inside one record never start a new document: headings are ordinary sentences here
-            paragraph: list[str] = []
-            for _, t in inner:
-                if t.strip():
-                    paragraph.append(t.strip())
-                elif paragraph:
-                    for s in split_sentences(" ".join(paragraph)):
-                        yield from builder.add(s, source, lineno)
-                    paragraph = []
-            for s in split_sentences(" ".join(paragraph)):
-                yield from builder.add(s, source, lineno)
+        else:  # paragraphs inside one record never start a new document: headings are ordinary sentences here
+            for paragraph in re.split(r"\n\s*\n", text):
+                for s in split_sentences(paragraph):
+                    yield from builder.add(s, source, lineno)
         yield from builder.finish()
 
 
-def iter_documents(
-    files: Iterable[Path],
-    layout: str = "auto",
-    on_bad_utf8: str = "error",
-    text_field: str = "text",
-    max_document_sentences: int = 20_000,
-    stats: CorpusStats | None = None,
-    min_sentences: int = 2,
-) -> Iterator[Document]:
+def iter_documents(files: Iterable[Path], layout: str = "auto", on_bad_utf8: str = "error", text_field: str = "text",
+                   max_document_sentences: int = 20_000, stats: CorpusStats | None = None,
+                   min_sentences: int = 2) -> Iterator[Document]:
     """Stream the documents (with >= `min_sentences` sentences) of all files in order; counts go into `stats`."""
     stats = stats if stats is not None else CorpusStats()
     for path in files:
@@ -318,19 +296,13 @@ def iter_documents(
         stats.files += 1
         before = (stats.documents, stats.single_sentence_documents)
         builder = _DocumentBuilder(max_document_sentences, stats, min_sentences)
-        nonempty = False
         if is_jsonl(path):
-            for doc in _jsonl_documents(path, layout, text_field, on_bad_utf8, builder, stats):
-                nonempty = True
-                yield doc
+            yield from _jsonl_documents(path, layout, text_field, on_bad_utf8, builder, stats)
         else:
             file_layout = detect_layout(path) if layout == "auto" else layout
-            lines = iter_lines(path, on_bad_utf8, stats)
             make = _line_documents if file_layout == "lines" else _paragraph_documents
-            for doc in make(lines, str(path), builder):
-                nonempty = True
-                yield doc
-        if not nonempty and before == (stats.documents, stats.single_sentence_documents):
+            yield from make(iter_lines(path, on_bad_utf8, stats), str(path), builder)
+        if before == (stats.documents, stats.single_sentence_documents):  # no document kept or skipped
             stats.empty_files += 1
 
 
@@ -361,10 +333,9 @@ def iter_chunks(documents: Iterable[Document], max_documents: int, max_chars: in
                 yield pending
             pending, current = current, Chunk(current.index + 1)
     if pending is not None and len(current.documents) < 2:
-        pending.documents.extend(current.documents)
+        pending.documents += current.documents
         pending.chars += current.chars
-        yield pending
-        return
+        current.documents = []
     if pending is not None:
         yield pending
     if current.documents:

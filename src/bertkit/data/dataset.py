@@ -51,21 +51,13 @@ class InstanceBatch(Sequence):
 
     def __getitem__(self, b: int) -> dict[str, Any]:  # type: ignore[override]
         start, n = int(self.starts[b]), int(self.lengths[b])
-        ids = torch.from_numpy(self.tokens[start : start + n].copy())
-        token_type_ids = torch.zeros_like(ids)
-        token_type_ids[int(self.a_lengths[b]) :] = 1
-        item: dict[str, Any] = {"input_ids": ids, "token_type_ids": token_type_ids,
-                                "attention_mask": torch.ones_like(ids),
-                                "next_sentence_label": torch.tensor(int(self.is_random_next[b]), dtype=torch.long)}
-        if self.indices is not None:
-            item["index"] = int(self.indices[b])
+        masked = None
         if self.mask_counts is not None:
             lo = int(self.mask_counts[:b].sum())
             hi = lo + int(self.mask_counts[b])
-            labels = torch.full_like(ids, IGNORE_INDEX)
-            labels[torch.from_numpy(self.masked_positions[lo:hi].copy())] = torch.from_numpy(self.masked_labels[lo:hi].copy())
-            item["masked_lm_labels"] = labels
-        return item
+            masked = (self.masked_positions[lo:hi], self.masked_labels[lo:hi])  # type: ignore[index]
+        return _item(self.tokens[start : start + n], int(self.a_lengths[b]), int(self.is_random_next[b]),
+                     None if self.indices is None else int(self.indices[b]), masked)
 
     @classmethod
     def from_items(cls, items: Sequence[Mapping[str, Any]]) -> "InstanceBatch":
@@ -75,11 +67,9 @@ class InstanceBatch(Sequence):
         ids = [np.asarray(x["input_ids"], dtype=np.int64) for x in items]
         lengths = np.array([len(x) for x in ids], dtype=np.int64)
         a_lengths = np.array([int(np.count_nonzero(np.asarray(x["token_type_ids"]) == 0)) for x in items])
-        batch = cls(
-            tokens=np.concatenate(ids), lengths=lengths, a_lengths=a_lengths,
-            is_random_next=np.array([int(x["next_sentence_label"]) for x in items], dtype=np.int64),
-            indices=np.array([int(x["index"]) for x in items]) if all("index" in x for x in items) else None,
-        )
+        batch = cls(tokens=np.concatenate(ids), lengths=lengths, a_lengths=a_lengths,
+                    is_random_next=np.array([int(x["next_sentence_label"]) for x in items], dtype=np.int64),
+                    indices=np.array([int(x["index"]) for x in items]) if all("index" in x for x in items) else None)
         statics = ["masked_lm_labels" in x for x in items]
         if any(statics):
             if not all(statics):
@@ -90,6 +80,23 @@ class InstanceBatch(Sequence):
             batch.masked_positions = np.concatenate(positions).astype(np.int64)
             batch.masked_labels = np.concatenate([x[p] for x, p in zip(labels, positions)])
         return batch
+
+
+def _item(tokens: np.ndarray, a_length: int, is_random_next: int, index: int | None,
+          masked: tuple[np.ndarray, np.ndarray] | None) -> dict[str, Any]:
+    """One instance as `PretrainingDataset[i]` gives it; `masked`: its static masks' positions and original ids."""
+    ids = torch.from_numpy(np.array(tokens, dtype=np.int64))
+    token_type_ids = torch.zeros_like(ids)
+    token_type_ids[a_length:] = 1
+    item: dict[str, Any] = {"input_ids": ids, "token_type_ids": token_type_ids, "attention_mask": torch.ones_like(ids),
+                            "next_sentence_label": torch.tensor(is_random_next, dtype=torch.long)}
+    if index is not None:
+        item["index"] = index
+    if masked is not None:
+        labels = torch.full_like(ids, IGNORE_INDEX)
+        labels[torch.from_numpy(np.array(masked[0], dtype=np.int64))] = torch.from_numpy(np.array(masked[1], np.int64))
+        item["masked_lm_labels"] = labels
+    return item
 
 
 def check_stored_files(folder: Path, index: dict[str, Any]) -> None:
@@ -197,23 +204,12 @@ class PretrainingDataset(Dataset):
         k = int(np.searchsorted(self._starts, i, side="right")) - 1
         s = self._shard(k)
         j = i - int(self._starts[k])
-        ids = torch.from_numpy(np.asarray(s.input_ids[s.offsets[j] : s.offsets[j + 1]], dtype=np.int64))
-        token_type_ids = torch.zeros_like(ids)
-        token_type_ids[int(s.a_lengths[j]) :] = 1
-        item: dict[str, Any] = {
-            "input_ids": ids,
-            "token_type_ids": token_type_ids,
-            "attention_mask": torch.ones_like(ids),
-            "next_sentence_label": torch.tensor(int(s.is_random_next[j]), dtype=torch.long),
-            "index": i,
-        }
+        masked = None
         if s.mask_offsets is not None:
             lo, hi = int(s.mask_offsets[j]), int(s.mask_offsets[j + 1])
-            labels = torch.full_like(ids, IGNORE_INDEX)
-            positions = torch.from_numpy(np.asarray(s.masked_positions[lo:hi], dtype=np.int64))
-            labels[positions] = torch.from_numpy(np.asarray(s.masked_labels[lo:hi], dtype=np.int64))
-            item["masked_lm_labels"] = labels
-        return item
+            masked = (s.masked_positions[lo:hi], s.masked_labels[lo:hi])  # type: ignore[index]
+        return _item(s.input_ids[s.offsets[j] : s.offsets[j + 1]], int(s.a_lengths[j]), int(s.is_random_next[j]), i,
+                     masked)
 
     def __getitems__(self, indices: Sequence[int]) -> InstanceBatch:
         """The instances at `indices` as one `InstanceBatch` (what `torch.utils.data.DataLoader` fetches)."""

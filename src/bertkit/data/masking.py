@@ -160,16 +160,9 @@ def _choose_words(row_keys: np.ndarray, ids: np.ndarray, candidate: np.ndarray, 
     return candidate & taken[word]
 
 
-def mask_batch(
-    ids: np.ndarray,
-    row_keys: np.ndarray,
-    tables: MaskTables,
-    masked_lm_prob: float = 0.15,
-    max_predictions_per_seq: int = 20,
-    whole_word_mask: bool = False,
-    mask_token_prob: float = 0.8,
-    random_token_prob: float = 0.1,
-) -> tuple[np.ndarray, np.ndarray]:
+def mask_batch(ids: np.ndarray, row_keys: np.ndarray, tables: MaskTables, masked_lm_prob: float = 0.15,
+               max_predictions_per_seq: int = 20, whole_word_mask: bool = False, mask_token_prob: float = 0.8,
+               random_token_prob: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
     """Masked-LM inputs and targets of a padded batch: `ids` (batch, seq) int64 (padding = [PAD]) and each row's
     key (`instance_keys`) -> (masked ids, labels: the original id where predicted, IGNORE_INDEX elsewhere)."""
     if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= len(tables.special)):

@@ -80,10 +80,8 @@ def shard_rng(seed: int, shard_index: int) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "little"))
 
 
-def tokenize_documents(
-    documents: Sequence[Sequence[str]], tokenizer: TokenizerLike, max_num_tokens: int, stats: ShardStats,
-    min_sentences: int = 2,
-) -> list[list[list[int]]]:
+def tokenize_documents(documents: Sequence[Sequence[str]], tokenizer: TokenizerLike, max_num_tokens: int,
+                       stats: ShardStats, min_sentences: int = 2) -> list[list[list[int]]]:
     """Token ids of each sentence; empty sentences dropped, long ones cut, documents left with fewer than
     `min_sentences` skipped (a sentence pair needs 2; packed full sentences need 1)."""
     out: list[list[list[int]]] = []
@@ -107,40 +105,29 @@ def tokenize_documents(
     return out
 
 
-def build_shard_arrays(
-    documents: Sequence[Sequence[Sequence[int]]],
-    config: PretrainingDataConfig,
-    vocab: VocabInfo,
-    rng: random.Random,
-    stats: ShardStats,
-) -> ShardArrays:
+def build_shard_arrays(documents: Sequence[Sequence[Sequence[int]]], config: PretrainingDataConfig, vocab: VocabInfo,
+                       rng: random.Random, stats: ShardStats) -> ShardArrays:
     """Create the instances of a chunk of tokenized documents and pack them into shard arrays."""
     dtype = token_dtype(vocab.vocab_size)
-    static = not config.dynamic_masking
     if len(documents) < 2 and config.next_sentence:
         stats.unpaired_documents += len(documents)
         documents = []
     counts: Counter = Counter()
     instances = create_instances(documents, config, vocab, rng, counts) if documents else []
     stats.unpaired_last_sentences += counts["unpaired_last_sentences"]
-    lengths = np.fromiter((len(x.input_ids) for x in instances), dtype=np.int64, count=len(instances))
-    offsets = np.zeros(len(instances) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    input_ids = np.fromiter((t for x in instances for t in x.input_ids), dtype=dtype, count=int(offsets[-1]))
+    n = len(instances)
+    offsets = np.cumsum([0] + [len(x.input_ids) for x in instances], dtype=np.int64)
     arrays = ShardArrays(
-        input_ids=input_ids,
+        input_ids=np.fromiter((t for x in instances for t in x.input_ids), dtype=dtype, count=int(offsets[-1])),
         offsets=offsets,
-        a_lengths=np.fromiter((x.a_length for x in instances), dtype=np.uint16, count=len(instances)),
-        is_random_next=np.fromiter((x.is_random_next for x in instances), dtype=np.uint8, count=len(instances)),
+        a_lengths=np.fromiter((x.a_length for x in instances), dtype=np.uint16, count=n),
+        is_random_next=np.fromiter((x.is_random_next for x in instances), dtype=np.uint8, count=n),
     )
-    if static:
-        counts = np.fromiter((len(x.masked_positions) for x in instances), dtype=np.int64, count=len(instances))
-        arrays.mask_offsets = np.zeros(len(instances) + 1, dtype=np.int64)
-        np.cumsum(counts, out=arrays.mask_offsets[1:])
+    if not config.dynamic_masking:
+        arrays.mask_offsets = np.cumsum([0] + [len(x.masked_positions) for x in instances], dtype=np.int64)
         total = int(arrays.mask_offsets[-1])
-        arrays.masked_positions = np.fromiter(
-            (p for x in instances for p in x.masked_positions), dtype=np.uint16, count=total
-        )
+        arrays.masked_positions = np.fromiter((p for x in instances for p in x.masked_positions), dtype=np.uint16,
+                                              count=total)
         arrays.masked_labels = np.fromiter((t for x in instances for t in x.masked_labels), dtype=dtype, count=total)
         stats.masked += total
     stats.instances += len(instances)
@@ -218,14 +205,9 @@ class PrepareOptions(Config):
     """Parallel processes (the output does not depend on it)."""
 
 
-def prepare_pretraining(
-    inputs: Iterable[str | os.PathLike],
-    output_dir: str | os.PathLike,
-    tokenizer: TokenizerLike,
-    config: PretrainingDataConfig | None = None,
-    workers: int = 1,
-    progress: Callable[[int, ShardStats], None] | None = None,
-) -> PrepareResult:
+def prepare_pretraining(inputs: Iterable[str | os.PathLike], output_dir: str | os.PathLike, tokenizer: TokenizerLike,
+                        config: PretrainingDataConfig | None = None, workers: int = 1,
+                        progress: Callable[[int, ShardStats], None] | None = None) -> PrepareResult:
     """Turn text files into a pre-training dataset folder (shards, index.json, data_config.json, tokenizer/).
 
     `progress(documents_read, shard_stats)` is called after each shard. The index is written last, so an
@@ -240,10 +222,8 @@ def prepare_pretraining(
     unseal(out, INDEX_FILE)  # the folder is no longer a complete dataset until the new index lands
 
     corpus = CorpusStats()
-    docs = iter_documents(
-        files, config.layout, config.on_bad_utf8, config.text_field, config.max_document_sentences, corpus,
-        min_sentences=2 if config.next_sentence else 1,
-    )
+    docs = iter_documents(files, config.layout, config.on_bad_utf8, config.text_field, config.max_document_sentences,
+                          corpus, min_sentences=2 if config.next_sentence else 1)
     chunks = iter_chunks(docs, config.chunk_documents, config.chunk_chars)
     entries: dict[int, dict[str, Any]] = {}
     totals = ShardStats()
@@ -281,11 +261,10 @@ def prepare_pretraining(
         raise DataError(f"no pre-training instance could be made from {len(files)} file(s): no sentence with a "
                         f"token in them ({corpus.empty_files} empty file(s))")
     if totals.instances == 0:
-        raise DataError(
-            f"no pre-training instance could be made from {len(files)} file(s): {corpus.documents} document(s) with "
-            f"2+ sentences, {corpus.single_sentence_documents} single-sentence document(s) skipped, "
-            f"{corpus.empty_files} empty file(s); next-sentence pairs need at least 2 documents of 2+ sentences"
-        )
+        raise DataError(f"no pre-training instance could be made from {len(files)} file(s): {corpus.documents} "
+                        f"document(s) with 2+ sentences, {corpus.single_sentence_documents} single-sentence "
+                        f"document(s) skipped, {corpus.empty_files} empty file(s); next-sentence pairs need at least 2 "
+                        "documents of 2+ sentences")
 
     shutil.rmtree(out / TOKENIZER_DIR, ignore_errors=True)  # an earlier preparation's files are not this one's
     _save_tokenizer(tokenizer, out / TOKENIZER_DIR)

@@ -51,25 +51,17 @@ class VocabInfo:
         """Build from a token -> id mapping; a vocabulary without [PAD]/[CLS]/[SEP]/[MASK] is an error."""
         missing = [t for t in ("[PAD]", "[CLS]", "[SEP]", "[MASK]") if t not in vocab]
         if missing:
-            raise TokenizerError(
-                f"{source}: no {', '.join(missing)} token; BERT pre-training needs [PAD], [CLS], [SEP] and [MASK] "
-                "(add them to vocab.txt or train the tokenizer with its special tokens)"
-            )
+            raise TokenizerError(f"{source}: no {', '.join(missing)} token; BERT pre-training needs [PAD], [CLS], "
+                                 "[SEP] and [MASK] (add them to vocab.txt or train the tokenizer with its special "
+                                 "tokens)")
         special = set(SPECIAL_TOKENS)
-        random_ids = tuple(
-            sorted(i for t, i in vocab.items() if t not in special and not (t.startswith("[unused") and t.endswith("]")))
-        )
+        random_ids = tuple(sorted(i for t, i in vocab.items()
+                                  if t not in special and not (t.startswith("[unused") and t.endswith("]"))))
         if not random_ids:
             raise TokenizerError(f"{source}: the vocabulary holds only special tokens")
-        return cls(
-            vocab_size=max(vocab.values()) + 1,
-            pad_id=vocab["[PAD]"],
-            cls_id=vocab["[CLS]"],
-            sep_id=vocab["[SEP]"],
-            mask_id=vocab["[MASK]"],
-            continuation_ids=frozenset(i for t, i in vocab.items() if t.startswith("##")),
-            random_ids=random_ids,
-        )
+        return cls(vocab_size=max(vocab.values()) + 1, pad_id=vocab["[PAD]"], cls_id=vocab["[CLS]"],
+                   sep_id=vocab["[SEP]"], mask_id=vocab["[MASK]"],
+                   continuation_ids=frozenset(i for t, i in vocab.items() if t.startswith("##")), random_ids=random_ids)
 
     @classmethod
     def from_vocab_file(cls, path: str) -> "VocabInfo":
@@ -112,16 +104,9 @@ def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: 
             longer.pop()
 
 
-def mask_tokens(
-    tokens: Sequence[int],
-    vocab: VocabInfo,
-    rng: random.Random,
-    masked_lm_prob: float = 0.15,
-    max_predictions_per_seq: int = 20,
-    whole_word_mask: bool = False,
-    mask_token_prob: float = 0.8,
-    random_token_prob: float = 0.1,
-) -> tuple[list[int], list[int], list[int]]:
+def mask_tokens(tokens: Sequence[int], vocab: VocabInfo, rng: random.Random, masked_lm_prob: float = 0.15,
+                max_predictions_per_seq: int = 20, whole_word_mask: bool = False, mask_token_prob: float = 0.8,
+                random_token_prob: float = 0.1) -> tuple[list[int], list[int], list[int]]:
     """Choose masked-LM targets: returns (masked tokens, sorted positions, original ids at those positions).
 
     Predicts `min(max_predictions_per_seq, max(1, round(n * masked_lm_prob)))` of the n non-special tokens
@@ -160,14 +145,9 @@ def mask_tokens(
     return output, positions, [tokens[i] for i in positions]
 
 
-def create_instances_from_document(
-    documents: Sequence[Sequence[Sequence[int]]],
-    document_index: int,
-    config: PretrainingDataConfig,
-    vocab: VocabInfo,
-    rng: random.Random,
-    counts: Counter | None = None,
-) -> list[Instance]:
+def create_instances_from_document(documents: Sequence[Sequence[Sequence[int]]], document_index: int,
+                                   config: PretrainingDataConfig, vocab: VocabInfo, rng: random.Random,
+                                   counts: Counter | None = None) -> list[Instance]:
     """All sentence-pair instances of one pass over `documents[document_index]` (a list of sentences of ids).
 
     Follows the reference: fill a chunk of whole sentences up to a target length; A = its first
@@ -194,7 +174,6 @@ def create_instances_from_document(
             chunk = document[chunk_start : i + 1]
             a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
             tokens_a = [t for s in chunk[:a_end] for t in s]
-            tokens_b: list[int] = []
             single = len(chunk) == 1
             if single and config.balanced_nsp:
                 if i == len(document) - 1:
@@ -207,44 +186,24 @@ def create_instances_from_document(
             else:
                 is_random_next = single or rng.random() < config.random_next_prob
             if is_random_next:
-                target_b_length = target_seq_length - len(tokens_a)
                 b_doc = rng.randint(0, len(documents) - 2)
                 if b_doc >= document_index:
                     b_doc += 1  # uniform over the other documents
-                other = documents[b_doc]
-                b_start = rng.randint(0, len(other) - 1)
-                b_end = b_start
-                for b_end in range(b_start, len(other)):
-                    tokens_b.extend(other[b_end])
-                    if len(tokens_b) >= target_b_length:
-                        break
-                b_span = (b_start, b_end + 1)
+                b_start = rng.randint(0, len(documents[b_doc]) - 1)
+                tokens_b, b_end = _take_sentences(documents[b_doc], b_start, target_seq_length - len(tokens_a))
                 i -= len(chunk) - a_end  # the unused sentences start the next chunk
             elif single:  # balanced_nsp: B = the following sentences, up to the target length
-                target_b_length = target_seq_length - len(tokens_a)
-                b_start = i + 1
-                for i in range(b_start, len(document)):
-                    tokens_b.extend(document[i])
-                    if len(tokens_b) >= target_b_length:
-                        break
-                b_doc = document_index
-                b_span = (b_start, i + 1)
+                b_doc, b_start = document_index, i + 1
+                tokens_b, b_end = _take_sentences(document, b_start, target_seq_length - len(tokens_a))
+                i = b_end - 1
             else:
                 tokens_b = [t for s in chunk[a_end:] for t in s]
-                b_doc = document_index
-                b_span = (chunk_start + a_end, chunk_start + len(chunk))
+                b_doc, b_start, b_end = document_index, chunk_start + a_end, chunk_start + len(chunk)
             truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
             input_ids = [vocab.cls_id, *tokens_a, vocab.sep_id, *tokens_b, vocab.sep_id]
-            instance = Instance(
-                input_ids=input_ids,
-                a_length=len(tokens_a) + 2,
-                is_random_next=is_random_next,
-                document=document_index,
-                a_sentences=(chunk_start, chunk_start + a_end),
-                b_document=b_doc,
-                b_sentences=b_span,
-                target_length=target_seq_length,
-            )
+            instance = Instance(input_ids, len(tokens_a) + 2, is_random_next, document=document_index,
+                                a_sentences=(chunk_start, chunk_start + a_end), b_document=b_doc,
+                                b_sentences=(b_start, b_end), target_length=target_seq_length)
             if not config.dynamic_masking:
                 instance.input_ids, instance.masked_positions, instance.masked_labels = mask_tokens(
                     input_ids, vocab, rng, **config.mask_options()
@@ -256,12 +215,19 @@ def create_instances_from_document(
     return instances
 
 
-def create_full_sentence_instances(
-    documents: Sequence[Sequence[Sequence[int]]],
-    config: PretrainingDataConfig,
-    vocab: VocabInfo,
-    rng: random.Random,
-) -> list[Instance]:
+def _take_sentences(sentences: Sequence[Sequence[int]], start: int, target: int) -> tuple[list[int], int]:
+    """The tokens of sentences[start:], up to the first sentence that brings them to `target`, and its end."""
+    tokens: list[int] = []
+    end = start
+    for end in range(start, len(sentences)):
+        tokens.extend(sentences[end])
+        if len(tokens) >= target:
+            break
+    return tokens, end + 1
+
+
+def create_full_sentence_instances(documents: Sequence[Sequence[Sequence[int]]], config: PretrainingDataConfig,
+                                   vocab: VocabInfo, rng: random.Random) -> list[Instance]:
     """One pass of RoBERTa's FULL-SENTENCES packing (Liu et al. 2019, section 4.2) over shuffled documents.
 
     [CLS] + whole sentences read contiguously + [SEP], at most `max_length` tokens; the stream crosses
@@ -304,13 +270,8 @@ def create_full_sentence_instances(
     return instances
 
 
-def create_instances(
-    documents: Sequence[Sequence[Sequence[int]]],
-    config: PretrainingDataConfig,
-    vocab: VocabInfo,
-    rng: random.Random,
-    counts: Counter | None = None,
-) -> list[Instance]:
+def create_instances(documents: Sequence[Sequence[Sequence[int]]], config: PretrainingDataConfig, vocab: VocabInfo,
+                     rng: random.Random, counts: Counter | None = None) -> list[Instance]:
     """Every instance of a chunk: `dupe_factor` passes over all documents, then shuffled (as the reference)."""
     instances: list[Instance] = []
     for _ in range(config.dupe_factor):

@@ -98,9 +98,8 @@ def read_index(folder: str | os.PathLike) -> dict[str, Any]:
         raise data_error(path, None, "no index: not a prepared pre-training dataset, or its preparation did not finish")
     index = read_json_object(path, DataError)
     if index.get("format") != FORMAT_NAME or index.get("version") != FORMAT_VERSION:
-        raise data_error(
-            path, None, f"format {index.get('format')!r} v{index.get('version')}, expected {FORMAT_NAME!r} v{FORMAT_VERSION}"
-        )
+        raise data_error(path, None, f"format {index.get('format')!r} v{index.get('version')}, expected "
+                         f"{FORMAT_NAME!r} v{FORMAT_VERSION}")
     return index
 
 

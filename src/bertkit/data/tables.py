@@ -374,13 +374,10 @@ def iter_parquet(file: Any, path: PathLike, columns: Sequence[str]) -> Iterator[
 
 
 # --- records ---------------------------------------------------------------------------------------------------
-RECORD_FORMATS = ("jsonl", "csv", "tsv", "parquet")
-
-
 def iter_records(path: PathLike, fmt: str | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line, {field: value}) for every row of a file of named fields, streamed: a JSONL file's objects, a TSV or
-    CSV file's rows under its header, a Parquet file's rows (its row number as the line). `fmt` is one of
-    RECORD_FORMATS, by default the name's suffix (`format_of`); any other file is a DataError saying what is read."""
+    CSV file's rows under its header, a Parquet file's rows (its row number as the line). `fmt` (jsonl, csv, tsv,
+    parquet) defaults to the name's suffix (`format_of`); any other file is a DataError saying what is read."""
     fmt = fmt or format_of(path)
     if fmt == "jsonl":
         yield from iter_jsonl(path)

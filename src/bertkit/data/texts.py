@@ -42,7 +42,8 @@ def resolve_format(path: str, fmt: str = "auto") -> str:
     return "text" if path == STDIN else format_of(path) or "text"
 
 
-def read_texts(path: str, fmt: str = "auto", text_field: str = "text", id_field: str | None = None) -> Iterator[TextRow]:
+def read_texts(path: str, fmt: str = "auto", text_field: str = "text",
+               id_field: str | None = None) -> Iterator[TextRow]:
     """Every row of `path` in order, read lazily; a DataError naming the file and line for a row without its text
     (or id) field, a text that is not a string, and whatever `bertkit.data.tables` refuses."""
     fmt = resolve_format(path, fmt)
