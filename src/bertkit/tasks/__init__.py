@@ -1,16 +1,11 @@
-"""Fine-tuning tasks, one module each (classification, ner, qa, multiple_choice). `get_task(name)` finds one.
+"""Fine-tuning tasks, one module each (classification, ner, qa, multiple_choice, embedding). `get_task(name)` finds one.
 
-The registry is the task classes themselves: every task module of this package is imported, and every `Task`
-subclass with a `name` defined in one is found here (with its `aliases`), so a new task is one new module, plus its
-head in `bertkit.model.heads` when it needs a new one. A task defined outside the package (a plug-in) joins with one
-call, `register_task(cls, *heads)`, which also registers the head classes it brings.
-
-The package holds tasks and what they share (`SHARED`: base, columns, metrics, significance, feature_cache), which
-the registry leaves to the modules that use them: the feature cache runs the model, and reading every task's
-options (`bertkit finetune --help`) needs no torch. Nothing here imports this registry (the jobs that run tasks live
-in `bertkit.jobs`); two tasks claiming one name or alias are an error here, not a silent overwrite. Each task's head
-is declared to the model floor (`bertkit.model.folder.TASK_HEADS`), so a folder whose config.json names only its
-task opens into that head wherever folders are opened, without the model floor importing this one.
+The registry is the task classes themselves: every `Task` subclass with a `name` defined in a module of this package
+(but the SHARED ones, which the registry leaves to the modules that use them, so reading every task's options needs
+no torch) is registered with its aliases, so a new task is one new module (plus its head in `bertkit.model.heads`).
+A plug-in task joins with `register_task(cls, *heads)`. Two tasks claiming one name, alias or endpoint are an error
+here, not a silent overwrite. Each task's head is declared to the model floor (`bertkit.model.folder.TASK_HEADS`),
+so a folder whose config.json names only its task opens into that head.
 """
 
 from __future__ import annotations

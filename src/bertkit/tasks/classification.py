@@ -276,7 +276,7 @@ def parse_label(path: str | os.PathLike, line: int, raw: Any, problem: str, sepa
         return value
     if problem == "multi_label":
         parts = raw if isinstance(raw, list) else str(raw).split(separator)
-        return sorted({_label_str(p).strip() for p in parts if _label_str(p).strip()})
+        return sorted({label for label in map(_label_str, parts) if label})
     if isinstance(raw, dict):
         raise data_error(path, line, f"label {shown(raw)} is an object; a label is a string or a number")
     if isinstance(raw, list):

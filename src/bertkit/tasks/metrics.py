@@ -15,6 +15,8 @@ import string
 from collections import Counter
 from typing import Collection, Hashable, Sequence
 
+import numpy as np
+
 # --- classification ---------------------------------------------------------------------------------------------------
 
 
@@ -34,12 +36,8 @@ def precision_recall_f1(tp: int, fp: int, fn: int) -> tuple[float, float, float]
     return precision, recall, f1
 
 
-def f1_score(
-    predictions: Sequence[Hashable],
-    references: Sequence[Hashable],
-    average: str = "binary",
-    positive: Hashable = 1,
-) -> float:
+def f1_score(predictions: Sequence[Hashable], references: Sequence[Hashable], average: str = "binary",
+             positive: Hashable = 1) -> float:
     """F1 of one class ('binary', the class `positive`), or averaged over classes ('macro', 'micro')."""
     _check_lengths(predictions, references)
     if average == "binary":
@@ -105,17 +103,9 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float:
 
 def ranks(values: Sequence[float]) -> list[float]:
     """1-based ranks, ties sharing the mean of the ranks they span (as Spearman's rho needs)."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    out = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            out[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return out
+    _, group, counts = np.unique(np.asarray(values, dtype=np.float64), return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)  # a tie group spans the ranks ends - counts + 1 .. ends
+    return ((2 * ends - counts + 1) / 2)[group.reshape(-1)].tolist()
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
@@ -198,9 +188,8 @@ def squad_f1(prediction: str, reference: str, version_2: bool = False) -> float:
     return precision_recall_f1(same, len(pred_tokens) - same, len(ref_tokens) - same)[2]
 
 
-def squad_question_scores(
-    predictions: dict[str, str], references: dict[str, list[str]], version_2: bool = False
-) -> dict[str, tuple[float, float]]:
+def squad_question_scores(predictions: dict[str, str], references: dict[str, list[str]],
+                          version_2: bool = False) -> dict[str, tuple[float, float]]:
     """(EM, F1) of each question, as fractions: for each the max over its reference answers.
 
     A question missing from `predictions` scores 0, as in the official script. In v2.0 an unanswerable question has
@@ -221,9 +210,8 @@ def squad_question_scores(
     return out
 
 
-def squad_scores(
-    predictions: dict[str, str], references: dict[str, list[str]], version_2: bool = False
-) -> dict[str, float]:
+def squad_scores(predictions: dict[str, str], references: dict[str, list[str]],
+                 version_2: bool = False) -> dict[str, float]:
     """Corpus EM and F1 in percent: the mean over the questions of `squad_question_scores` (v2.0 also gets
     HasAns/NoAns breakdowns)."""
     per_question = squad_question_scores(predictions, references, version_2)
