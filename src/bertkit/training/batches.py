@@ -1,9 +1,6 @@
 """What a run reads, in which order: its phases (`TrainPhase`), each rank's micro-batches of each epoch as a pure
 function of (seed, phase, epoch), the stream of them a step draws from, and the small functions that take a batch
-through the model (its device copy, its forward, its loss, its real tokens).
-
-Data order is reproducible by construction: a resume that restores a `Position` continues the very batches the
-run would have drawn, and N ranks x batch B see the same samples per step as 1 x N*B.
+through the model. A resume that restores a `Position` continues the very batches the run would have drawn.
 """
 
 from __future__ import annotations
@@ -49,11 +46,9 @@ class TrainPhase:
 def no_duplicate_batches(order: Sequence[int], batch_size: int, drop_last: bool,
                          keys: Sequence[Collection[Hashable]]) -> list[list[int]]:
     """Batches of `order` in which no two samples share a key (`keys[i]`: sample i's texts), for losses whose
-    negatives are the batch's other samples: a duplicate of one's own positive among them would be a false negative.
-    sentence-transformers' NoDuplicatesBatchSampler (one pass): each batch takes, in order, every sample that shares
-    no key with the batch so far, until it is full; a skipped sample waits for a later batch, and when the samples
-    left cannot fill a batch, the short batch ends the pass (dropped with drop_last). A pure function of its
-    arguments; every index of `order` is in exactly one batch (in none when its short batch is dropped)."""
+    negatives are the batch's other samples (a duplicate of one's positive would be a false negative), as
+    sentence-transformers' NoDuplicatesBatchSampler: each batch takes, in order, every sample that shares no key with
+    it so far, until it is full; a skipped sample waits for a later batch; a short last batch ends the pass."""
     batches: list[list[int]] = []
     waiting: list[int] = []  # samples skipped so far, in order: each batch looks at them first
     upcoming = 0  # order[upcoming:] has not been looked at
@@ -124,11 +119,8 @@ class Batches:
         return self.phases[phase].grad_accum_steps or self.config.grad_accum_steps
 
     def epoch_batches(self, phase: int, epoch: int) -> list[list[int]]:
-        """This rank's micro-batches (dataset indices) of one epoch: a pure function of (seed, phase, epoch).
-
-        The global order is one permutation; rank r takes every world_size-th index of it (after dropping the
-        tail that does not divide evenly), so N ranks x batch B see the same samples per step as 1 x N*B.
-        """
+        """This rank's micro-batches (dataset indices) of one epoch: a pure function of (seed, phase, epoch). Rank r
+        takes every world_size-th index of one permutation, so N ranks x batch B see the samples of 1 x N*B."""
         n = len(self.phases[phase].dataset)  # type: ignore[arg-type]
         if self.config.shuffle:
             g = torch.Generator().manual_seed(mix(self.config.seed, phase, epoch))
@@ -177,14 +169,9 @@ class Batches:
                 raise ConfigError(f"phase {pos.phase}: no batches (dataset smaller than the batch with drop_last)")
             if hasattr(collate, "set_epoch"):  # dynamic masking: masks differ per epoch
                 collate.set_epoch(epoch)
-            loader = DataLoader(
-                phase.dataset,
-                batch_sampler=batches[start:],
-                collate_fn=collate,
-                num_workers=self.config.num_workers,
-                pin_memory=self.dist.device.type == "cuda",
-                generator=torch.Generator().manual_seed(mix(self.config.seed, pos.phase, epoch, 1)),
-            )
+            loader = DataLoader(phase.dataset, batch_sampler=batches[start:], collate_fn=collate,
+                                num_workers=self.config.num_workers, pin_memory=self.dist.device.type == "cuda",
+                                generator=torch.Generator().manual_seed(mix(self.config.seed, pos.phase, epoch, 1)))
             for i, batch in enumerate(loader, start=start):
                 yield batch, Position(pos.phase, epoch, i + 1), i + 1 == len(batches)
             epoch, start = epoch + 1, 0
@@ -196,14 +183,9 @@ class Batches:
     def meta(self) -> dict[str, Any]:
         """Settings a resume must match (the data position and RNG states mean nothing otherwise)."""
         n = len(self.phases)
-        return {
-            "world_size": self.dist.world_size,
-            "batch_sizes": [self.batch_size(i) for i in range(n)],
-            "grad_accum_steps": [self.accum_steps(i) for i in range(n)],
-            "seed": self.config.seed,
-            "num_phases": n,
-            "dataset_sizes": [len(p.dataset) for p in self.phases],  # type: ignore[arg-type]
-        }
+        return {"world_size": self.dist.world_size, "batch_sizes": [self.batch_size(i) for i in range(n)],
+                "grad_accum_steps": [self.accum_steps(i) for i in range(n)], "seed": self.config.seed,
+                "num_phases": n, "dataset_sizes": [len(p.dataset) for p in self.phases]}  # type: ignore[arg-type]
 
     def collate_generators(self) -> list[torch.Generator | None]:
         """The collate functions' own generators (dynamic masking), which a checkpoint keeps."""

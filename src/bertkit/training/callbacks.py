@@ -1,21 +1,12 @@
 """Callbacks: how a run is extended without editing the trainer's loop.
 
-A callback is an object with any of the hooks of `Callback` (subclass it and override what you need); the trainer
-calls them on the main process (rank 0) only, in the order of its list: the trackers of TrainingConfig.report_to
-first (bertkit.training.tracking), then early stopping (TrainingConfig.early_stopping_patience), then the ones
-passed as `Trainer(..., callbacks=[...])`. In a run the hooks come in this order:
-
-- `on_train_begin(trainer)`: once, before the first step (after a resume has loaded its checkpoint);
-- `on_log(trainer, record)`: each record appended to metrics.jsonl (`split` 'train' every `log_every` steps,
-  'eval' after each evaluation, 'resume' where a run was resumed);
-- `on_evaluate(trainer, metrics)`: after each evaluation (and after best/ was written when it is the best);
-- `on_save(trainer, folder)`: after each training-state checkpoint was written;
-- `on_train_end(trainer, result)`: once at the end, `result` the TrainResult (None when the run failed with an
-  error, which is raised again after the hook).
+A callback overrides any of the hooks of `Callback`; the trainer calls them on the main process (rank 0) only, in
+the order of its list: the trackers of TrainingConfig.report_to, then early stopping, then the ones passed as
+`Trainer(..., callbacks=[...])`. A run calls `on_train_begin` once, then `on_log`, `on_evaluate` and `on_save` as
+records, evaluations and checkpoints come, and `on_train_end` once at the end (also when it failed).
 
 A callback stops a run with `trainer.request_stop(reason)`: the run then ends after the current step as at its last
-one (evaluation if the step had none, checkpoint, final/), every process together. It reads the run through
-`trainer.state` (step, best metric, tokens seen), `trainer.config` and `trainer.output_dir`.
+one (evaluation if the step had none, checkpoint, final/), every process together.
 """
 
 from __future__ import annotations
@@ -50,7 +41,8 @@ class Callback:
         """Before the first step of this process's run (a resumed run: after its checkpoint was loaded)."""
 
     def on_log(self, trainer: Trainer, record: dict[str, Any]) -> None:
-        """A record was appended to metrics.jsonl (it holds 'step' and 'split')."""
+        """A record was appended to metrics.jsonl (its 'split': 'train' every `log_every` steps, 'eval' after each
+        evaluation, 'resume' where a run was resumed)."""
 
     def on_evaluate(self, trainer: Trainer, metrics: dict[str, Any]) -> None:
         """An evaluation returned `metrics` (best/ is already written when they are the best so far)."""
@@ -59,7 +51,7 @@ class Callback:
         """A training-state checkpoint was written to `folder`."""
 
     def on_train_end(self, trainer: Trainer, result: Any) -> None:
-        """The run ended (`result`: its TrainResult), or failed with an error (None)."""
+        """The run ended (`result`: its TrainResult), or failed with an error (None; raised again after the hook)."""
 
 
 class EarlyStopping(Callback):

@@ -39,10 +39,9 @@ _LOCKED: set[Path] = set()  # output folders this process holds the lock of
 
 @contextlib.contextmanager
 def output_lock(folder: str | os.PathLike, dist: DistInfo) -> Iterator[None]:
-    """Lock a run's output folder (rank 0; see bertkit.io.folder_lock) for everything the job writes there: its
-    records as well as the Trainer's checkpoints and models. Re-entrant in one process, so a job can take the lock
-    before it validates anything and the Trainer it runs trains under the same lock. A folder the lock had to create
-    is removed again when the job leaves nothing in it (a refused or failed start leaves no litter)."""
+    """Lock a run's output folder (rank 0; see bertkit.io.folder_lock) for everything the job writes there.
+    Re-entrant in one process, so a job can take the lock before it validates anything and the Trainer it runs
+    trains under the same lock. A folder the lock had to create is removed again when the job leaves it empty."""
     key = Path(folder).resolve()
     if not dist.is_main or key in _LOCKED:
         yield
@@ -71,12 +70,7 @@ def list_checkpoints(root: str | os.PathLike) -> list[tuple[int, Path]]:
     root = Path(root)
     if not root.is_dir():
         return []
-    found = []
-    for p in root.iterdir():
-        m = _STEP_DIR.match(p.name)
-        if m and p.is_dir():
-            found.append((int(m.group(1)), p))
-    return sorted(found)
+    return sorted((int(m[1]), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir())
 
 
 def is_complete(folder: Path) -> bool:
@@ -99,11 +93,8 @@ def latest_checkpoint(root: str | os.PathLike) -> Path | None:
 
 
 def prune_checkpoints(root: str | os.PathLike, keep_last: int) -> list[Path]:
-    """Delete all but the newest `keep_last` checkpoints; returns the deleted folders.
-
-    Each is first renamed to a hidden name in one step, so a kill during the deletion leaves no half-deleted
-    folder that looks like a checkpoint; leftovers of earlier interrupted writes and deletions are removed too.
-    """
+    """Delete all but the newest `keep_last` checkpoints (each renamed to a hidden name first, so a kill leaves no
+    half-deleted folder that looks like a checkpoint), and earlier leftovers; returns the deleted folders."""
     root = Path(root)
     found = list_checkpoints(root)
     doomed = [p for _, p in found[: max(0, len(found) - keep_last)]]
@@ -152,11 +143,9 @@ def save_training_state(folder: str | os.PathLike, state: dict[str, Any], meta: 
     with atomic_replace_folder(folder) as tmp:
         with atomic_path(tmp / STATE_FILE) as f:
             torch.save(state, f)
-        full = dict(format=FORMAT, version=VERSION, **meta)
-        full["state_file"] = STATE_FILE
-        full["state_bytes"] = (tmp / STATE_FILE).stat().st_size
-        full["state_sha256"] = file_sha256(tmp / STATE_FILE)
-        atomic_write_json(tmp / META_FILE, full)
+        written = tmp / STATE_FILE
+        atomic_write_json(tmp / META_FILE, dict(format=FORMAT, version=VERSION, **meta, state_file=STATE_FILE,
+                                                state_bytes=written.stat().st_size, state_sha256=file_sha256(written)))
     return folder
 
 
@@ -178,7 +167,6 @@ def load_training_state(folder: str | os.PathLike) -> tuple[dict[str, Any], dict
     """(state, meta) of a checkpoint; size and checksum are verified before unpickling."""
     folder = Path(folder)
     meta = read_meta(folder)
-    # meta.json is this folder's marker (bertkit.io's sealed folders): the state file's name, size and sha256
     entry = {"file": meta.get("state_file", STATE_FILE), "bytes": meta.get("state_bytes"),
              "sha256": meta.get("state_sha256")}
     path = check_file(folder, entry, folder / META_FILE)
@@ -209,11 +197,8 @@ def load_model_state(model: nn.Module, state_dict: dict[str, torch.Tensor], sour
         f"{k} {tuple(state_dict[k].shape)} in the checkpoint vs {tuple(own[k].shape)} in the model"
         for k in own if k in state_dict and tuple(state_dict[k].shape) != tuple(own[k].shape)
     ]
-    problems = []
-    if missing:
-        problems.append(f"missing {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
-    if unexpected:
-        problems.append(f"unexpected {', '.join(unexpected[:5])}" + (" ..." if len(unexpected) > 5 else ""))
+    problems = [f"{what} {', '.join(names[:5])}" + (" ..." if len(names) > 5 else "")
+                for what, names in (("missing", missing), ("unexpected", unexpected)) if names]
     if shapes:
         problems.append("shape mismatch: " + "; ".join(shapes[:5]))
     if problems:
@@ -221,14 +206,8 @@ def load_model_state(model: nn.Module, state_dict: dict[str, torch.Tensor], sour
     model.load_state_dict(state_dict)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# RNG states (python, numpy, torch CPU and CUDA), in a form torch.load(weights_only=True) accepts.
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def _bytes(t: torch.Tensor) -> list[int]:
-    """An RNG state tensor as plain ints (gathers across ranks and loads with weights_only=True)."""
-    return t.tolist()
+# RNG states (python, numpy, torch CPU and CUDA) as plain ints and lists: they gather across ranks and load with
+# torch.load(weights_only=True).
 
 
 def _tensor(values: list[int]) -> torch.Tensor:
@@ -242,10 +221,10 @@ def capture_rng_state() -> dict[str, Any]:
     state = {
         "python": [py[0], list(py[1]), py[2]],
         "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
-        "torch": _bytes(torch.get_rng_state()),
+        "torch": torch.get_rng_state().tolist(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = [_bytes(s) for s in torch.cuda.get_rng_state_all()]
+        state["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
     return state
 
 
@@ -262,7 +241,7 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 
 def generator_state(g: Any) -> list[int] | None:
     """A torch.Generator's state as plain ints (None for anything else)."""
-    return _bytes(g.get_state()) if isinstance(g, torch.Generator) else None
+    return g.get_state().tolist() if isinstance(g, torch.Generator) else None
 
 
 def set_generator_state(g: Any, state: list[int] | None) -> None:

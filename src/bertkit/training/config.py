@@ -2,11 +2,8 @@
 
 Defaults follow Devlin et al. 2019, appendix A.2 ("Adam with learning rate of 1e-4, beta1 = 0.9, beta2 = 0.999,
 L2 weight decay of 0.01, learning rate warmup over the first 10,000 steps, and linear decay of the learning rate")
-and google-research/bert `optimization.py` (AdamWeightDecayOptimizer: epsilon 1e-6, no decay on LayerNorm and
-bias, gradient clipping at global norm 1.0). Fine-tuning jobs pass their own lr, epochs and warmup.
-
-Configs are plain dataclasses that round-trip through JSON and YAML (bertkit.dataclass_io): a typo or a string
-where a number belongs fails with the field's name.
+and google-research/bert `optimization.py` (epsilon 1e-6, no decay on LayerNorm and bias, clipping at global norm
+1.0). Fine-tuning jobs pass their own lr, epochs and warmup.
 """
 
 from __future__ import annotations
@@ -57,7 +54,8 @@ class TrainingConfig(Config):
     """First-moment decay (paper: 0.9)."""
     adam_beta2: float = spec(0.999, ge=0, lt=1)
     """Second-moment decay (paper: 0.999)."""
-    adam_eps: float = spec(1e-6, gt=0, le=1e-3, why="Adam divides every update by sqrt(v) + eps: a large eps turns the updates off (BERT uses 1e-6, torch 1e-8)")
+    adam_eps: float = spec(1e-6, gt=0, le=1e-3, why="Adam divides every update by sqrt(v) + eps: a large eps turns "
+                           "the updates off (BERT uses 1e-6, torch 1e-8)")
     """Denominator epsilon; google-research/bert uses 1e-6, not torch's 1e-8."""
     max_grad_norm: float | None = spec(1.0, gt=0, le=1e6)
     """Clip the global gradient norm to this (reference: 1.0); None disables clipping."""
@@ -165,12 +163,11 @@ class TrainingConfig(Config):
         if self.early_stopping_patience is not None and self.metric_for_best is None:
             raise ConfigError("TrainingConfig.early_stopping_patience is set but metric_for_best is None: early "
                               "stopping watches metric_for_best")
-        if 1 < self.warmup and not float(self.warmup).is_integer():
-            raise ConfigError(f"TrainingConfig.warmup: expected a step count >= 1 or a fraction in [0, 1), found "
-                              f"{self.warmup!r}")
-        if 1 < self.decay and not float(self.decay).is_integer():
-            raise ConfigError(f"TrainingConfig.decay: expected a step count >= 1 or a fraction in [0, 1), found "
-                              f"{self.decay!r}")
+        for name in ("warmup", "decay"):
+            value = getattr(self, name)
+            if 1 < value and not float(value).is_integer():
+                raise ConfigError(f"TrainingConfig.{name}: expected a step count >= 1 or a fraction in [0, 1), "
+                                  f"found {value!r}")
 
     @classmethod
     def from_older(cls, d: dict[str, Any]) -> dict[str, Any]:

@@ -16,11 +16,8 @@ _NORM_TYPES = (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.BatchNorm2d, nn.RM
 
 
 def split_decay_names(model: nn.Module) -> tuple[list[str], list[str]]:
-    """Names of the trainable parameters that get weight decay and those that do not.
-
-    No decay on biases and on LayerNorm (any normalisation layer) weights, as google-research/bert's
-    `exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]`. Tied parameters are listed once.
-    """
+    """Names of the trainable parameters that get weight decay and those that do not: none on biases and
+    normalisation weights, as google-research/bert's `exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]`."""
     norm_params = {
         id(p) for m in model.modules() if isinstance(m, _NORM_TYPES) for p in m.parameters(recurse=False)
     }
@@ -57,20 +54,11 @@ def parameter_groups(model: nn.Module, weight_decay: float, lr: float | None = N
 
 
 class Lamb(Optimizer):
-    """LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes").
+    """LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes"): Adam's
+    update plus weight decay per tensor, scaled by the trust ratio ||p|| / ||update|| (1 when either is 0)."""
 
-    Per tensor: Adam's bias-corrected update r = m_hat / (sqrt(v_hat) + eps) + weight_decay * p, then a
-    layer-wise trust ratio ||p|| / ||r|| (1 when either norm is 0) scales the step: p -= lr * ratio * r.
-    """
-
-    def __init__(
-        self,
-        params: Iterable[Tensor] | Iterable[dict[str, Any]],
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-6,
-        weight_decay: float = 0.01,
-    ) -> None:
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.01) -> None:
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     @torch.no_grad()
@@ -100,8 +88,7 @@ class Lamb(Optimizer):
                 update = m_hat / (v_hat.sqrt() + group["eps"])
                 if group["weight_decay"]:
                     update.add_(p.float(), alpha=group["weight_decay"])
-                w_norm = float(p.float().norm())
-                u_norm = float(update.norm())
+                w_norm, u_norm = float(p.float().norm()), float(update.norm())
                 ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 and math.isfinite(u_norm) else 1.0
                 p.add_(update.to(p.dtype), alpha=-group["lr"] * ratio)
         return loss
@@ -118,10 +105,7 @@ def build_optimizer(model: nn.Module, config: TrainingConfig) -> Optimizer:
 
 
 def _fused_adamw_supported(groups: list[dict[str, Any]]) -> bool:
-    """True when torch's single-kernel AdamW can update every parameter: floating point, on CPU or CUDA.
-
-    The fused kernel reads and writes each weight and its two moments once per step instead of once per
-    elementwise operation; the update is the same AdamW (equal to the loop implementation within float rounding).
-    """
+    """True when torch's single-kernel AdamW (the same update, within float rounding) can update every parameter:
+    floating point, on CPU or CUDA."""
     params = [p for g in groups for p in g["params"]]
     return bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)

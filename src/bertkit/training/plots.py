@@ -16,6 +16,24 @@ from bertkit.training.logging import RECORD_KEYS, read_metrics
 _SKIP = {"tokens_per_s", "grad_norm", "samples", "tokens", "elapsed_s"}
 
 
+def _figure(width: float, height: float) -> Any:
+    """A matplotlib Figure on the Agg canvas (no pyplot, no GUI backend)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=80)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Any, png_path: str | os.PathLike) -> Path:
+    """Write `fig` as a PNG, atomically."""
+    png_path = Path(png_path)
+    with atomic_path(png_path) as tmp:
+        fig.savefig(tmp, format="png")
+    return png_path
+
+
 def collect_series(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
     """metric -> split -> (steps, values), from records with 'step' and 'split'."""
     series: dict[str, dict[str, tuple[list[int], list[float]]]] = defaultdict(dict)
@@ -41,9 +59,6 @@ def plot_metrics(
     `metrics` is a metrics.jsonl path or its records. By default: losses first, then accuracies and other
     evaluation metrics, then the learning rate. Returns the PNG path, or None when there is nothing to plot.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     records = read_metrics(metrics) if isinstance(metrics, (str, os.PathLike)) else list(metrics)
     series = collect_series(records)
     if metrics_to_plot is None:
@@ -55,8 +70,7 @@ def plot_metrics(
         return None
     cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
-    fig = Figure(figsize=(4.5 * cols, 3.2 * rows), dpi=80)
-    FigureCanvasAgg(fig)
+    fig = _figure(4.5 * cols, 3.2 * rows)
     for i, name in enumerate(names):
         ax = fig.add_subplot(rows, cols, i + 1)
         for split, (steps, values) in sorted(series[name].items()):
@@ -70,10 +84,7 @@ def plot_metrics(
         fig.suptitle(title)
     # Fixed margins: tight_layout costs as much as drawing the figure again.
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.08, top=0.9 if title else 0.94, wspace=0.28, hspace=0.5)
-    png_path = Path(png_path)
-    with atomic_path(png_path) as tmp:
-        fig.savefig(tmp, format="png")
-    return png_path
+    return _save(fig, png_path)
 
 
 def plot_bars(
@@ -85,11 +96,7 @@ def plot_bars(
     points: Sequence[Sequence[float]] | None = None,
 ) -> Path:
     """A bar per label with its value written on it (and, optionally, each run's value as a dot), as a PNG."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(1.8 + 1.9 * len(labels), 3.6), dpi=80)
-    FigureCanvasAgg(fig)
+    fig = _figure(1.8 + 1.9 * len(labels), 3.6)
     ax = fig.add_subplot(1, 1, 1)
     xs = list(range(len(labels)))
     bars = ax.bar(xs, values, color="#4c78a8", width=0.6)
@@ -106,7 +113,4 @@ def plot_bars(
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     fig.subplots_adjust(left=0.12, right=0.98, bottom=0.22, top=0.88)
-    png_path = Path(png_path)
-    with atomic_path(png_path) as tmp:
-        fig.savefig(tmp, format="png")
-    return png_path
+    return _save(fig, png_path)

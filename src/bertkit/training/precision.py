@@ -1,6 +1,5 @@
-"""The precision of the training steps, in one place: `Precision` resolves what a run computes in and is what the
-trainer's step calls in four places (autocast around the forward, backward, unscale before clipping, the optimizer
-step).
+"""The precision of the training steps: `Precision` resolves what a run computes in and is what the trainer's
+step calls (autocast around the forward, backward, unscale before clipping, the optimizer step).
 
 - 'auto' is bf16 on a CUDA GPU that supports it, fp16 on older GPUs, fp32 on a CPU (`resolve_precision`): a run's
   numbers do not depend on which CPU it lands on.
@@ -8,20 +7,11 @@ step).
   step is skipped and the scale lowered, so only a non-finite unscaled loss stops the run (`scales_loss`).
 - bf16 on a CPU without bf16 matrix units (AVX512-BF16, AMX) is emulated by PyTorch, many times slower than fp32:
   `warning` says so at the start of the run.
-- bf16 weights (TrainingConfig.bf16_weights; `Bf16Weights`). Under bf16 autocast the weights stay float32: every
-  forward casts each weight to bf16 again, and activations go back and forth between the two types (LayerNorm and
-  the residual stream in float32, matrix products in bf16). A BERT-base step's profile on an H100 found 13% of CUDA
-  time in copies (docs/results/gpu-suite-h100-2026-11-24.md). (On an AMX CPU the copies are mostly of activations,
-  which this does not remove: 12.9% of the step under autocast, 12.4% on bf16 weights, and the step is level with
-  autocast's there: docs/results/pretrain-bf16-weights-cpu-xeon-amx-2026-11-27.md.) Mixed precision with master weights
-  (Micikevicius et al. 2018; NVIDIA's BERT, Megatron) runs the steps on a bf16 copy of the model instead and keeps
-  the float32 weights for the update, where bf16's 8-bit mantissa would lose small updates: the steps run
-  `working`, a bf16 copy (weights, activations, LayerNorms and residual stream in bf16; the heads still compute
-  their losses in float32); `take_gradients` moves its gradients into the float32 model's `.grad`, in float32, so
-  that the micro-batches of one step add up in float32; the optimizer updates the float32 model as it would without
-  this (the same AdamW, clipping and schedule); `refresh` then rounds the new weights into `working`. The float32
-  model stays what checkpoints, evaluation, best/ and final/ read: a run resumes bit for bit, and its saved model is
-  the float32 one.
+- bf16 weights (TrainingConfig.bf16_weights; `Bf16Weights`): mixed precision with master weights (Micikevicius
+  et al. 2018; NVIDIA's BERT, Megatron). Under autocast every forward casts each float32 weight to bf16 again (13%
+  of a BERT-base step's CUDA time on an H100, docs/results/gpu-suite-h100-2026-11-24.md); instead the steps run a
+  bf16 copy of the model, whose gradients add up in float32 in the float32 model the optimizer updates, and which
+  takes the new weights after each step. The float32 model is what checkpoints, evaluation, best/ and final/ read.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Where a training step's time goes: torch.profiler over a window of a real run's steps
 (TrainingConfig.profile_steps, profile_from).
 
-The trainer wraps each step in one context (`StepProfiler.step`, torchtitan's shape): the profiler marks the whole
-step, and the step's parts are the spans PyTorch records itself (`PARTS`): the loader's next batch (DataLoader's
-`enumerate(DataLoader)#...__next__`), the optimizer (`Optimizer.step#...`, `Optimizer.zero_grad#...`) and the rest
-(the copy to the device, forward, backward, clipping, the finiteness check). Host-side waits show beside the
-kernels: a GPU step whose parts take longer on the host than its kernels take on the device is bound by the host,
-not by its arithmetic. Rank 0 writes two files into the output folder when the window ends:
+The trainer wraps each step in one context (`StepProfiler.step`, torchtitan's shape); the step's parts are the
+spans PyTorch records itself (`PART_SPANS`: the loader's next batch, the optimizer) and the rest. Rank 0 writes two
+files into the output folder when the window ends:
 
 - `profile.txt`: the steps' wall time and tokens/s, each part's share of it, and the ops by self time on the CPU
-  (and on the GPU, when there is one), per step. Only the steps count: an evaluation or a checkpoint that falls
-  inside the window is left out of every figure;
+  (and on the GPU, when there is one), per step; an evaluation or checkpoint inside the window is left out;
 - `profile-trace.json`: the whole trace, evaluations included, for chrome://tracing or https://ui.perfetto.dev.
 """
 
@@ -31,12 +27,9 @@ from bertkit.io import atomic_path, atomic_write_text
 
 PROFILE_TEXT = "profile.txt"
 PROFILE_TRACE = "profile-trace.json"
-PARTS = ("load", "optimizer", "rest")
-"""The parts of a step profile.txt shows, in order: the spans PyTorch records whose names start with PART_SPANS'
-prefixes, and the rest of the step."""
+PARTS = ("load", "optimizer", "rest")  # profile.txt's parts of a step, in order
 PART_SPANS = {"load": ("enumerate(DataLoader)#",), "optimizer": ("Optimizer.step#", "Optimizer.zero_grad#")}
-STEP_SPAN = "step.step"
-"""The record_function span around each whole step: the ops inside these spans are the ones profile.txt counts."""
+STEP_SPAN = "step.step"  # the record_function span around each whole step: profile.txt counts the ops inside
 TOP_OPS = 25
 
 
@@ -68,11 +61,9 @@ class StepProfiler:
         the files after its last), else nothing."""
         span = StepSpan()
         if self.enabled and self._prof is None and done == self.start:
-            activities = [ProfilerActivity.CPU]
-            if self.device.type == "cuda":
-                activities.append(ProfilerActivity.CUDA)
+            gpu = [ProfilerActivity.CUDA] if self.device.type == "cuda" else []
             self._sync()
-            self._prof = profile(activities=activities)
+            self._prof = profile(activities=[ProfilerActivity.CPU, *gpu])
             self._prof.__enter__()
         if self._prof is None:
             yield span
@@ -95,9 +86,8 @@ class StepProfiler:
             return None
         self._sync()
         started = time.perf_counter()
-        prof, self._prof = self._prof, None
-        prof.__exit__(None, None, None)
-        self.enabled = False  # one window per run
+        prof = self._prof
+        self.close()  # one window per run
         with atomic_path(self.output_dir / PROFILE_TRACE) as tmp:
             prof.export_chrome_trace(str(tmp))
         text = report(prof.events(), self._done, self._seconds, self._tokens, self.start, self.device, note)

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
@@ -27,13 +28,9 @@ def resolve_warmup(warmup: float, total_steps: int) -> int:
 
 
 def lr_factor(schedule: str, step: int, warmup_steps: int, total_steps: int, decay_steps: int = 0) -> float:
-    """LR multiplier of optimizer update `step` (0-based) under `schedule`.
-
-    Warm-up: (step + 1) / warmup_steps, so the first update already moves and update warmup_steps - 1 reaches the
-    peak. The decay runs from `start` (the warm-up's end; for warmup-stable-decay `decay_steps` before the end, not
-    before the warm-up's end) to total_steps: linear (total_steps - step) / (total_steps - start), cosine
-    (1 + cos(pi (step - start) / (total_steps - start))) / 2; 1 before it, 0 from total_steps on.
-    """
+    """LR multiplier of optimizer update `step` (0-based) under `schedule`. The warm-up's first update already
+    moves, and update warmup_steps - 1 reaches the peak; the decay starts at the warm-up's end (warmup-stable-decay:
+    `decay_steps` before the end, not before the warm-up's end) and reaches 0 at total_steps."""
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     if schedule == "constant":
@@ -53,14 +50,14 @@ def linear_warmup_decay(step: int, warmup_steps: int, total_steps: int) -> float
     return lr_factor("linear", step, warmup_steps, total_steps)
 
 
+@dataclass
 class _Schedule:
     """Picklable LR lambda (LambdaLR stores it in its state only when it is a callable object)."""
 
-    def __init__(self, schedule: str, warmup_steps: int, total_steps: int, decay_steps: int) -> None:
-        self.schedule = schedule
-        self.warmup_steps = warmup_steps
-        self.total_steps = total_steps
-        self.decay_steps = decay_steps
+    schedule: str
+    warmup_steps: int
+    total_steps: int
+    decay_steps: int
 
     def __call__(self, step: int) -> float:
         return lr_factor(self.schedule, step, self.warmup_steps, self.total_steps, self.decay_steps)

@@ -1,12 +1,10 @@
 """Trackers (TrainingConfig.report_to): the records of metrics.jsonl sent as they are written to TensorBoard, MLflow
-or Weights & Biases. Each is a Callback (bertkit.training.callbacks) on the main process; each package is an
-optional extra, imported only when its tracker is chosen, and a chosen one that is not installed is a warning
-naming the extra (`trackers`), never a silent gap.
+or Weights & Biases, each a Callback on the main process. Each package is an optional extra; a chosen one that is
+not installed is a warning naming the extra (`trackers`).
 
-Every numeric field of a record goes as `SPLIT/NAME` (`train/loss`, `train/lr`, `eval/accuracy`) at the record's
-step; MLflow and W&B also get the run's settings (the TrainingConfig and the job's data and options, as a resume
-checks them) as parameters. Each start of a run (a resume too) is a run of its own in MLflow and W&B; TensorBoard
-writes into the same folder and hides the events a resume replays.
+Every numeric field of a record goes as `SPLIT/NAME` (`train/loss`, `eval/accuracy`) at the record's step; MLflow
+and W&B also get the run's settings as parameters. Each start of a run (a resume too) is a run of its own in MLflow
+and W&B; TensorBoard writes into the same folder and hides the events a resume replays.
 
 - 'tensorboard' (extra `tensorboard`): event files in OUTPUT/tensorboard (`tensorboard --logdir OUTPUT`).
 - 'mlflow' (extra `mlflow`, the mlflow-skinny client): a run in experiment $MLFLOW_EXPERIMENT_NAME (default
@@ -140,22 +138,17 @@ class WandbTracker(Tracker):
         self.run.finish(exit_code=0 if ok else 1)
 
 
-TRACKERS: dict[str, tuple[type[Tracker], str]] = {
-    "tensorboard": (TensorBoardTracker, "tensorboard"),
-    "mlflow": (MLflowTracker, "mlflow"),
-    "wandb": (WandbTracker, "wandb"),
-}
-"""report_to's names -> the tracker and the module it needs (each installed by the bertkit extra of its name)."""
+# report_to's names -> the tracker; each needs the module of its name (installed by the bertkit extra of its name).
+TRACKERS: dict[str, type[Tracker]] = {"tensorboard": TensorBoardTracker, "mlflow": MLflowTracker, "wandb": WandbTracker}
 
 
 def trackers(names: Sequence[str]) -> tuple[list[Tracker], list[str]]:
     """The trackers `names` chooses whose package is installed, and a warning for each that is not."""
     chosen, warnings = [], []
     for name in dict.fromkeys(names):  # each once, in order
-        cls, module = TRACKERS[name]
-        if importlib.util.find_spec(module) is None:
-            warnings.append(f"warning: TrainingConfig.report_to names {name!r}, but {module} is not installed: "
+        if importlib.util.find_spec(name) is None:
+            warnings.append(f"warning: TrainingConfig.report_to names {name!r}, but {name} is not installed: "
                             f"pip install 'bertkit[{name}]' (this run reports to metrics.jsonl and curves.png only)")
         else:
-            chosen.append(cls())
+            chosen.append(TRACKERS[name]())
     return chosen, warnings

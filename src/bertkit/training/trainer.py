@@ -69,16 +69,16 @@ class TrainResult:
     signal: int | None = None
     """The signal (SIGINT, SIGTERM) that stopped the run early, after its checkpoint was written."""
     resumes: list[dict[str, Any]] = field(default_factory=list)
-    """One record per resume that led to this result: its step, checkpoint and the data or settings it changed
-    (`changed`: name -> [checkpoint's, this run's]; empty for a plain resume)."""
+    """One record per resume that led to this result: its step, checkpoint and what it changed (`changed`: name ->
+    [checkpoint's, this run's])."""
     stop_reason: str | None = None
     """Why a callback ended the run before its last step (early stopping: the metric and its patience)."""
 
 
 @dataclass
 class TrainState:
-    """The loop's own state: exactly what a checkpoint saves and a resume restores besides the model, optimizer,
-    scheduler, loss scaler and RNG states (checkpoint key "trainer")."""
+    """The loop's own state, as a checkpoint saves it (key "trainer") beside the model, optimizer, scheduler, loss
+    scaler and RNG states."""
 
     step: int = 0
     position: Position = field(default_factory=Position)
@@ -135,20 +135,12 @@ def unwrap(model: nn.Module) -> nn.Module:
 class Trainer:
     """Runs the training loop of a config over one or more phases; see the module docstring."""
 
-    def __init__(
-        self,
-        model: nn.Module,
-        config: TrainingConfig,
-        train_data: Dataset | None = None,
-        collate_fn: Callable[[list[Any]], Any] | None = None,
-        evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
-        save_extra: Callable[[Path], None] | None = None,
-        phases: Sequence[TrainPhase] | None = None,
-        dist_info: DistInfo | None = None,
-        fingerprint: dict[str, Any] | None = None,
-        on_start: Callable[[], None] | None = None,
-        callbacks: Sequence[Callback] = (),
-    ) -> None:
+    def __init__(self, model: nn.Module, config: TrainingConfig, train_data: Dataset | None = None,
+                 collate_fn: Callable[[list[Any]], Any] | None = None,
+                 evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
+                 save_extra: Callable[[Path], None] | None = None, phases: Sequence[TrainPhase] | None = None,
+                 dist_info: DistInfo | None = None, fingerprint: dict[str, Any] | None = None,
+                 on_start: Callable[[], None] | None = None, callbacks: Sequence[Callback] = ()) -> None:
         """`fingerprint`: the job's data and settings a resume must match (the config's own are added here).
         `on_start`: writes the job's records on rank 0 once the run is known to start (after a resume was checked).
         `callbacks`: run after the built-in ones, on rank 0."""
@@ -207,14 +199,9 @@ class Trainer:
         rng["collate"] = [ckpt.generator_state(g) for g in self.batches.collate_generators()]
         all_rng = all_gather_objects(rng, self.dist)
         if self.dist.is_main:
-            state = {
-                "model": unwrap(self.model).state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "scaler": self.precision.state_dict(),
-                "trainer": self.state.to_dict(),
-                "rng": all_rng,
-            }
+            state = {"model": unwrap(self.model).state_dict(), "optimizer": self.optimizer.state_dict(),
+                     "scheduler": self.scheduler.state_dict(), "scaler": self.precision.state_dict(),
+                     "trainer": self.state.to_dict(), "rng": all_rng}
             meta = dict(self.batches.meta(), step=self.state.step, fingerprint=self.fingerprint)
             ckpt.save_training_state(folder, state, meta)
             ckpt.prune_checkpoints(self.output_dir / CHECKPOINTS, self.config.keep_last)
@@ -282,9 +269,7 @@ class Trainer:
         best = self.state.best_value
         if not math.isfinite(value):
             return False  # a NaN score is never the best (and would never be beaten)
-        if best is None:
-            return True
-        return value > best if self.config.greater_is_better else value < best
+        return best is None or (value > best if self.config.greater_is_better else value < best)
 
     def run_evaluation(self) -> dict[str, Any] | None:
         """Evaluate on rank 0 (RNG untouched, eval mode), log, plot, and keep best/; all ranks wait."""
@@ -475,8 +460,7 @@ class Trainer:
 
     def train_step(self, model: nn.Module, stream: Stream) -> StepOutcome:
         """One optimizer update: the phase's micro-batches with their gradients accumulated (DDP reduces them at the
-        last one only), clipping, the finiteness guard, the optimizer and LR steps. How each computes (autocast,
-        fp16's loss scale, bf16 weights) is the Precision's."""
+        last one only), clipping, the finiteness guard, the optimizer and LR steps, computed as the Precision says."""
         st, precision = self.state, self.precision
         accum = self.batches.accum_steps(st.position.phase)
         loss_sum, tokens, epoch_ended = torch.zeros((), device=self.device), 0, False
@@ -501,8 +485,7 @@ class Trainer:
         return StepOutcome(loss_sum, accum, tokens, lr, grad_norm, epoch_ended)
 
     def _clip_gradients(self) -> Tensor:
-        """Clip the global gradient norm to max_grad_norm; the norm, measured when clipping is off too (a non-finite
-        gradient must stop the run, clipped or not)."""
+        """Clip the global gradient norm to max_grad_norm; the norm, measured when clipping is off too."""
         params = [p for p in unwrap(self.model).parameters() if p.requires_grad]
         if self.config.max_grad_norm is not None:
             return torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
@@ -510,9 +493,7 @@ class Trainer:
 
     def _stop_if_not_finite(self, loss: Tensor, grad_norm: Tensor) -> None:
         """Raise TrainingError on every rank, before the optimizer step, when any rank's loss (or, without fp16
-        loss scaling, its gradient norm) is inf or NaN. With loss scaling an inf/NaN gradient is the scaler's
-        overflow signal (it skips that step and lowers the scale), so only a non-finite unscaled loss stops the
-        run. One synchronisation per step, as GradScaler's own check makes."""
+        loss scaling, whose overflow signal an inf/NaN gradient is, its gradient norm) is inf or NaN."""
         checked = loss.detach().float().reshape(1)
         if not self.precision.scales_loss:
             checked = torch.cat([checked, grad_norm.detach().float().reshape(1).to(checked.device)])
