@@ -17,13 +17,15 @@ tokens can report offsets into the un-normalised text; it has a fast path for AS
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 import unicodedata
 from typing import Iterable
 
 # The CJK Unified Ideographs blocks BERT treats as words of their own (tokenization.py `_is_chinese_char`).
 # HF tokenizers, the parity reference, starts the sixth range at 0x2B920 where google-research/bert has 0x2B820;
-# we follow HF so that encodings are identical (GOOGLE_CJK_RANGES keeps the original for reference).
+# we follow HF so that encodings are identical.
 CJK_RANGES: tuple[tuple[int, int], ...] = (
     (0x4E00, 0x9FFF),
     (0x3400, 0x4DBF),
@@ -34,7 +36,6 @@ CJK_RANGES: tuple[tuple[int, int], ...] = (
     (0xF900, 0xFAFF),
     (0x2F800, 0x2FA1F),
 )
-GOOGLE_CJK_RANGES = CJK_RANGES[:5] + ((0x2B820, 0x2CEAF),) + CJK_RANGES[6:]
 
 # Python 3.11's unicodedata is Unicode 14; HF tokenizers' category tables are older. These code points are
 # classified differently there; we follow HF (found by encoding every code point with both tokenizers).
@@ -87,6 +88,8 @@ WHITESPACE = frozenset(
     "\u2028\u2029\u202f\u205f\u3000"
 )
 
+_WHITESPACE_RE = re.compile("[" + "".join(sorted(WHITESPACE)) + "]+")
+
 # Character classes used by the aligned splitter.
 KEEP, DROP, SPACE, PUNCT, CJK = 0, 1, 2, 3, 4
 
@@ -130,23 +133,12 @@ def is_chinese_char(cp: int) -> bool:
 
 def clean_text(text: str) -> str:
     """Remove NUL, U+FFFD and control characters; turn every whitespace character into a space."""
-    out = []
-    for ch in text:
-        if ch == "\x00" or ch == "\ufffd" or is_control(ch):
-            continue
-        out.append(" " if is_whitespace(ch) else ch)
-    return "".join(out)
+    return "".join(" " if is_whitespace(ch) else ch for ch in text if ch not in "\x00\ufffd" and not is_control(ch))
 
 
 def tokenize_chinese_chars(text: str) -> str:
     """Put a space on both sides of every CJK ideograph so each becomes a word."""
-    out = []
-    for ch in text:
-        if is_chinese_char(ord(ch)):
-            out.extend((" ", ch, " "))
-        else:
-            out.append(ch)
-    return "".join(out)
+    return "".join(f" {ch} " if is_chinese_char(ord(ch)) else ch for ch in text)
 
 
 def run_strip_accents(text: str) -> str:
@@ -163,17 +155,7 @@ def lowercase(text: str) -> str:
 
 def whitespace_tokenize(text: str) -> list[str]:
     """Split on runs of BERT whitespace, dropping empty pieces."""
-    words, cur = [], []
-    for ch in text:
-        if ch in WHITESPACE:
-            if cur:
-                words.append("".join(cur))
-                cur = []
-        else:
-            cur.append(ch)
-    if cur:
-        words.append("".join(cur))
-    return words
+    return [word for word in _WHITESPACE_RE.split(text) if word]
 
 
 def run_split_on_punc(word: str, never_split: Iterable[str] = ()) -> list[str]:
@@ -181,17 +163,8 @@ def run_split_on_punc(word: str, never_split: Iterable[str] = ()) -> list[str]:
     if word in never_split:
         return [word]
     pieces: list[str] = []
-    cur: list[str] = []
-    for ch in word:
-        if is_punctuation(ch):
-            if cur:
-                pieces.append("".join(cur))
-                cur = []
-            pieces.append(ch)
-        else:
-            cur.append(ch)
-    if cur:
-        pieces.append("".join(cur))
+    for punct, run in itertools.groupby(word, is_punctuation):
+        pieces += list(run) if punct else ["".join(run)]
     return pieces
 
 
@@ -235,42 +208,23 @@ ASCII_WORD_RE = re.compile(r"[A-Za-z0-9]+|[" + re.escape(_ASCII_PUNCT) + "]")
 ASCII_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _CHUNK_RE = re.compile(r"[^ \t\n\r]+")
 
-_CLASS_CACHE: dict[str, int] = {}
-
-
+@functools.cache
 def char_class(ch: str) -> int:
     """KEEP, DROP, SPACE, PUNCT or CJK for one original character (memoised)."""
-    c = _CLASS_CACHE.get(ch)
-    if c is None:
-        if ch == "\x00" or ch == "\ufffd" or is_control(ch):
-            c = DROP
-        elif ch in WHITESPACE:
-            c = SPACE
-        elif is_punctuation(ch):
-            c = PUNCT
-        elif is_chinese_char(ord(ch)):
-            c = CJK
-        else:
-            c = KEEP
-        _CLASS_CACHE[ch] = c
-    return c
+    if ch in "\x00\ufffd" or is_control(ch):
+        return DROP
+    if ch in WHITESPACE:
+        return SPACE
+    if is_punctuation(ch):
+        return PUNCT
+    return CJK if is_chinese_char(ord(ch)) else KEEP
 
 
-_NORM_CACHE: dict[tuple[str, bool, bool], str] = {}
-
-
+@functools.cache
 def normalize_char(ch: str, lower: bool, strip: bool) -> str:
     """What one kept character becomes after accent stripping and lower-casing (possibly several characters)."""
-    key = (ch, lower, strip)
-    out = _NORM_CACHE.get(key)
-    if out is None:
-        out = ch
-        if strip:
-            out = run_strip_accents(out)
-        if lower:
-            out = "".join(c.lower() for c in out)
-        _NORM_CACHE[key] = out
-    return out
+    out = run_strip_accents(ch) if strip else ch
+    return lowercase(out) if lower else out
 
 
 # A word: its normalised text, the original index of its first character, and the original index of every

@@ -132,9 +132,8 @@ def _windows(n: int, max_len: int, stride: int) -> list[tuple[int, int]]:
     if max_len == 0:
         return [(0, 0), (0, n)]
     if stride >= max_len:
-        raise TokenizerError(
-            f"stride {stride} must be smaller than the room left for the truncated sequence ({max_len} tokens)"
-        )
+        raise TokenizerError(f"stride {stride} must be smaller than the room left for the truncated sequence "
+                             f"({max_len} tokens)")
     spans = []
     start = 0
     while True:
@@ -167,21 +166,18 @@ def _truncation_lengths(n1: int, n2: int | None, room: int, strategy: str) -> tu
         return (short, long_) if n1 <= n2 else (long_, short)
     if strategy == "only_first":
         if n1 <= to_remove:
-            raise TokenizerError(
-                f"cannot truncate the first sequence ({n1} tokens) to fit max_length: {to_remove} must go"
-            )
+            raise TokenizerError(f"cannot truncate the first sequence ({n1} tokens) to fit max_length: {to_remove} "
+                                 "must go")
         return n1 - to_remove, n2
     if strategy == "only_second":
         if n2 is None:
             raise TokenizerError("truncation='only_second' needs a pair of sequences")
         if n2 <= to_remove:
-            raise TokenizerError(
-                f"cannot truncate the second sequence ({n2} tokens) to fit max_length: {to_remove} must go"
-            )
+            raise TokenizerError(f"cannot truncate the second sequence ({n2} tokens) to fit max_length: {to_remove} "
+                                 "must go")
         return n1, n2 - to_remove
-    raise TokenizerError(
-        f"truncation must be True, False, 'longest_first', 'only_first' or 'only_second', got {strategy!r}"
-    )
+    raise TokenizerError(f"truncation must be True, False, 'longest_first', 'only_first' or 'only_second', "
+                         f"got {strategy!r}")
 
 
 def _cleanup(text: str, rules: tuple[tuple[str, str], ...]) -> str:
@@ -295,18 +291,9 @@ class TokenizerBase:
         raise NotImplementedError
 
     # --- encoding ----------------------------------------------------------------------------------------------------
-    def encode(
-        self,
-        text: str,
-        pair: str | None = None,
-        max_length: int | None = None,
-        truncation: bool | str = True,
-        padding: bool | str = False,
-        pad_to_multiple_of: int | None = None,
-        stride: int = 0,
-        return_overflowing: bool = False,
-        add_special_tokens: bool = True,
-    ) -> Encoding:
+    def encode(self, text: str, pair: str | None = None, max_length: int | None = None,
+               truncation: bool | str = True, padding: bool | str = False, pad_to_multiple_of: int | None = None,
+               stride: int = 0, return_overflowing: bool = False, add_special_tokens: bool = True) -> Encoding:
         """Encode one text (or a pair) with the model's special tokens (BERT: `[CLS] A [SEP] (B [SEP])`).
 
         `max_length` (default: model_max_length) bounds every window when `truncation` is on. Truncation
@@ -324,19 +311,10 @@ class TokenizerBase:
         self._pad([enc, *enc.overflowing], padding, max_length, pad_to_multiple_of)
         return enc
 
-    def __call__(
-        self,
-        texts: Sequence[str] | str,
-        pairs: Sequence[str] | str | None = None,
-        max_length: int | None = None,
-        truncation: bool | str = True,
-        padding: bool | str = False,
-        pad_to_multiple_of: int | None = None,
-        stride: int = 0,
-        return_overflowing: bool = False,
-        add_special_tokens: bool = True,
-        num_workers: int | None = None,
-    ) -> BatchEncoding:
+    def __call__(self, texts: Sequence[str] | str, pairs: Sequence[str] | str | None = None,
+                 max_length: int | None = None, truncation: bool | str = True, padding: bool | str = False,
+                 pad_to_multiple_of: int | None = None, stride: int = 0, return_overflowing: bool = False,
+                 add_special_tokens: bool = True, num_workers: int | None = None) -> BatchEncoding:
         """Encode a batch (same options as `encode`). Overflow windows, when asked for, become encodings of their
         own, in order, with `overflow_to_sample_mapping`. `padding=True`/'longest' pads to the batch's longest.
 
@@ -395,15 +373,8 @@ class TokenizerBase:
             raise TokenizerError(f"texts must be strings, got {type(text).__name__}")
         return text
 
-    def _assemble(
-        self,
-        a: Sequence_,
-        b: Sequence_ | None,
-        max_length: int | None,
-        truncation: bool | str,
-        stride: int,
-        add_special_tokens: bool,
-    ) -> Encoding:
+    def _assemble(self, a: Sequence_, b: Sequence_ | None, max_length: int | None, truncation: bool | str,
+                  stride: int, add_special_tokens: bool) -> Encoding:
         """Truncate into windows and add special tokens; the first window is the encoding, the rest overflowing."""
         strategy = "longest_first" if truncation is True else truncation
         n_special = self.special_counts[b is not None] if add_special_tokens else 0
@@ -487,21 +458,11 @@ class BertTokenizer(TokenizerBase):
     `never_split` tokens (by default the special tokens) are recognised in the raw text and kept whole.
     """
 
-    def __init__(
-        self,
-        vocab: dict[str, int] | Sequence[str],
-        lowercase: bool = True,
-        strip_accents: bool | None = None,
-        tokenize_chinese_chars: bool = True,
-        never_split: Iterable[str] | None = None,
-        model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
-        unk_token: str = "[UNK]",
-        cls_token: str = "[CLS]",
-        sep_token: str = "[SEP]",
-        pad_token: str = "[PAD]",
-        mask_token: str = "[MASK]",
-        name_or_path: str = "",
-    ) -> None:
+    def __init__(self, vocab: dict[str, int] | Sequence[str], lowercase: bool = True,
+                 strip_accents: bool | None = None, tokenize_chinese_chars: bool = True,
+                 never_split: Iterable[str] | None = None, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+                 unk_token: str = "[UNK]", cls_token: str = "[CLS]", sep_token: str = "[SEP]",
+                 pad_token: str = "[PAD]", mask_token: str = "[MASK]", name_or_path: str = "") -> None:
         if not isinstance(vocab, dict):
             vocab = {t: i for i, t in enumerate(vocab)}
         if not vocab:
@@ -521,9 +482,8 @@ class BertTokenizer(TokenizerBase):
         # vocabulary has no [PAD]); the others are part of every encoding.
         missing = [t for t in specials.values() if t not in self.vocab and t not in (mask_token, pad_token)]
         if missing:
-            raise TokenizerError(
-                f"{name_or_path or 'vocabulary'}: special token(s) {', '.join(missing)} missing from the vocabulary"
-            )
+            raise TokenizerError(f"{name_or_path or 'vocabulary'}: special token(s) {', '.join(missing)} missing from "
+                                 "the vocabulary")
         self.unk_token_id = self.vocab[unk_token]
         self.cls_token_id = self.vocab[cls_token]
         self.sep_token_id = self.vocab[sep_token]

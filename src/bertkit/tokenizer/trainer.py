@@ -103,14 +103,9 @@ class _Merger:
         for word, n in word_counts.items():
             for ch in word:
                 chars[ch] += n
-        alphabet = [c for c, _ in chars.most_common(limit_alphabet)]
-        alphabet.sort()
-        self.units: list[str] = []
-        self.index: dict[str, int] = {}
-        for ch in alphabet:
-            self.unit(ch)
-        for ch in alphabet:
-            self.unit(PREFIX + ch)
+        alphabet = sorted(c for c, _ in chars.most_common(limit_alphabet))
+        self.units: list[str] = [*alphabet, *(PREFIX + ch for ch in alphabet)]  # word starts, then continuations
+        self.index: dict[str, int] = {u: i for i, u in enumerate(self.units)}
         self.min_frequency = min_frequency
         self.words: list[list[int]] = []
         self.freqs: list[int] = []
@@ -218,19 +213,11 @@ class _Merger:
         return new
 
 
-def train_wordpiece(
-    inputs: Iterable[str | os.PathLike] | str | os.PathLike,
-    vocab_size: int = 30522,
-    min_frequency: int = 2,
-    lowercase: bool = True,
-    strip_accents: bool | None = None,
-    tokenize_chinese_chars: bool = True,
-    special_tokens: Iterable[str] = DEFAULT_SPECIAL_TOKENS,
-    limit_alphabet: int | None = None,
-    from_files: bool | None = None,
-    progress: bool = False,
-    criterion: str = "likelihood",
-) -> list[str]:
+def train_wordpiece(inputs: Iterable[str | os.PathLike] | str | os.PathLike, vocab_size: int = 30522,
+                    min_frequency: int = 2, lowercase: bool = True, strip_accents: bool | None = None,
+                    tokenize_chinese_chars: bool = True, special_tokens: Iterable[str] = DEFAULT_SPECIAL_TOKENS,
+                    limit_alphabet: int | None = None, from_files: bool | None = None, progress: bool = False,
+                    criterion: str = "likelihood") -> list[str]:
     """Train a WordPiece vocabulary; returns the tokens in id order (special tokens first, then the alphabet,
     then merged units in the order they were learnt).
 
@@ -267,18 +254,12 @@ def train_wordpiece(
                 bar.update(1)
     if bar is not None:
         bar.close()
-    return vocab[:vocab_size] if len(vocab) > vocab_size else vocab
+    return vocab[:vocab_size]
 
 
-def train_tokenizer(
-    inputs: Iterable[str | os.PathLike] | str | os.PathLike,
-    vocab_size: int = 30522,
-    min_frequency: int = 2,
-    lowercase: bool = True,
-    strip_accents: bool | None = None,
-    tokenize_chinese_chars: bool = True,
-    **kwargs,
-) -> BertTokenizer:
+def train_tokenizer(inputs: Iterable[str | os.PathLike] | str | os.PathLike, vocab_size: int = 30522,
+                    min_frequency: int = 2, lowercase: bool = True, strip_accents: bool | None = None,
+                    tokenize_chinese_chars: bool = True, **kwargs) -> BertTokenizer:
     """Train a vocabulary with `train_wordpiece` and return the BertTokenizer that uses it."""
     vocab = train_wordpiece(inputs, vocab_size, min_frequency, lowercase, strip_accents, tokenize_chinese_chars,
                             **kwargs)
