@@ -10,9 +10,8 @@ checkpoints whose heads differ from the class asked for (new heads are initialis
 both are reported in `model.load_report` and logged).
 
 Folders of the BERT family (DistilBERT, RoBERTa, XLM-R, ALBERT, ELECTRA) are read and written through their
-adapter (`bertkit.model.families`): their tensor names become bertkit's as the file is read, and go back to theirs
-as it is written. There every file tensor must have a name of the family's layout, and the encoder's tensors must
-all be there, none left over: a CheckpointError names those that are not.
+adapter (`bertkit.model.families`), which renames their tensors both ways; a tensor outside the family's layout, or
+an encoder tensor missing or left over, is a CheckpointError.
 """
 
 from __future__ import annotations
@@ -109,9 +108,8 @@ def find_weights(folder: Path) -> Path:
     for name in (SAFETENSORS_NAME, SAFETENSORS_INDEX_NAME, TORCH_NAME):
         if (folder / name).is_file():
             return folder / name
-    raise CheckpointError(
-        f"{folder}: no weights file (expected {SAFETENSORS_NAME}, {SAFETENSORS_INDEX_NAME} or {TORCH_NAME})"
-    )
+    raise CheckpointError(f"{folder}: no weights file (expected {SAFETENSORS_NAME}, {SAFETENSORS_INDEX_NAME} or "
+                          f"{TORCH_NAME})")
 
 
 def shard_paths(index_path: Path) -> list[Path]:
@@ -170,31 +168,20 @@ def _unreadable_safetensors(path: Path, reason: object) -> CheckpointError:
     return CheckpointError(f"{path}: not a readable safetensors file (truncated or another format?): {reason}")
 
 
-SAFETENSORS_HEADER_LIMIT = 100_000_000  # the largest JSON header the safetensors library reads
-
-
 def safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    """Tensor names and shapes of a safetensors file (or of every shard an index names), from the headers alone.
-
-    A safetensors file starts with the header's length (8 bytes, little-endian) and the header, JSON mapping each
-    tensor name to its dtype, shape and byte range; reading it costs a few kB however large the weights are."""
+    """Tensor names and shapes of a safetensors file (or of every shard an index names), from the headers alone:
+    safetensors maps the file and reads its JSON header, a few kB however large the weights are."""
     if path.name.endswith(".index.json"):
         return {name: shape for shard in shard_paths(path) for name, shape in safetensors_shapes(shard).items()}
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such weights file")
+    from safetensors import SafetensorError, safe_open
+
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            length = int.from_bytes(f.read(8), "little") if size >= 8 else -1
-            if not 0 < length <= min(size - 8, SAFETENSORS_HEADER_LIMIT):
-                raise ValueError(f"header length {length} for a file of {size} bytes")
-            header = json.loads(f.read(length))
-        shapes = {name: tuple(entry["shape"]) for name, entry in header.items() if name != "__metadata__"}
-        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for s in shapes.values() for n in s):
-            raise ValueError("a tensor shape that is not a list of sizes")
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such weights file") from None
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        with safe_open(str(path), framework="pt") as f:
+            return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    except (SafetensorError, OSError, ValueError) as e:
         raise _unreadable_safetensors(path, e) from None
-    return shapes
 
 
 _LAYER_INDEX = re.compile(r"encoder\.layer\.(\d+)\.")
@@ -257,10 +244,8 @@ def check_vocab(folder: Path, config: BertConfig) -> None:
     if path.is_file():
         size = read_vocab_size(path)
         if size > config.vocab_size:
-            raise CheckpointError(
-                f"{path}: the vocabulary has {size} tokens but {folder / CONFIG_NAME} says vocab_size "
-                f"{config.vocab_size}; the tokenizer and the model do not belong together"
-            )
+            raise CheckpointError(f"{path}: the vocabulary has {size} tokens but {folder / CONFIG_NAME} says "
+                                  f"vocab_size {config.vocab_size}; the tokenizer and the model do not belong together")
         if size < config.vocab_size:
             logger.info("%s: %d tokens for vocab_size %d; embedding rows past the vocabulary are unused",
                         path, size, config.vocab_size)
@@ -400,10 +385,9 @@ def load_state_into(model: Model, state: dict[str, Tensor], source: Path, strict
         if tuple(state[key].shape) != tuple(model_state[name].shape)
     ]
     if mismatches:
-        raise CheckpointError(
-            f"{source}: {len(mismatches)} tensor(s) do not match config.json's sizes: " + "; ".join(mismatches[:5])
-            + (f"; and {len(mismatches) - 5} more" if len(mismatches) > 5 else "")
-        )
+        more = f"; and {len(mismatches) - 5} more" if len(mismatches) > 5 else ""
+        raise CheckpointError(f"{source}: {len(mismatches)} tensor(s) do not match config.json's sizes: "
+                              f"{'; '.join(mismatches[:5])}{more}")
     report.missing = sorted(model_keys - set(mapping.values()))
     if origin is not None:
         _check_family_encoder(report, origin, model.config.family)
@@ -441,14 +425,11 @@ def read_family_state(model_type: str, weights: Path,
     renamed: dict[str, Any] = {}
     for key, name in names.items():
         if name in renamed:  # two file tensors, one place (a pooler and a classifier.dense, say)
-            raise CheckpointError(f"{weights}: {names_of(names, name)} are both bertkit's {name}; a {model_type} "
-                                  "folder holds one of them")
+            both = " and ".join(repr(k) for k, v in names.items() if v == name)
+            raise CheckpointError(f"{weights}: {both} are both bertkit's {name}; a {model_type} folder holds one "
+                                  "of them")
         renamed[name] = state[key]
     return renamed, {name: key for key, name in names.items()}
-
-
-def names_of(names: dict[str, str], target: str) -> str:
-    return " and ".join(repr(k) for k, v in names.items() if v == target)
 
 
 def load_pretrained(
@@ -501,10 +482,7 @@ def load_pretrained(
         kwargs["add_pooling_layer"] = False  # as the family's base model (DistilBertModel, ElectraModel)
     model = cls(config, **kwargs)
     report = load_state_into(model, state, weights, strict=strict, origin=origin)
-    if report.missing or report.unexpected:
-        logger.warning("%s", report)
-    else:
-        logger.info("%s", report)
+    logger.log(logging.INFO if report.complete else logging.WARNING, "%s", report)
     if dtype is not None:
         model.to(dtype)
     model.load_report = report
@@ -519,10 +497,7 @@ def load_pretrained(
 def family_layout(model: Model) -> bool:
     """Whether the model is written in its family's layout (a DistilBERT, RoBERTa, XLM-R, ALBERT or ELECTRA folder
     that transformers reads as such); else in BERT's or bertkit's own (model_type 'bertkit')."""
-    config = model.config
-    if config.family == "bert":
-        return False
-    return not families.unexpressed(config, type(model).__name__)
+    return model.config.family != "bert" and not families.unexpressed(model.config, type(model).__name__)
 
 
 def export_state_dict(model: Model) -> dict[str, Tensor]:
@@ -613,9 +588,7 @@ def atomic_folder(folder: str | os.PathLike):  # noqa: ANN201 (a context manager
         raise
 
 
-def save_pretrained(
-    model: Model, folder: str | os.PathLike, extra: Callable[[Path], None] | None = None
-) -> None:
+def save_pretrained(model: Model, folder: str | os.PathLike, extra: Callable[[Path], None] | None = None) -> None:
     """Write config.json + model.safetensors (+ whatever `extra(folder)` writes, e.g. the tokenizer) atomically."""
     with atomic_folder(folder) as target:
         _write_files(model, target)

@@ -46,14 +46,8 @@ MAX_POSITIONS = 2**20
 # text embeds alike. Published BERTs use 1e-12 (BERT, ALBERT, ELECTRA) to 1e-5 (RoBERTa, XLM-R).
 LAYER_NORM_EPS_WHY = "published BERTs use 1e-12 to 1e-5; a larger eps makes every text embed alike"
 
-# Activation names as Hugging Face configs spell them, mapped to bertkit's two GELUs.
-_ACT_ALIASES = {
-    "gelu": "gelu",
-    "gelu_tanh": "gelu_tanh",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "relu": "relu",
-}
+# Hugging Face's other names of the tanh GELU (the names of ACTIVATIONS are read as they are).
+_ACT_ALIASES = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 
 
 def _is_int(value: Any) -> bool:
@@ -161,10 +155,8 @@ class BertConfig(Config):
     def validate(self) -> None:
         """The rules between fields (each field's own range is declared beside it)."""
         if self.hidden_size % self.num_attention_heads:
-            raise ConfigError(
-                f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
-                f"num_attention_heads ({self.num_attention_heads})"
-            )
+            raise ConfigError(f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
+                              f"num_attention_heads ({self.num_attention_heads})")
         if self.pad_token_id >= self.vocab_size:
             raise ConfigError(f"BertConfig.pad_token_id: expected a token id in 0..{self.vocab_size - 1} "
                               f"(vocab_size {self.vocab_size}), found {self.pad_token_id!r}")
@@ -182,9 +174,8 @@ class BertConfig(Config):
                 raise ConfigError("BertConfig.tabular_inputs must be {numeric: int, categories: [positive ints], "
                                   f"embedding_size: positive int}}, got {t!r}")
         if self.label_names is not None and len(self.label_names) != self.num_labels:
-            raise ConfigError(
-                f"BertConfig.label_names has {len(self.label_names)} names but num_labels is {self.num_labels}"
-            )
+            raise ConfigError(f"BertConfig.label_names has {len(self.label_names)} names but num_labels is "
+                              f"{self.num_labels}")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "BertConfig":
@@ -273,9 +264,7 @@ class BertConfig(Config):
             kwargs.setdefault("num_labels", len(kwargs["label_names"]))
         try:
             return cls(**kwargs)
-        except TypeError as e:
-            raise ConfigError(f"{source}: {e}") from None
-        except ConfigError as e:
+        except (TypeError, ConfigError) as e:
             raise ConfigError(f"{source}: {e}") from None
 
     def save(self, path: str | Path) -> None:

@@ -323,10 +323,8 @@ def unexpressed(config: BertConfig, class_name: str) -> list[str]:
 
 def class_name(model_type: str, architecture: str) -> str | None:
     """bertkit's class for a family's class name in config.json's `architectures` (None: no such class)."""
-    f = FAMILIES.get(model_type)
-    if f is None:
-        return None
-    return next((ours for ours, theirs in f.classes.items() if theirs == architecture), None)
+    classes = FAMILIES[model_type].classes if model_type in FAMILIES else {}
+    return next((ours for ours, theirs in classes.items() if theirs == architecture), None)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -338,13 +336,8 @@ def bertkit_names(name: str, keys: Iterable[str], source: object) -> dict[str, s
     """{file name: bertkit name} for every tensor of a family's weights file; a name outside the family's layout is
     a CheckpointError naming it (it is no tensor of the model config.json describes)."""
     f = family(name)
-    names, unknown = {}, []
-    for key in keys:
-        mapped = f.read_name(key)
-        if mapped is None:
-            unknown.append(key)
-        else:
-            names[key] = mapped
+    names = {key: f.read_name(key) for key in keys}
+    unknown = [key for key, mapped in names.items() if mapped is None]
     if unknown:
         raise CheckpointError(f"{source}: {len(unknown)} tensor(s) that are not part of a {f.stem} model's layout: "
                               f"{', '.join(unknown[:8])}{' ...' if len(unknown) > 8 else ''}; is config.json's "

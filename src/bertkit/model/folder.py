@@ -9,13 +9,8 @@ that need only the config, such as a job checking a folder before it trains), `l
 config read once is handed down instead of read again.
 
 Which head: the class asked for, else the one config.json names in `architectures`, else, for a hand-written config
-that names only a bertkit `task`, that task's head (`TASK_HEADS`: the task registry, a floor up, fills it when
-`bertkit.tasks` is imported; this floor never imports the tasks), else BertModel. (The sentence-embedding defaults a
-folder's sentence-transformers files set are the inference floor's, which knows the pooling modes:
-`bertkit.inference.pooling.folder_defaults`.)
-
-The model's classes (torch) are imported when a step needs them, so the task registry, which declares its heads
-here, and the CLI's help read without torch.
+that names only a bertkit `task`, that task's head (`TASK_HEADS`, filled by the task registry a floor up), else
+BertModel. The model's classes (torch) are imported when a step needs them, so the CLI's help reads without torch.
 """
 
 from __future__ import annotations

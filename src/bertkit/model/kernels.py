@@ -1,16 +1,13 @@
 """How bertkit's BERT runs fast on a CPU without changing its numbers: packed execution and a cheaper dropout mask.
 
-- No work on padding. When a batch has padding, the encoder packs the real tokens into one (tokens, hidden) matrix,
-  runs every linear layer, LayerNorm and GELU on that, and pads back only around the attention product, on CPU
-  group by group of similar lengths (`Packing`). Hidden states at padded positions are returned as zeros (they
-  carry no meaning in any BERT). Exact in float32 at every real token.
-- Dropout draws 16 random bits per element instead of one random float (`dropout`): on a CPU, torch's
-  per-element random numbers cost more than the attention arithmetic they mask.
-- GELU runs in blocks of a fixed number of rows on CPU (`GELU`), so the packed path's ever-changing token counts
-  do not fill oneDNN's kernel cache with a kernel per count, and memory stays flat over a long job.
+- No work on padding (`Packing`): linear layers, LayerNorm and GELU run on the real tokens packed into one
+  (tokens, hidden) matrix; only the attention product is padded, on CPU group by group of similar lengths.
+  Hidden states at padded positions are returned as zeros. Exact in float32 at every real token.
+- Dropout draws 16 random bits per element instead of one random float (`dropout`).
+- GELU runs in blocks of a fixed number of rows on CPU (`GELU`), so memory stays flat over a long job.
 
-`bertkit.model.bert` uses all three; none knows anything about BERT. Two helpers pick and read places in a batch
-(`first_places`, `gather_places`) for the parts of a step that need a few positions only (sparse MLM, the last layer).
+None of it knows anything about BERT. `first_places` and `gather_places` pick and read a few positions of a batch
+(sparse MLM, the last layer).
 """
 
 from __future__ import annotations
@@ -43,15 +40,11 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
 class GELU(nn.Module):
     """nn.GELU (exact erf or tanh), computed on CPU in blocks of BLOCK_ROWS rows: the same values bit for bit.
 
-    torch runs a float32 GELU on CPU through oneDNN, which compiles and caches one kernel per tensor shape (about
-    117 KB each, up to 1,024 of them). On the packed path (`Packing`) the activation's row count is the batch's
-    token count, new in nearly every batch, so memory grew with the length of a job, past the cache's limit too:
-    `bertkit embed` with a small model held 712 MB after 600 k lines against 288 MB without the cache
-    (docs/results/embed-memory-epyc-avx2-2026-11-25.md).
-    Whole blocks and the last partial one bound the shapes to BLOCK_ROWS per width. GELU is element-wise, so the
-    blocks give exactly the values of one call, and the gradients of one call on one thread (tested): each block is
-    below torch's parallel grain, while a single call's tanh-GELU gradient can differ by an ulp where its thread
-    split falls (seen on an AVX-512 CPU).
+    torch runs a float32 GELU on CPU through oneDNN, which compiles and caches one kernel per tensor shape. On the
+    packed path (`Packing`) the row count is the batch's token count, new in nearly every batch, so memory grew with
+    the length of a job (docs/results/embed-memory-epyc-avx2-2026-11-25.md). Whole blocks and the last partial one
+    bound the shapes to BLOCK_ROWS per width. GELU is element-wise, so the blocks give exactly the values of one
+    call, and the gradients of one call on one thread (each block is below torch's parallel grain).
     """
 
     BLOCK_ROWS = 256

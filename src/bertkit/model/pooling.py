@@ -1,19 +1,13 @@
 """Sentence embeddings from token vectors: the pooling modes, and a model folder's sentence-transformers files, read
 and written here, in one place.
 
-`POOLINGS` is the one declaration of the pooling modes: the Encoder, `bertkit.load(...).encode`, `bertkit embed
---pooling`, the server's /embed request schema, the embedding task's head and the reading of a folder's
-`1_Pooling/config.json` all take their choices from it, so a new mode is one entry here.
+`POOLINGS` is the one declaration of the pooling modes (the encoder, `bertkit embed`, the server, the embedding
+task and a folder's `1_Pooling/config.json` all take their choices from it). The embedding head's settings
+(`EmbeddingHeadSettings`) are declared here too, without torch, so the embedding task's options read without it.
 
-The embedding head's settings (`EmbeddingHeadSettings`: pooling, normalisation, length, the losses' scale) are
-declared here too, without torch, so that the embedding task's options read without it.
-
-A folder's embedding settings (pooling, normalisation, length) live in sentence-transformers' layout: `modules.json`
-(Transformer, Pooling, and Normalize when the vectors are normalised), `1_Pooling/config.json`,
-`sentence_bert_config.json` (max_seq_length). `write_sentence_transformers` writes them as the Hugging Face Hub's
-sentence-transformers models have them (all-MiniLM-L6-v2's files, which every sentence-transformers version reads),
-and `folder_defaults` reads them back (that layout, and the single `pooling_mode` that sentence-transformers 6
-writes), so a folder bertkit trains gives `bertkit embed` and `SentenceTransformer(folder)` the same vectors.
+A folder's embedding settings live in sentence-transformers' layout (`modules.json`, `1_Pooling/config.json`,
+`sentence_bert_config.json`): `write_sentence_transformers` writes them as the Hub's models have them and
+`folder_defaults` reads them back, so `bertkit embed` and `SentenceTransformer(folder)` give the same vectors.
 """
 
 from __future__ import annotations
