@@ -29,14 +29,9 @@ Pairs = tuple[tuple[str, str], ...]
 BASE = "bert."  # where bertkit's heads keep the encoder
 _ENCODER_ROOTS = ("embeddings.", "encoder.")  # bertkit's encoder (the pooler is a head's part in most families)
 # transformers' class name for each bertkit class, after the family's stem ("Roberta" + "ForMaskedLM").
-_CLASS_SUFFIXES = {
-    "BertModel": "Model",
-    "BertForMaskedLM": "ForMaskedLM",
-    "BertForSequenceClassification": "ForSequenceClassification",
-    "BertForTokenClassification": "ForTokenClassification",
-    "BertForQuestionAnswering": "ForQuestionAnswering",
-    "BertForMultipleChoice": "ForMultipleChoice",
-}
+_CLASS_SUFFIXES = {name: name.removeprefix("Bert") for name in (
+    "BertModel", "BertForMaskedLM", "BertForSequenceClassification", "BertForTokenClassification",
+    "BertForQuestionAnswering", "BertForMultipleChoice")}
 # The BERT keys of config.json that RoBERTa, XLM-R, ALBERT and ELECTRA spell as BERT does.
 _BERT_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
               "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",

@@ -168,13 +168,8 @@ def run_split_on_punc(word: str, never_split: Iterable[str] = ()) -> list[str]:
     return pieces
 
 
-def basic_tokenize(
-    text: str,
-    lower: bool = True,
-    strip_accents: bool | None = None,
-    chinese_chars: bool = True,
-    never_split: Iterable[str] = (),
-) -> list[str]:
+def basic_tokenize(text: str, lower: bool = True, strip_accents: bool | None = None, chinese_chars: bool = True,
+                   never_split: Iterable[str] = ()) -> list[str]:
     """The basic tokenizer on plain strings: the reference composition of the steps above.
 
     `strip_accents=None` follows `lower`. Words listed in `never_split` are kept whole and untouched
