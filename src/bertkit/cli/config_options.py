@@ -1,15 +1,12 @@
-"""Command-line options generated from config dataclasses: every verb with a config (pretrain, finetune, distill,
-prepare-pretraining, serve, demo) gets its options here, so each option's name, help and default are written once,
+"""Command-line options generated from config dataclasses: each option's name, help and default are written once,
 on the dataclass field, and the CLI mirrors the config one to one.
 
 Three steps, the same for every verb:
-- `config_fields(cls, nested)` lists a dataclass's fields, the nested configs named in `nested` expanded (the
-  field `lr` of `training` is `training.lr`); `task_option_fields()` lists every task's options (a FinetuneConfig's
-  `options.*`), which finetune and distill show as a group of their own;
-- `add_config_options(group, fields)` adds one option per field;
+- `config_fields(cls, nested)` lists a dataclass's fields, the nested configs named in `nested` expanded (`lr` of
+  `training` is `training.lr`); `task_option_fields()` lists every task's options (a FinetuneConfig's `options.*`);
+- `add_config_options(group, fields)` adds one option per field (`add_options`: every field of an options class);
 - `apply_overrides(d, args)` writes the options given on the command line into a config dict (a --config file's, or
-  an empty one), which the config's own `from_dict` / `config_from_dict` then checks: a wrong value is a
-  ConfigError naming the field.
+  an empty one), which the config's own `from_dict` / `config_from_dict` then checks, naming the field.
 
 Names: a field at `path` is `--path`, also its flat `--name` when no other field of the verb has that name, and the
 dashed spelling of each (`--training.lr`, `--lr`; `--eval-batch-size`, `--eval_batch_size`). Values: a string
@@ -135,12 +132,7 @@ def option_names(path: str, flat: bool, aliases: tuple[str, ...] = ()) -> list[s
     """'training.lr' -> ['--lr', '--training.lr'] (the flat name first when unambiguous: the one the help shows),
     plus aliases, each dashed and as written: 'eval_batch_size' -> ['--eval-batch-size', '--eval_batch_size']."""
     names = ([path.split(".")[-1]] if flat else []) + [path] + list(aliases)
-    out: list[str] = []
-    for n in names:
-        for spelling in (n.replace("_", "-"), n):
-            if f"--{spelling}" not in out:
-                out.append(f"--{spelling}")
-    return out
+    return list(dict.fromkeys(f"--{spelling}" for n in names for spelling in (n.replace("_", "-"), n)))
 
 
 def add_config_options(group: argparse.ArgumentParser | argparse._ArgumentGroup, fields: Iterable[ConfigField],

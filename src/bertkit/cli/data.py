@@ -46,10 +46,8 @@ def _check_output(folder: Path, overwrite: bool) -> None:
     from bertkit.data.prepare import CONFIG_FILE, TOKENIZER_DIR
     from bertkit.data.shards import INDEX_FILE
 
-    def ours(p: Path) -> bool:
-        return p.name.startswith(("shard-", ".")) or p.name in (INDEX_FILE, CONFIG_FILE, TOKENIZER_DIR)
-
-    if folder.is_dir() and not all(ours(p) for p in folder.iterdir()):
+    ours = (INDEX_FILE, CONFIG_FILE, TOKENIZER_DIR)
+    if folder.is_dir() and not all(p.name.startswith(("shard-", ".")) or p.name in ours for p in folder.iterdir()):
         check_output_dir(folder, overwrite)
 
 

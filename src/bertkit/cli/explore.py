@@ -81,13 +81,12 @@ def extract_features_command(args: argparse.Namespace) -> int:
     check_output_file(args.output)  # before the model runs, not after
     model, tokenizer = _load(args.model)
     layers = parse_layers(args.layers, model.config.num_hidden_layers)
-    n = 0
+    records = extract_features(model, tokenizer, lines, layers, options.max_length, options.batch_size)
     with atomic_open(args.output, "w") as f:
-        for record in extract_features(model, tokenizer, lines, layers, options.max_length, options.batch_size):
-            check_finite(record, f"the features of {args.input} line {n + 1}")  # never NaN, which is not JSON
+        for n, record in enumerate(records, start=1):
+            check_finite(record, f"the features of {args.input} line {n}")  # never NaN, which is not JSON
             f.write(json.dumps(record, allow_nan=False) + "\n")
-            n += 1
-    print(f"wrote features of {n} lines to {args.output}", file=sys.stderr)
+    print(f"wrote features of {len(lines)} lines to {args.output}", file=sys.stderr)
     return 0
 
 

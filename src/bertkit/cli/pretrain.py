@@ -1,10 +1,5 @@
-"""`bertkit pretrain --config CONFIG.yaml`: the pre-training job; every config field is also a command-line option.
-
-Options are generated from the PretrainConfig and TrainingConfig dataclasses (bertkit.cli.config_options):
-`--training.lr 1e-4` or the flat `--lr 1e-4`, `--eval_data DIR` (or `--eval-data`), `--model_overrides
-'{hidden_dropout_prob: 0}'`. Values are read as YAML scalars (numbers, true/false, null, [lists], {mappings}) and
-checked against the field's type.
-"""
+"""`bertkit pretrain --config CONFIG.yaml`: the pre-training job; every field of PretrainConfig, its TrainingConfig and
+ExecutionConfig is also a command-line option (bertkit.cli.config_options: `--training.lr 1e-4` or `--lr 1e-4`)."""
 
 from __future__ import annotations
 

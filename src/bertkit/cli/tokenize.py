@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
 from pathlib import Path
-from typing import IO
 
 from bertkit.cli.config_options import add_options, config_from_options
 from bertkit.errors import CheckpointError, DataError, data_error
@@ -80,16 +80,10 @@ def tokenize_command(args: argparse.Namespace) -> int:
     truncation = "longest_first" if args.max_length is not None else False
     batch = tok(texts, pairs, max_length=args.max_length, truncation=truncation)
 
-    def write(f: IO[str]) -> None:
+    with atomic_open(args.output) if args.output else contextlib.nullcontext(sys.stdout) as f:
         for enc in batch:
             f.write(json.dumps({"input_ids": enc.input_ids, "token_type_ids": enc.token_type_ids,
                                 "offsets": [list(o) for o in enc.offsets]}) + "\n")
-
-    if args.output:
-        with atomic_open(args.output) as f:
-            write(f)
-    else:
-        write(sys.stdout)
     return 0
 
 
