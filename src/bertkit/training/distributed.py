@@ -91,9 +91,6 @@ def any_rank(flag: bool | torch.Tensor, info: DistInfo) -> bool:
     loss). A one-element tensor flag is reduced on its device, so the answer costs one synchronisation."""
     if not info.distributed:
         return bool(flag)
-    if isinstance(flag, torch.Tensor):
-        t = flag.detach().reshape(1).to(device=info.device, dtype=torch.int64)
-    else:
-        t = torch.tensor([1 if flag else 0], device=info.device)
+    t = torch.as_tensor(flag, device=info.device).detach().reshape(1).to(torch.int64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())

@@ -1,11 +1,9 @@
 """What a run is made of, so that `--resume` continues the same run: a fingerprint of its data and settings.
 
 A fingerprint is a flat JSON-ready mapping, `name -> value`, that every checkpoint's meta.json stores and a resume
-compares with its own (`differences`). Settings enter by value under their config names (`training.lr`,
-`options.max_length`, `distill.temperature`); files and folders by identity: the sha256 of their bytes (a data
-file), of their index (a prepared data folder: index.json holds every shard's sha256) or of the files that define a
-model (config, weights, vocabulary). Identity ignores the path, so a moved or copied file is the same data, and an
-edited one is not. The Trainer adds its own settings (`training_fingerprint`); each job adds its data and options.
+compares with its own (`differences`). Settings enter by value under their config names (`training.lr`); files and
+folders by identity, the sha256 of what defines them, which ignores the path: a moved or copied file is the same
+data, an edited one is not. The Trainer adds its own settings (`training_fingerprint`); each job its data and options.
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ CHECKED_BY_THE_TRAINER."""
 
 CHECKED_BY_THE_TRAINER = ("batch_size", "grad_accum_steps", "seed")
 """TrainingConfig fields the Trainer's own checkpoint check refuses to see changed even with resume_mismatch 'warn'
-(Trainer._meta): with others the saved data position and RNG states mean nothing."""
+(`Batches.meta`): with others the saved data position and RNG states mean nothing."""
 
 def prepared_identity(folder: str | os.PathLike) -> dict[str, Any]:
     """Identity of a `prepare-pretraining` folder: the sha256 of its index.json, which lists every shard's sha256,
