@@ -66,10 +66,9 @@ class TaskSettings(Config):
 
 @dataclass(frozen=True)
 class Head:
-    """The head a task's settings need: its class (by name, as `bertkit.model.MODEL_CLASSES` and config.json's
-    `architectures` name it), the BertConfig fields that size it (num_labels, label_names, problem_type,
-    tabular_inputs, frozen_tagger, ...) and what inference keeps of its output. Fine-tuning builds the head from it;
-    evaluate, predict and serve check a folder against it and read the model's outputs by it."""
+    """The head a task's settings need: its class name (as config.json's `architectures`), the BertConfig fields
+    that size it and what inference keeps of its output. Fine-tuning builds it; evaluate, predict and serve check a
+    folder against it."""
 
     class_name: str
     config: dict[str, Any] = field(default_factory=dict)

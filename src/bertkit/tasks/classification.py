@@ -240,10 +240,9 @@ def reads_pairs(settings: ClassificationSettings) -> bool:
 def request_example(text: str | None, pair: str | None, columns: Mapping[str, Any] | None,
                     settings: ClassificationSettings,
                     where: str = "request") -> TextExample:
-    """One example from a request (the server's /classify) made as `read` makes one from a file's row: the text,
-    or the template written from `columns`, and the numeric and categorical columns; DataError naming `where` for
-    a column the model does not read, a pair sent to a model trained on single texts (or none sent to one trained
-    on pairs), and whatever a file's row would be refused for."""
+    """One example of a /classify request, made as `read` makes one of a file's row; DataError naming `where` for
+    a column the model does not read, a pair it was not trained with (or none where it was), and whatever a row
+    would be refused for."""
     columns = columns or {}
     known = input_columns(settings)
     for name in columns:
@@ -392,16 +391,14 @@ class ClassifyServing(Serving):
             if settings.pairs:
                 return [{**r, "pairs": [f"A second text, {i + 1}." for i in range(len(r["texts"]))]} for r in requests]
             return requests
+        texts = ["Fine.", "A slow, long and rather dull piece about very little."]
         numeric = set(settings.numeric_columns or [])
-        vocab = settings.category_vocab or {}
-        rows = []
-        for k, words in enumerate(("Fine.", "A slow, long and rather dull piece about very little.")):
-            row = {c: ((settings.numeric_range or {}).get(c, [0.0, 0.0])[k] if c in numeric else
-                       (vocab[c][0] if vocab.get(c) else "") if c in vocab else words) for c in columns}
-            rows.append(row)
-        body: dict[str, Any] = {"columns": rows}
+        ranges, vocab = settings.numeric_range or {}, settings.category_vocab or {}
+        body: dict[str, Any] = {"columns": [
+            {c: ranges.get(c, [0.0, 0.0])[k] if c in numeric else (vocab[c] or [""])[0] if c in vocab else words
+             for c in columns} for k, words in enumerate(texts)]}
         if not settings.template:
-            body["texts"] = ["Fine.", "A slow, long and rather dull piece about very little."]
+            body["texts"] = texts
         if settings.pairs:
             body["pairs"] = ["Good.", "Yes."]
         return [body]
@@ -868,7 +865,8 @@ def check_training_numbers(path: str | os.PathLike, examples: Sequence[TextExamp
     numeric = settings.numeric_columns or []
     if not numeric:
         return
-    limits = [fit_numeric_range([ex.numeric[i] for ex in examples])[1] for i in range(len(numeric))]  # type: ignore[index]
+    limits = [fit_numeric_range([ex.numeric[i] for ex in examples])[1]  # type: ignore[index]
+              for i in range(len(numeric))]
     for ex in examples:
         for column, value, bounds in zip(numeric, ex.numeric or [], limits):
             check_numeric_limits(path, ex.line, column, value, bounds)

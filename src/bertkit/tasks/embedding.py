@@ -295,7 +295,8 @@ class EmbeddingTask(Task):
         sentence-transformers files (`folder_defaults`), when it has them."""
         options = task_options(self, options)
         found = folder_defaults(start.path)
-        unset = {k: found[k] for k in ("pooling", "normalize", "max_length") if k in found and getattr(options, k) is None}
+        unset = {k: found[k] for k in ("pooling", "normalize", "max_length")
+                 if k in found and getattr(options, k) is None}
         return self.settings(dataclasses.replace(options, **unset))
 
     def read(self, path: str | os.PathLike, settings: EmbeddingSettings,
@@ -368,7 +369,8 @@ class EmbeddingTask(Task):
         self.settings_of(settings, "score settings")
         if _is_similarity(examples):
             gold = [e.score for e in examples]  # type: ignore[union-attr]
-            return {SIMILARITY_METRIC: metrics.spearman(predictions, gold), "pearson": metrics.pearson(predictions, gold)}
+            return {SIMILARITY_METRIC: metrics.spearman(predictions, gold),
+                    "pearson": metrics.pearson(predictions, gold)}
         retrieval = retrieval_set(examples)
         by_query = {}
         for e, ranking in zip(examples, predictions):

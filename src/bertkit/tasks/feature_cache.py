@@ -58,20 +58,17 @@ class _LayerFeatures(nn.Module):
         super().__init__()
         self.head = head
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> SimpleNamespace:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor,
+                token_type_ids: Tensor | None = None) -> SimpleNamespace:
         return SimpleNamespace(**{CACHED_KEY: self.head.layer_features(input_ids, attention_mask, token_type_ids)})
-
-
-def encoder_config(head: BertForFrozenTokenClassification) -> dict[str, Any]:
-    """The config fields that decide the encoder's hidden states (every field but the head's and dropout's)."""
-    return {k: v for k, v in head.config.to_dict().items() if k not in _NOT_IN_KEY}
 
 
 def cache_key(head: BertForFrozenTokenClassification, features: Sequence[Feature]) -> str:
     """sha256 of the cache format, the encoder's config and weights (names, shapes, bytes), and of every
     sequence's input and token type ids."""
     h = hashlib.sha256(f"bertkit feature cache {CACHE_FORMAT}\n".encode())
-    h.update(json.dumps(encoder_config(head), sort_keys=True).encode() + b"\n")
+    encoder_config = {k: v for k, v in head.config.to_dict().items() if k not in _NOT_IN_KEY}
+    h.update(json.dumps(encoder_config, sort_keys=True).encode() + b"\n")
     for name, tensor in sorted(head.bert.state_dict().items()):
         h.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
         h.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())

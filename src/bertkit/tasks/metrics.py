@@ -142,7 +142,8 @@ def entity_scores(predictions: Sequence[Sequence[str]], references: Sequence[Seq
     return out
 
 
-def entity_counts(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> list[tuple[int, int, int]]:
+def entity_counts(predictions: Sequence[Sequence[str]],
+                  references: Sequence[Sequence[str]]) -> list[tuple[int, int, int]]:
     """(correct, predicted, gold) entities per sentence, chunked as `entity_scores` chunks them: summed over the
     sentences they give its micro F1 (2 correct / (predicted + gold)), which the paired bootstrap resamples."""
     from seqeval.metrics.sequence_labeling import get_entities
@@ -204,7 +205,8 @@ def squad_question_scores(predictions: dict[str, str], references: dict[str, lis
         golds = golds or [""]
         if qid in predictions:
             pred = predictions[qid]
-            out[qid] = (max(squad_exact_match(pred, g) for g in golds), max(squad_f1(pred, g, version_2) for g in golds))
+            out[qid] = (max(squad_exact_match(pred, g) for g in golds),
+                        max(squad_f1(pred, g, version_2) for g in golds))
         else:
             out[qid] = (0.0, 0.0)
     return out

@@ -74,10 +74,6 @@ class ChooseResponse:
     """Every choice's probability (a softmax over the choices' scores)."""
 
 
-def _first(obj: dict[str, Any], *names: str) -> Any:
-    return next((obj[n] for n in names if n in obj), None)
-
-
 def _first_text(path: str | os.PathLike, line: int, obj: dict[str, Any], *names: str) -> str | None:
     """The first of `names` that obj holds (null counts as absent), checked to be a text; None if it holds none."""
     name = next((n for n in names if obj.get(n) is not None), None)
@@ -142,7 +138,7 @@ class MultipleChoiceTask(Task):
         examples = []
         for line, obj in iter_jsonl(path):
             context = _first_text(path, line, obj, "context", "sent1")
-            choices = _first(obj, "choices", "endings")
+            choices = next((obj[n] for n in ("choices", "endings") if n in obj), None)
             if context is None:
                 raise data_error(path, line, "missing field 'context' (a string)")
             if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) for c in choices):

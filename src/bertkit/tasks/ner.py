@@ -217,8 +217,9 @@ class NerServing(Serving):
 def entities(words: Sequence[Mapping[str, Any]], text: str) -> list[dict[str, Any]]:
     """A served text's tagged words (`NerServing.answer`) grouped into entities, read as seqeval reads IOB2: a B-X
     word starts an X entity, the I-X words after it continue it, and an I-X after anything else starts one (a tag
-    with neither prefix, from a tag set of bare types, reads as I-). Each entity: its type, its text as it was sent (text[start:end], case and accents kept), its span in characters,
-    and its score, the mean of its words' tag probabilities (transformers' "simple" aggregation)."""
+    with neither prefix, from a tag set of bare types, reads as I-). Each entity: its type, its text as it was sent
+    (text[start:end], case and accents kept), its span in characters, and its score, the mean of its words' tag
+    probabilities (transformers' "simple" aggregation)."""
     spans: list[tuple[str, int, int, list[float]]] = []  # type, start, end, the words' probabilities
     previous = None  # the type of the entity the last word was in
     for word in words:
@@ -267,8 +268,7 @@ class NerTask(Task):
         """The sentences of a CoNLL file, IOB1 tags as IOB2; with fitted settings, a tag training never had is a
         DataError naming its line."""
         sentences = read_conll(path, labelled)
-        labelled_tags = [s.tags for s in sentences if s.tags is not None]
-        if labelled_tags and is_iob1(labelled_tags):
+        if is_iob1([s.tags for s in sentences if s.tags is not None]):
             for s in sentences:
                 if s.tags is not None:
                     s.tags, s.iob1 = iob1_to_iob2(s.tags), True
@@ -282,10 +282,9 @@ class NerTask(Task):
 
     def fit_labels(self, examples: Sequence[TaggedSentence], settings: NerSettings) -> NerSettings:
         seen = {t for s in examples for t in (s.tags or [])} | {OUTSIDE}
-        iob1 = any(s.iob1 for s in examples)
         # O first, then each type's B- before its I-.
         return dataclasses.replace(settings, label_names=sorted(seen, key=lambda t: (t != OUTSIDE, t[2:], t[:2])),
-                                   source_scheme="iob1" if iob1 else settings.source_scheme)
+                                   source_scheme="iob1" if any(s.iob1 for s in examples) else settings.source_scheme)
 
     def features(self, examples: Sequence[TaggedSentence], tokenizer: Any, settings: NerSettings,
                  training: bool) -> list[Feature]:
