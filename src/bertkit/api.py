@@ -221,15 +221,8 @@ class Bert:
         """The Encoder `encode` runs for these options (on the model's device), built on first use and kept."""
         return self.encoders.get(precision, max_length)
 
-    def encode(
-        self,
-        texts: str | Sequence[str],
-        pooling: str | None = None,
-        normalize: bool | None = None,
-        batch_size: int = 32,
-        max_length: int | None = None,
-        precision: str = DEFAULT_PRECISION,
-    ) -> np.ndarray:
+    def encode(self, texts: str | Sequence[str], pooling: str | None = None, normalize: bool | None = None,
+               batch_size: int = 32, max_length: int | None = None, precision: str = DEFAULT_PRECISION) -> np.ndarray:
         """Sentence embeddings, (len(texts), hidden) float32 (a single string gives (hidden,)).
 
         Unset options take the folder's defaults, else mean pooling, no normalisation, the position limit.

@@ -1,17 +1,14 @@
 """Process-level settings that make CPU training and inference faster: how glibc's malloc hands memory back to the
 system.
 
-A training step allocates and frees the same large tensors every time (attention scores, the vocabulary logits,
-gradients), and so does every inference batch (the (tokens, intermediate) activations). glibc serves blocks above its
-mmap threshold (at most 32 MiB) with fresh `mmap` pages and returns them with `munmap` on free, so every step
-page-faults all of that memory in again, and the kernel zeroes each page (what that costs, per operation and per
-embedding run: docs/results/cpu-levers-*.md and embeddings-*.md, from benchmarks/bench_cpu_levers.py and
-bench_embed.py --default-malloc). `keep_freed_memory` tells malloc to serve every block from its heap and
-never give the heap back, so steady-state steps reuse warm pages: the advice of the PyTorch CPU performance guides
-(which reach for jemalloc or tcmalloc), without a preloaded library.
-
-The cost is that freed memory stays in the process (its peak footprint) until it exits (`bertkit serve` hands it back
-whenever its queue runs empty: `release_free_memory`). Set BERTKIT_MALLOC=default to leave malloc alone.
+A training step, and every inference batch, allocates and frees the same large tensors every time. glibc serves
+blocks above its mmap threshold (at most 32 MiB) with fresh `mmap` pages and returns them with `munmap`, so every
+step page-faults that memory in again and the kernel zeroes each page (the cost: docs/results/cpu-levers-*.md and
+embeddings-*.md, from benchmarks/bench_cpu_levers.py and bench_embed.py --default-malloc). `keep_freed_memory` makes
+malloc serve every block from its heap and never give the heap back, so steady-state steps reuse warm pages: the
+PyTorch CPU performance guides' advice (jemalloc or tcmalloc), without a preloaded library. Freed memory then stays
+in the process until it exits (`bertkit serve` hands it back whenever its queue runs empty: `release_free_memory`).
+Set BERTKIT_MALLOC=default to leave malloc alone.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ from bertkit.serve.operations import ApiKeyCheck, Observe, ServiceMetrics, add_d
 from bertkit.serve.protocols import add_protocol_routes, service_version
 from bertkit.serve.settings import ServeSettings
 from bertkit.model.folder import open_folder
-from bertkit.tasks import TASKS, Serving, serving_task
+from bertkit.tasks import TASKS, Serving, folder_serving
 
 logger = logging.getLogger("bertkit.serve")
 API_KEY_VARIABLE = "BERTKIT_API_KEY"
@@ -196,10 +196,8 @@ TRUNCATION_SIDES = ("right", "left", "Right", "Left")  # TEI's spellings: lower 
 
 
 def embed_request() -> type[RequestBody]:
-    """/embed's request body, its pooling choices those of bertkit.inference.pooling.POOLINGS as they are now
-    (create_app builds it, so a mode registered before the app is created is served). Either TEI's `inputs` (a text
-    or a list; answered with a list of vectors, unit length unless normalize is false) or bertkit's `texts`
-    (answered {embeddings, dimension}, normalised as the folder says unless normalize says otherwise)."""
+    """/embed's request body (TEI's `inputs` or bertkit's `texts`), its pooling choices those of POOLINGS as they are
+    when create_app builds it, so a mode registered before the app is created is served."""
     return create_model("EmbedRequest", __base__=RequestBody,
                         inputs=(str | list[str] | None, Field(None, description=(
                             "TEI's shape: a text or a list of texts; the answer is a list of vectors"))),
@@ -294,9 +292,9 @@ class Predictor:
         self.encoder = self.encoders.get(precision, device="cpu")
         self.config = self.model.config
         self.max_length = self.config.max_sequence_length
-        self.task = serving_task(self.config, self.head)
-        self.settings = self.task.settings_of(self.config) if self.task is not None else None
-        self.serving = self.task.serving(self.task, self.settings, self.tokenizer) if self.task is not None else None
+        self.serving = folder_serving(self.model, self.tokenizer)  # with the task settings saved in the folder
+        self.task = self.serving.task if self.serving is not None else None
+        self.settings = self.serving.settings if self.serving is not None else None
 
     @property
     def head(self) -> str:

@@ -2,18 +2,13 @@
 
 uvicorn has no time limit on reading a request's head or body, and accepts connections until the process runs out
 of file descriptors; then every accept fails, normal clients time out, and asyncio logs a traceback per failed
-accept (119 MB of log in 25 s under 1,100 half-open connections at `ulimit -n 1024`). Here:
-
-- a connection must deliver its request head and body within `read_timeout_s` seconds of opening (or of its
-  previous answer), else it is closed (with a 408 when part of the request came in);
-- open connections are capped below the open-file limit; at the cap, a new connection closes the oldest one that
-  is still sending its request or idling between requests (never one whose request is being answered), so an
-  attacker's stalled connections make room for real clients instead of locking them out;
-- failed accepts (out of descriptors anyway) are logged once per LOG_EVERY_S with a count, and free room by
-  closing the oldest incomplete connections;
-- the app starts on a request once its whole body is in (`app.WholeBodyFirst`), so a stalled body costs no work of
-  the app: under 1,100 stalled connections a new client's first /embed took 1.5 to 2.3 s without it, 0.2 to
-  0.7 s with it.
+accept (119 MB of log in 25 s under 1,100 half-open connections at `ulimit -n 1024`). Here a connection must deliver
+its request head and body within `read_timeout_s` of opening (or of its previous answer), else it is closed (with a
+408 when part of the request came in); open connections are capped below the open-file limit, and at the cap a new
+connection closes the oldest one still sending its request or idling (never one being answered), so stalled
+connections make room for real clients; failed accepts are logged once per LOG_EVERY_S with a count, and free room.
+The app starts on a request once its whole body is in (`app.WholeBodyFirst`): under 1,100 stalled connections a new
+client's first /embed took 1.5 to 2.3 s without it, 0.2 to 0.7 s with it.
 """
 
 from __future__ import annotations
