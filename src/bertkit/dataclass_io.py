@@ -165,9 +165,8 @@ class Spec:
         if isinstance(value, str) and not value and self.choices is None and self.pattern is None and not self.empty:
             raise ConfigError(f"{where} is required (a non-empty string), found ''")
         if isinstance(value, str):
-            ok = ((value in self.names()) if self.choices is not None
-                  else bool(re.fullmatch(self.pattern, value)) if self.pattern is not None
-                  else bool(value) or self.empty)
+            ok = (value in self.names() if self.choices is not None
+                  else self.pattern is None or bool(re.fullmatch(self.pattern, value)))
         else:
             ok = ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
                   and (self.le is None or value <= self.le) and (self.lt is None or value < self.lt))
