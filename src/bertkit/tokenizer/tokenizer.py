@@ -155,11 +155,8 @@ def _truncation_lengths(n1: int, n2: int | None, room: int, strategy: str) -> tu
     if strategy == "longest_first":
         if n2 is None:
             return room, None
-        short, long_ = min(n1, n2), max(n1, n2)
-        if short > room:
-            long_ = short
-        else:
-            long_ = max(short, room - short)
+        short = min(n1, n2)
+        long_ = short if short > room else max(short, room - short)
         if short + long_ > room:
             short = room // 2
             long_ = short + room % 2

@@ -38,12 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from bertkit.dataclass_io import Config, check_value, spec
+from bertkit.dataclass_io import Config, spec
 from bertkit.errors import ConfigError, DataError
 from bertkit.tokenizer.basic import split_words
 from bertkit.tokenizer.tokenizer import SPECIAL_TOKENS, BertTokenizer
+from bertkit.tokenizer.wordpiece import CONTINUATION_PREFIX as PREFIX
 
-DEFAULT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+DEFAULT_SPECIAL_TOKENS = tuple(SPECIAL_TOKENS.values())  # [PAD] [UNK] [CLS] [SEP] [MASK]
 CRITERIA = ("likelihood", "score")
 
 
@@ -59,7 +60,6 @@ class VocabOptions(Config):
     """Keep only the N most frequent characters (the others become [UNK]); None keeps every one."""
     criterion: str = spec("likelihood", choices=CRITERIA)
     """Pair ranking: the likelihood gain (default) or the plain ratio count(ab) / (count(a) count(b))."""
-PREFIX = "##"
 
 
 def _iter_texts(inputs: Iterable[str | os.PathLike] | str | os.PathLike, from_files: bool | None) -> Iterator[str]:
