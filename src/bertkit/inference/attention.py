@@ -19,7 +19,6 @@ DPI = 110  # the grid's resolution, lowered for grids that would exceed MAX_PICT
 MAX_PICTURE_PIXELS = 2**26  # about 270 MB of canvas: a 12 x 12 grid of 64-token maps is drawn at 88 dpi
 
 
-
 def attention_maps(model: BertPreTrainedModel, tokenizer: Any, text: str, pair: str | None = None,
                    max_length: int = ATTENTION_TOKENS) -> tuple[list[str], torch.Tensor]:
     """Tokens and attention probabilities, (layers, heads, seq, seq), of one text or pair."""

@@ -1,20 +1,15 @@
 """Fast sentence embeddings: sort by length, batch by a token budget, and let BertModel skip the padding.
 
-What makes it fast on CPU (measured in benchmarks/bench_embed.py; the float32 matrix products are the wall):
-- Length-sorted batches under a token budget: little padding, and large (tokens, hidden) matrices for the GEMMs.
-  Each batch holds lengths of one width (rounded up to 16), so a text's embedding does not depend on its batch.
-- BertModel's own packed execution (bertkit.model.kernels.Packing): every linear layer, LayerNorm and GELU runs on the
-  (tokens, hidden) matrix of real tokens only; only the attention product sees padding, a few percent with sorted
-  batches. There is one encoder implementation: this module runs the model, it does not re-implement it.
-- glibc malloc told to keep freed memory (`bertkit.runtime.keep_freed_memory`, as training does): every batch
-  allocates and frees (tokens, 1536) activations of tens of MB, which glibc would otherwise hand back with munmap
-  and page-fault in again on the next product (what it is worth: docs/results/embeddings-*.md, bench_embed.py with
-  and without --default-malloc).
-- `torch.inference_mode`, optional calibrated static int8 in the linear layers (CPU; bertkit.inference.quantize;
-  texts of fewer than 10 distinct tokens in float32 there), bfloat16 weights (GPU, or a CPU with native bf16 GEMMs),
-  optional `torch.compile`.
-In float32 the result equals the plain padded path (tests/inference/inference_helpers.py, `reference_embed_texts`)
-within 1e-5.
+What makes it fast on CPU (benchmarks/bench_embed.py; the float32 matrix products are the wall):
+- Length-sorted batches under a token budget, each of one width (WIDTH_STEP): little padding, large GEMMs, and a
+  text's embedding that does not depend on its batch.
+- BertModel's own packed execution (bertkit.model.kernels.Packing): linear layers, LayerNorm and GELU run on the real
+  tokens only. This module runs the model; it does not re-implement it.
+- glibc malloc told to keep freed memory (`bertkit.runtime.keep_freed_memory`): each batch allocates and frees tens of
+  MB of activations, which glibc would otherwise unmap and page-fault in again (docs/results/embeddings-*.md).
+- `torch.inference_mode`, optional calibrated static int8 (CPU; bertkit.inference.quantize), bfloat16 weights (GPU,
+  or a CPU with native bf16 GEMMs), optional `torch.compile`.
+In float32 the result equals the plain padded path (tests/inference/inference_helpers.py) within 1e-5.
 """
 
 from __future__ import annotations
@@ -52,18 +47,13 @@ from bertkit.runtime import keep_freed_memory
 
 log = logging.getLogger(__name__)
 
-# A batch is padded to its longest length rounded up to a multiple of this, and holds only sequences whose lengths
-# round to the same width. Attention's arithmetic for a sequence depends on the width it is padded to (torch's CPU
-# kernel blocks and sums by it; measured bitwise equal alone and in any batch at one width, with or without an
-# all-true mask; BertModel's Packing finds nothing to regroup in such a batch), so this way it depends on the
-# sequence alone, not on its batch-mates. int8 needs it: it rounds every matrix product's input to a grid, which
-# turned last-bit differences of the width into embeddings 6e-3 apart between batch sizes
-# (docs/results/int8-short-texts-epyc-avx2-2026-11-25.md).
+# A batch is padded to its longest length rounded up to a multiple of this, and holds only sequences that round to
+# the same width. Attention's arithmetic depends on the width a sequence is padded to (torch's CPU kernel blocks and
+# sums by it), so this way an embedding depends on its sequence alone, not on its batch-mates; int8, which rounds
+# every product's input to a grid, needs that (docs/results/int8-short-texts-epyc-avx2-2026-11-25.md).
 WIDTH_STEP = 16
 # bf16 on a CPU: a batch whose padding is at most this fraction of its positions runs every position (shapes that
-# repeat, for oneDNN's per-shape kernels); one with more runs its real tokens packed (see Encoder). Measured on a
-# 2-core AMX Xeon (docs/results/embed-cpu-xeon-amx-2026-11-27.md): WikiText-2 paragraphs, about 5% padding, ran
-# faster padded; SST-2 sentences, a mean of 13 tokens rounded up to 16 or 32, ran faster packed.
+# repeat, for oneDNN's per-shape kernels), one with more runs packed (docs/results/embed-cpu-xeon-amx-2026-11-27.md).
 MAX_PADDING_TO_PAD = 0.125
 
 
@@ -74,7 +64,8 @@ def runs_padded(lengths: Sequence[int], width: int) -> bool:
 
 def padded_width(length: int, max_width: int | None = None) -> int:
     """The width a sequence of `length` tokens attends at: rounded up to a multiple of WIDTH_STEP, at most
-    `max_width` (the longest sequence the model's positions cover, where that is no multiple) and never below `length`."""
+    `max_width` (the longest sequence the model's positions cover, where that is no multiple) and never below
+    `length`."""
     width = -(-length // WIDTH_STEP) * WIDTH_STEP
     return max(length, min(width, max_width)) if max_width is not None else width
 
@@ -101,35 +92,23 @@ def plan_batches(lengths: Sequence[int], batch_size: int, max_tokens_per_batch: 
     return batches
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The user-facing encoder.
-# ----------------------------------------------------------------------------------------------------------------
-
-
 class Encoder:
     """Turn texts into sentence embeddings quickly: `Encoder(folder).encode(texts)` -> (n, hidden) float32 tensor.
 
-    precision (bertkit.inference.precision): "auto" (the default, as for `bertkit.load(...).encode`, `bertkit embed`
-    and `bertkit serve`): bf16 where the hardware has bf16 matrix units, else fp32, never int8 (`choose_precision`);
-    "fp32" (exact), "bf16" (bfloat16 weights and activations), "int8" (calibrated static int8 in the encoder's linear
-    layers, the most error-prone kept in float32, and texts of fewer than `int8_plan.min_distinct_tokens` (10)
-    distinct tokens run wholly in float32, where int8 cannot keep its accuracy; CPU only). `precision` and
-    `precision_reason` say what was chosen.
-    defaults: pooling / normalize / max_length for what the call leaves unset (`folder_defaults`: a folder's
-    sentence-transformers settings; read from the folder itself when `model` is one); else mean pooling, no
-    normalisation, the position limit.
-    calibration (int8 only): the texts to calibrate on (never the texts you evaluate on; default: shipped Austen
-    paragraphs and sentences, `default_calibration_texts`), or an `Int8Plan` computed before; `int8_plan` holds the
-    one used. int8_kernel: "fbgemm" or "onednn" for the int8 products (default: BERTKIT_INT8_KERNEL, else oneDNN on
-    CPUs with AMX, fbgemm elsewhere; `choose_int8_kernel`); `int8_kernel` holds the one used.
-    An int8 encoder keeps a float32 copy too (`float_bert`), for the texts of few distinct tokens.
+    precision: "auto" (the default): bf16 where the hardware has bf16 matrix units, else fp32, never int8
+    (`choose_precision`); "fp32" (exact), "bf16" (bfloat16 weights and activations), "int8" (CPU only: calibrated
+    static int8 in the linear layers, the most error-prone kept in float32, and texts of fewer than
+    `int8_plan.min_distinct_tokens` distinct tokens run wholly in float32 by `float_bert`, a float32 copy).
+    `precision` and `precision_reason` say what was chosen.
+    defaults: pooling / normalize / max_length for what the call leaves unset (`folder_defaults`, read from the folder
+    when `model` is one); else mean pooling, no normalisation, the position limit.
+    calibration (int8 only): the texts to calibrate on (never those you evaluate on; default
+    `default_calibration_texts`), or an `Int8Plan` computed before (`int8_plan` holds the one used). int8_kernel:
+    "fbgemm" or "onednn" (default `choose_int8_kernel`'s; `int8_kernel` holds the one used).
     Embeddings do not depend on the batch size or the other texts of a batch, in int8 bit for bit (WIDTH_STEP).
-    Batches are sorted by length and padded to a multiple of WIDTH_STEP tokens. The linear layers then run on the
-    real tokens only (packed), except in bf16 on a CPU for a batch of little padding (`runs_padded`): there PyTorch
-    multiplies with oneDNN, which builds a kernel for every new matrix shape, and the packed token count is new in
-    nearly every batch, so a stream of new texts paid for kernel builds in every batch. Such a batch computes every
-    position instead, whose shapes (width x count) repeat; a batch of short texts, whose padding would cost more,
-    stays packed (docs/results/embed-cpu-xeon-amx-2026-11-27.md).
+    The linear layers run on the real tokens only (packed), except in bf16 on a CPU for a batch of little padding
+    (`runs_padded`): oneDNN builds a kernel per matrix shape, and a packed token count is new in nearly every batch,
+    while padded shapes (width x count) repeat.
     On CPU it also makes glibc malloc keep freed memory, process-wide (`keeps_freed_memory`; bertkit.runtime).
     """
 
@@ -178,8 +157,8 @@ class Encoder:
         self.default_pooling: str = defaults.get("pooling", DEFAULT_POOLING)
         check_pooling(self.default_pooling)
         self.default_normalize: bool = defaults.get("normalize", False)
-        self.max_length = max_length or defaults.get("max_length") or self.config.max_sequence_length
-        check_window(self.max_length, self.config)
+        self.max_length = check_window(max_length or defaults.get("max_length") or self.config.max_sequence_length,
+                                       self.config)
         self.int8_plan: Int8Plan | None = None
         self.int8_kernel: str | None = None  # int8 only: "fbgemm" or "onednn" (choose_int8_kernel)
         self.float_bert: nn.Module | None = None  # int8 only: a float32 copy, for texts of few distinct tokens
@@ -204,7 +183,6 @@ class Encoder:
         self.bert = bert.to(self.device)
         self._forward = torch.compile(self.bert, dynamic=True) if compile else self.bert
 
-    # --- tokenization ----------------------------------------------------------------------------------------
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text with [CLS]/[SEP], cut to max_length (a warning counts the texts cut)."""
         ids = []
@@ -221,24 +199,10 @@ class Encoder:
                           stacklevel=3)
         return ids
 
-    # --- encoding --------------------------------------------------------------------------------------------
-    def encode(
-        self,
-        texts: Sequence[str] | str,
-        pooling: str | None = None,
-        normalize: bool | None = None,
-        batch_size: int = 128,
-        max_tokens_per_batch: int | None = 8192,
-        on_batch: Callable[[int], None] | None = None,
-    ) -> Tensor:
-        """Embed texts, returned in the input order as a (n, hidden) float32 CPU tensor.
-
-        pooling/normalize default to the folder's sentence-transformers settings, else mean and no normalisation.
-        on_batch(n) is called after each forward pass with its number of texts (a progress report).
-        """
-        if isinstance(texts, str):
-            texts = [texts]
-        return self.encode_ids(self.tokenize(texts), pooling, normalize, batch_size, max_tokens_per_batch, on_batch)
+    def encode(self, texts: Sequence[str] | str, **options: Any) -> Tensor:
+        """Embed texts, returned in the input order as a (n, hidden) float32 CPU tensor; `options` (pooling,
+        normalize, batch_size, max_tokens_per_batch, on_batch) as `encode_ids` takes them."""
+        return self.encode_ids(self.tokenize([texts] if isinstance(texts, str) else texts), **options)
 
     def encode_ids(
         self,
@@ -249,7 +213,11 @@ class Encoder:
         max_tokens_per_batch: int | None = 8192,
         on_batch: Callable[[int], None] | None = None,
     ) -> Tensor:
-        """Embed already tokenized sequences (each with [CLS]/[SEP]); same order as the input."""
+        """Embed already tokenized sequences (each with [CLS]/[SEP]); same order as the input.
+
+        pooling/normalize default to the folder's sentence-transformers settings, else mean and no normalisation.
+        on_batch(n) is called after each forward pass with its number of texts (a progress report).
+        """
         pooling = pooling or self.default_pooling
         normalize = self.default_normalize if normalize is None else normalize
         check_pooling(pooling)

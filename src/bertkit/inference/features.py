@@ -18,8 +18,6 @@ from bertkit.inference.pooling import pad_batch
 from bertkit.model import BertPreTrainedModel
 from bertkit.model.heads import base_model
 
-PAIR_SEPARATOR = " ||| "
-
 
 def parse_layers(spec: str, num_layers: int) -> list[int]:
     """'-1,-2,-3,-4' -> [-1, -2, -3, -4]; indices as in the reference (-1 = last layer, 0 = first layer)."""
@@ -63,10 +61,8 @@ def extract_features(
     device = next(model.parameters()).device
     for start in range(0, len(lines), batch_size):
         chunk = lines[start:start + batch_size]
-        encodings = []
-        for line in chunk:
-            a, b = split_pair(line)
-            encodings.append(tokenizer.encode(a, pair=b, max_length=max_length, truncation=True))
+        encodings = [tokenizer.encode(a, pair=b, max_length=max_length, truncation=True)
+                     for a, b in map(split_pair, chunk)]
         batch = pad_batch([e.input_ids for e in encodings], [e.token_type_ids for e in encodings],
                           tokenizer.pad_token_id)
         with torch.inference_mode():

@@ -10,8 +10,9 @@ from typing import Any
 import torch
 
 from bertkit.dataclass_io import check_value
-from bertkit.inference.options import FillMaskOptions
 from bertkit.errors import CheckpointError, ConfigError
+from bertkit.inference.options import FillMaskOptions
+from bertkit.inference.pooling import pad_batch
 from bertkit.model import BertPreTrainedModel
 from bertkit.model.heads import base_model
 
@@ -28,8 +29,7 @@ class MaskPrediction:
 
 def masked_lm_head(model: BertPreTrainedModel) -> torch.nn.Module:
     """The model's masked-LM prediction head (BertForMaskedLM / BertForPreTraining), else a clear error."""
-    cls = getattr(model, "cls", None)
-    head = getattr(cls, "predictions", None)
+    head = getattr(getattr(model, "cls", None), "predictions", None)
     if head is None:
         raise CheckpointError(f"this model ({type(model).__name__}) has no masked-LM head; fill-mask needs a folder "
                               "saved as BertForMaskedLM or BertForPreTraining")
@@ -80,30 +80,19 @@ def predict_masks(model: BertPreTrainedModel, tokenizer: Any, rows: list[list[in
     top_k = check_value(FillMaskOptions, "top_k", top_k, "top_k")
     head = masked_lm_head(model)
     bert = base_model(model)
-    width = max(len(r) for r in rows)
-    input_ids = torch.zeros(len(rows), width, dtype=torch.long)
-    attention = torch.zeros_like(input_ids)
-    for i, r in enumerate(rows):
-        input_ids[i, :len(r)] = torch.tensor(r)
-        attention[i, :len(r)] = 1
+    batch = pad_batch(rows, [[] for _ in rows], 0)
+    input_ids = batch["input_ids"]
     device = next(model.parameters()).device
     values: list[list[float]] = []
     indices: list[list[int]] = []
     with torch.inference_mode():
-        hidden = bert(input_ids.to(device), attention.to(device)).last_hidden_state
+        hidden = bert(input_ids.to(device), batch["attention_mask"].to(device)).last_hidden_state
         where = (input_ids == tokenizer.mask_token_id).to(device)
         for chunk in hidden[where].split(MASK_CHUNK):
             probs = head(chunk).float().softmax(-1)  # (masks, vocab): the decoder only at the masks
             top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
             values += top.values.tolist()
             indices += top.indices.tolist()
-    out: list[list[list[MaskPrediction]]] = []
-    k = 0
-    for r in rows:
-        per_text = []
-        for _ in range(r.count(tokenizer.mask_token_id)):
-            tokens = tokenizer.convert_ids_to_tokens(indices[k])
-            per_text.append([MaskPrediction(t, i, p) for t, i, p in zip(tokens, indices[k], values[k])])
-            k += 1
-        out.append(per_text)
-    return out
+    predictions = iter([MaskPrediction(t, i, p) for t, i, p in zip(tokenizer.convert_ids_to_tokens(ids), ids, probs)]
+                       for probs, ids in zip(values, indices))  # one list per mask, in order
+    return [[next(predictions) for _ in range(r.count(tokenizer.mask_token_id))] for r in rows]

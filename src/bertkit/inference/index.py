@@ -185,12 +185,12 @@ class VectorIndex:
 
     def __init__(self, folder: str | os.PathLike) -> None:
         self.folder = Path(folder)
-        if not (self.folder / META_FILE).is_file():
-            raise CheckpointError(f"{self.folder}: no {META_FILE}; expected a folder written by `bertkit index`")
-        self.meta = read_json_object(self.folder / META_FILE)
-        if self.meta.get("format") != FORMAT:
-            raise CheckpointError(f"{self.folder / META_FILE}: format {self.meta.get('format')!r}; expected {FORMAT!r}")
         where = self.folder / META_FILE
+        if not where.is_file():
+            raise CheckpointError(f"{self.folder}: no {META_FILE}; expected a folder written by `bertkit index`")
+        self.meta = read_json_object(where)
+        if self.meta.get("format") != FORMAT:
+            raise CheckpointError(f"{where}: format {self.meta.get('format')!r}; expected {FORMAT!r}")
         if self.meta.get("version") != VERSION:
             raise CheckpointError(f"{where}: version {self.meta.get('version')!r}, which records no sha256 of the "
                                   "index's files, so nothing shows that its rows belong with its vectors; build it "
@@ -236,10 +236,6 @@ class VectorIndex:
 
     def __len__(self) -> int:
         return int(self.meta["rows"])
-
-    def check_settings(self, expected: dict[str, Any], what: str) -> None:
-        """ConfigError when the query encoder's settings (model identity included) are not the index's."""
-        check_same_settings(self.settings, expected, f"index {self.folder}", what)
 
     def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k best rows of each query vector by inner product: (scores, rows), each (queries, min(k, rows)): a
@@ -291,9 +287,10 @@ def query_encoder(index: VectorIndex, model: str | os.PathLike | None = None, de
     precision, max_length = index.settings["precision"], index.settings["max_length"]
     encoder = (encoders.get(precision, max_length, device) if encoders is not None
                else Encoder(model, precision=precision, max_length=max_length, device=device))
-    index.check_settings(embedding_settings(model, encoder, index.settings["pooling"], index.settings["normalize"]),
-                         f"embed and index the corpus again with {model}, or search with the model it was built with "
-                         f"({index.settings['model']})")
+    check_same_settings(index.settings,
+                        embedding_settings(model, encoder, index.settings["pooling"], index.settings["normalize"]),
+                        f"index {index.folder}", f"embed and index the corpus again with {model}, or search with the "
+                        f"model it was built with ({index.settings['model']})")
     return encoder
 
 

@@ -1,15 +1,12 @@
 """ONNX export of any bertkit head with dynamic batch and sequence axes (torch.onnx, TorchScript exporter).
 
-A folder whose head a task serves is exported with the task's inputs (`export_folder`): the graph is traced on the
-batch the task's endpoint makes of its example requests (`Serving.example_requests`, `request_examples`,
-`serve_features`, the task's collator), so every input its head reads is a graph input under its feature name (a
-classifier's `numeric_features` and `categorical_ids`, a plug-in task's own), and its outputs are the head's
-(`Head.outputs`).
-Other folders (BertModel, the pre-training heads) take input_ids, attention_mask and token_type_ids.
+A folder whose head a task serves is traced on the batch the task's endpoint makes of its example requests
+(`export_folder`), so every input its head reads is a graph input under its feature name (a classifier's
+`numeric_features` and `categorical_ids`) and its outputs are the head's (`Head.outputs`). Other folders (BertModel,
+the pre-training heads) take input_ids, attention_mask and token_type_ids.
 
 BertModel packs real tokens with a data-dependent `nonzero`, which a traced graph would freeze to the example's
-padding. While `torch.onnx.is_in_onnx_export()` holds, BertModel computes every position instead (padded ones too)
-and zeroes the masked positions where it would unpack, so every output equals the packed model's.
+padding; while `torch.onnx.is_in_onnx_export()` holds it computes every position instead, with the same outputs.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The embedding helpers of the inference floor: padding id lists into a batch, and the pooling modes and a folder's
-sentence-transformers settings, which live a floor down (`bertkit.model.pooling`, where the embedding task's head
-reads them too) and are named here for the encoder, the feature extractor, the CLI and the server.
-
-`POOLINGS` is the one declaration of the pooling modes (`bertkit.model.pooling.POOLINGS`, this very dict): a new
-mode is one entry there.
+"""Padding id lists into a batch, and the pooling modes and a folder's sentence-transformers settings, declared in
+`bertkit.model.pooling` (where the embedding task's head reads them too) and re-exported here for the inference side.
 """
 
 from __future__ import annotations

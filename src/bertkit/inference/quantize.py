@@ -1,44 +1,31 @@
 """Calibrated static int8 for the encoder's linear layers, with the layers that int8 hurts most kept in float32.
 
-How: every encoder matrix product (the fused Q/K/V projection, the attention output, the two feed-forward
-products of each layer) is a "unit". Its weights are int8 with one scale per output channel; its input is quantized
-with one fixed scale and zero point, from the input's range over calibration text (`calibrate_int8`), after
-SmoothQuant's per-channel smoothing (Xiao et al. 2023): BERT's LayerNorm outputs have a few channels tens of times
-larger than the rest, so one activation scale would leave the others a handful of levels; dividing each input
-channel by s_j and multiplying the weight's column j by s_j moves that range into the per-channel weight scales
-(each unit smoothed or not, whichever its measured output error prefers). Embeddings, LayerNorm, softmax/attention,
-GELU and pooling stay float32. A sensitivity sweep measures each unit's own int8 output error on the calibration
-text; the units are then put back in float32, the most sensitive first, as many as it takes (found by bisection) for
-the whole model's pooled embeddings to reach `min_cosine` to float32 on that text. The plan (ranges, sweep,
-smoothing, float units) is a plain dataclass: recomputed deterministically from the same text, or stored as JSON.
+Every encoder matrix product (the fused Q/K/V projection, the attention output, the two feed-forward products of each
+layer) is a "unit". Its weights are int8 with one scale per output channel; its input is quantized with one fixed
+scale and zero point from its range over calibration text (`calibrate_int8`), after SmoothQuant's per-channel
+smoothing (Xiao et al. 2023): BERT's LayerNorm outputs have a few channels tens of times larger than the rest, and
+dividing input channel j by s_j (multiplying the weight's column j by it) moves that range into the per-channel weight
+scales; each unit is smoothed or not, whichever its measured output error prefers. Embeddings, LayerNorm, attention,
+GELU and pooling stay float32. A sensitivity sweep measures each unit's own int8 output error; units are then put
+back in float32, most sensitive first, as many as it takes (by bisection) for the pooled embeddings to reach
+`min_cosine` to float32 on that text. The plan is a plain dataclass: recomputed deterministically, or stored as JSON.
 
-Texts of few distinct tokens stay in float32. A text's embedding is the mean of its tokens' vectors,
-and int8's rounding errors of different tokens partly cancel in that mean; those of a text with a handful of tokens
-("oh come on .", one character: [CLS] x [SEP]) or of one word repeated ("the " * 250: every vector nearly the same,
-every error too) do not. On such texts, as on none other, int8 missed the 0.995 goal for the minimum cosine to
-float32, and more float32 units or calibration on them did not reach it without giving up the speed
-(docs/results/int8-short-texts-*.md, benchmarks/bench_int8_accuracy.py). So the encoder runs a text with fewer than `MIN_INT8_DISTINCT_TOKENS`
-distinct token ids (special tokens included) in float32, where it costs little: a few tokens, or one repeated.
+Texts of fewer than `MIN_INT8_DISTINCT_TOKENS` distinct token ids run in float32: int8's rounding errors of different
+tokens partly cancel in a text's mean, but not in a text of a handful of tokens or of one word repeated, where int8
+missed the 0.995 goal to float32 whatever else was tried (docs/results/int8-short-texts-*.md,
+benchmarks/bench_int8_accuracy.py).
 
-The int8 products run on one of two kernels, the same plan and the same int8 numbers on either:
-"fbgemm" (torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32: fbgemm quantizes the input, multiplies
-u8 x s8 into int32 and dequantizes in one pass) or "onednn" (the input quantized by torch.quantize_per_tensor, then
-torch.ops.onednn.qlinear_pointwise, oneDNN's int8 inner product, which takes VNNI's vpdpbusd and AMX's tile products
-where the CPU has them; fbgemm has AVX-512 VNNI kernels too, but no AMX). Their int32 accumulations are equal (7-bit
-weights: no int16 saturation on AVX2 either); the float32 outputs differ only in the dequantization's last rounding:
-fbgemm computes acc * (s_x * s_w) + b with one rounding (a fused multiply-add), oneDNN rounds the product and then
-the sum, so an output can differ by a unit or two in the last place of the larger term
-(tests/inference/test_int8_kernels.py). Such a difference now and then moves a downstream int8 input across a
-rounding boundary, so the two kernels' embeddings agree closely (min cosine above 0.999 on real text), not bit
-for bit. `choose_int8_kernel` takes oneDNN on CPUs with AMX and fbgemm elsewhere: on AVX2 (no VNNI) oneDNN's
-product was no faster and its separate input quantization (quantize_per_tensor, int_repr) cost about a tenth of the
-time more (docs/results/int8-vnni-path-epyc-avx2-2026-11-25.md), so the path measured before stays there; on a
-2-core AMX Xeon the two were level (docs/results/embed-cpu-xeon-amx-2026-11-27.md).
-BERTKIT_INT8_KERNEL=fbgemm|onednn|auto (or Encoder's int8_kernel) overrides the choice.
+The int8 products run on one of two kernels, with the same plan and int8 numbers: "fbgemm"
+(linear_with_input_q_dq_qweight_dq_output_fp32: quantize, u8 x s8 into int32, dequantize in one pass) or "onednn"
+(quantize_per_tensor, then onednn.qlinear_pointwise, which uses VNNI and AMX tiles where the CPU has them). Their int32
+sums are equal; the dequantization rounds once (fbgemm's fused multiply-add) or twice (oneDNN), so outputs can differ
+in the last place and the two kernels' embeddings agree closely (min cosine above 0.999), not bit for bit
+(tests/inference/test_int8_kernels.py). `choose_int8_kernel` picks oneDNN on CPUs with AMX, fbgemm elsewhere
+(docs/results/int8-vnni-path-epyc-avx2-2026-11-25.md, embed-cpu-xeon-amx-2026-11-27.md); BERTKIT_INT8_KERNEL or
+Encoder's int8_kernel overrides it.
 
-Calibration text is a parameter and must not be the text you evaluate on; the default is drawn from Austen's
-Persuasion, shipped with bertkit (public domain): long paragraphs, sentences of 4 to 20 words and sentences repeated
-to the model's length, the kinds of text int8 runs (`default_calibration_texts`).
+Calibration text must not be the text you evaluate on; the default (`default_calibration_texts`) is drawn from the
+shipped public-domain text of Austen's Persuasion.
 """
 
 from __future__ import annotations
@@ -51,7 +38,7 @@ import types
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -135,9 +122,8 @@ def smoothing_factors(weight: Tensor, input_range: tuple[list[float], list[float
 
 def choose_int8_kernel(kernel: str | None = None) -> tuple[str, str]:
     """The kernel the int8 products run on and why: `kernel` if given (or "auto"), else BERTKIT_INT8_KERNEL, else
-    oneDNN where the CPU has AMX (fbgemm has no AMX kernels), fbgemm elsewhere: on AVX2 it measured as fast or faster
-    (docs/results/int8-vnni-path-epyc-avx2-2026-11-25.md), and on AVX-512 VNNI it has VNNI kernels of its own, so
-    oneDNN is chosen there only when asked for until the two are measured on such a CPU."""
+    oneDNN where the CPU has AMX (fbgemm has no AMX kernels), fbgemm elsewhere (it has VNNI kernels of its own, and
+    on AVX2 it measured as fast or faster: docs/results/int8-vnni-path-epyc-avx2-2026-11-25.md)."""
     asked = kernel or os.environ.get(INT8_KERNEL_ENV, "").strip() or "auto"
     if asked != "auto":
         if asked not in INT8_KERNELS:
@@ -210,36 +196,25 @@ class Int8Linear(nn.Module):
     def _onednn_in_blocks(self, qx: Tensor) -> Tensor:
         """`_onednn` over blocks of ONEDNN_BLOCK_ROWS rows, the last padded to a multiple of ONEDNN_ROW_STEP rows.
 
-        oneDNN compiles and caches a kernel per shape, and the packed encoder's row count (the batch's token count)
-        is new in nearly every batch: a long `bertkit embed` in int8 on this kernel grew without bound (the 2 M-line
-        report). Blocks bound the shapes to ONEDNN_BLOCK_ROWS / ONEDNN_ROW_STEP per weight. Every row is computed
-        on its own (exact int32 sums, then the same dequantization), so the values do not change (tested)."""
+        oneDNN compiles and caches a kernel per shape, and the packed encoder's row count is new in nearly every
+        batch, so without blocks its cache grew without bound. Every row is computed on its own (exact int32 sums,
+        then the same dequantization), so the values do not change (tested)."""
         rows = qx.shape[0]
-        out = None
-        for start in range(0, rows, self.ONEDNN_BLOCK_ROWS):
-            block = qx[start : start + self.ONEDNN_BLOCK_ROWS]
-            n = block.shape[0]
-            padded = -(-n // self.ONEDNN_ROW_STEP) * self.ONEDNN_ROW_STEP
-            if padded != n:  # rows of the zero point: an input of zeros, outputs dropped
-                block = torch.cat([block, block.new_full((padded - n, block.shape[1]), self.zero_point)])
-            y = self._onednn(block)
-            if rows <= self.ONEDNN_BLOCK_ROWS:
-                return y[:n]
-            if out is None:
-                out = y.new_empty(rows, y.shape[1])
-            out[start : start + n] = y[:n]
-        return out if out is not None else self._onednn(qx)
+        padded = -(-rows // self.ONEDNN_ROW_STEP) * self.ONEDNN_ROW_STEP
+        if padded != rows:  # rows of the zero point: an input of zeros, outputs dropped
+            qx = torch.cat([qx, qx.new_full((padded - rows, qx.shape[1]), self.zero_point)])
+        if padded <= self.ONEDNN_BLOCK_ROWS:
+            return self._onednn(qx)[:rows]
+        return torch.cat([self._onednn(block) for block in qx.split(self.ONEDNN_BLOCK_ROWS)])[:rows]
 
 
 class FloatLinear(nn.Module):
     """y = x W^T + b in float32, in blocks of exactly FLOAT_BLOCK_ROWS rows (the last padded with zero rows, dropped).
 
     A unit the plan keeps in float32 feeds int8 units downstream, which round their input to a grid, so its rows
-    must come out bit for bit the same however many rows share the product. MKL's float32 GEMM
-    picks its kernel and blocking by the row count: on the 2-core AVX2 EPYC rows differed in the last bit below 12
-    rows; on a 2-core AMX Xeon a 384 -> 1536 product gave other bits from 16 rows up, and a 1536 -> 384 one for
-    some multiples of 64 from 256 up, while a row's bits never depended on its place within one call. So every
-    call gets the same row count, and a row's result depends on nothing but the row."""
+    must come out bit for bit the same however many rows share the product; MKL's float32 GEMM picks its kernel by
+    the row count (measured: other last bits on AVX2 and AMX CPUs), while a row's bits never depend on its place
+    within one call. So every call gets the same row count."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         super().__init__()
@@ -271,17 +246,15 @@ class Int8Plan:
     min_distinct_tokens: int = MIN_INT8_DISTINCT_TOKENS  # texts with fewer distinct token ids run in float32
 
     def to_dict(self) -> dict:
-        return {"input_ranges": {k: list(v) for k, v in self.input_ranges.items()}, "sensitivity": self.sensitivity,
-                "smoothing": self.smoothing, "float_units": self.float_units, "min_cosine": self.min_cosine,
-                "min_distinct_tokens": self.min_distinct_tokens}
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> Int8Plan:
         """A plan from `to_dict`'s JSON; one stored without `min_distinct_tokens` gets today's float32 rule for short
         texts."""
         return cls({k: ([float(x) for x in v[0]], [float(x) for x in v[1]]) for k, v in data["input_ranges"].items()},
-                   dict(data.get("sensitivity", {})), dict(data.get("smoothing", {})), list(data.get("float_units", [])),
-                   float(data.get("min_cosine", 1.0)),
+                   dict(data.get("sensitivity", {})), dict(data.get("smoothing", {})),
+                   list(data.get("float_units", [])), float(data.get("min_cosine", 1.0)),
                    int(data.get("min_distinct_tokens", MIN_INT8_DISTINCT_TOKENS)))
 
 

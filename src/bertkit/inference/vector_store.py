@@ -97,7 +97,8 @@ def check_kept_rows(folder: Path, k: int, rows: Sequence[tuple[Any, str]], where
 
 
 def finished_rows(folder: Path, k: int, dim: int, dtype: str) -> int | None:
-    """The rows of shard k if a run wrote it whole (matrix and rows file, the matrix of this dim and dtype), else None."""
+    """The rows of shard k if a run wrote it whole (matrix and rows file, the matrix of this dim and dtype), else
+    None."""
     stem = folder / shard_name(k)
     if not (stem.with_suffix(".jsonl").is_file() and stem.with_suffix(".npy").is_file()):
         return None
@@ -310,11 +311,6 @@ def embedding_settings(model: str | os.PathLike, encoder: Any, pooling: str | No
             "precision": encoder.precision, "max_length": encoder.max_length, "dim": encoder.config.hidden_size}
 
 
-def check_dtype(dtype: str) -> str:
-    if dtype not in DTYPES:
-        raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    return dtype
-
-
-__all__ = ["DTYPES", "EMBEDDING_SETTINGS", "Embeddings", "MANIFEST", "RUN_FILE", "check_dtype", "check_kept_rows",
-           "check_same_settings", "embedding_settings", "finished_rows", "kept_shard", "shard_name", "write_manifest", "write_shard"]
+__all__ = ["DTYPES", "EMBEDDING_SETTINGS", "Embeddings", "MANIFEST", "RUN_FILE", "check_kept_rows",
+           "check_same_settings", "embedding_settings", "finished_rows", "kept_shard", "shard_name", "write_manifest",
+           "write_shard"]
