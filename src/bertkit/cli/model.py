@@ -59,22 +59,19 @@ def describe_folder(folder: Path) -> dict[str, Any]:
     read = read_folder(folder)
     config = read.config
     model = load_model(read)  # reads every tensor: a truncated or wrong file is reported
-    cls = type(model)
-    weights = find_weights(folder)
+    name = type(model).__name__
     vocab = folder / VOCAB_NAME
-    report = model.load_report
     return {
         "folder": str(folder),
-        "class": cls.__name__,
+        "class": name,
         "task": config.task,
         "labels": config.label_names if config.label_names is not None else
-        (config.num_labels if cls.__name__ in ("BertForSequenceClassification", "BertForTokenClassification")
-         else None),
+        (config.num_labels if name in ("BertForSequenceClassification", "BertForTokenClassification") else None),
         "parameters": model.num_parameters(),
         "parameters_without_embeddings": model.num_parameters(exclude_embeddings=True),
-        "weights": weights.name,
-        "weights_missing": report.missing,
-        "weights_unused": report.unexpected,
+        "weights": find_weights(folder).name,
+        "weights_missing": model.load_report.missing,
+        "weights_unused": model.load_report.unexpected,
         "vocab_size": read_vocab_size(vocab) if vocab.is_file() else None,
         "config": {k: v for k, v in config.to_dict().items() if v is not None and v != {}},
     }

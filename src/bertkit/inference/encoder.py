@@ -185,9 +185,7 @@ class Encoder:
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text with [CLS]/[SEP], cut to max_length (a warning counts the texts cut)."""
-        ids = []
-        cut = 0
-        limit = self.max_length
+        ids, cut, limit = [], 0, self.max_length
         for text in texts:
             if not isinstance(text, str):
                 raise ConfigError(f"texts must be strings, got {type(text).__name__}")
