@@ -18,10 +18,8 @@ from bertkit.inference.options import SemanticSearchOptions
 def as_matrix(vectors: Any, name: str) -> torch.Tensor:
     """Embeddings (numpy, a tensor, or lists of numbers: float32, as torch makes them) as a 2-D tensor: one vector
     is one row; ValueError naming `name` for anything else."""
-    if isinstance(vectors, torch.Tensor):
-        matrix = vectors
-    else:
-        matrix = torch.from_numpy(vectors if isinstance(vectors, np.ndarray) else np.asarray(vectors, np.float32))
+    matrix = vectors if isinstance(vectors, torch.Tensor) else torch.from_numpy(
+        vectors if isinstance(vectors, np.ndarray) else np.asarray(vectors, np.float32))
     if matrix.dim() == 1:
         matrix = matrix.unsqueeze(0)
     if matrix.dim() != 2 or not matrix.is_floating_point():
