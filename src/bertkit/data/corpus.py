@@ -119,11 +119,6 @@ def expand_inputs(paths: Iterable[str | os.PathLike]) -> list[Path]:
     return files
 
 
-def is_jsonl(path: Path) -> bool:
-    """Whether a file is read as JSONL (by its name)."""
-    return path.name.endswith(JSONL_SUFFIXES)
-
-
 def _open_binary(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
 
@@ -296,7 +291,7 @@ def iter_documents(files: Iterable[Path], layout: str = "auto", on_bad_utf8: str
         stats.files += 1
         before = (stats.documents, stats.single_sentence_documents)
         builder = _DocumentBuilder(max_document_sentences, stats, min_sentences)
-        if is_jsonl(path):
+        if path.name.endswith(JSONL_SUFFIXES):
             yield from _jsonl_documents(path, layout, text_field, on_bad_utf8, builder, stats)
         else:
             file_layout = detect_layout(path) if layout == "auto" else layout

@@ -17,7 +17,7 @@ from bertkit.data.config import PretrainingDataConfig
 from bertkit.data.masking import IGNORE_INDEX
 from bertkit.data.prepare import CONFIG_FILE, TOKENIZER_DIR, vocab_fingerprint
 from bertkit.data.pretraining import VocabInfo
-from bertkit.data.shards import INDEX_FILE, ShardArrays, open_shard, read_index, verify_shard
+from bertkit.data.shards import INDEX_FILE, ShardArrays, open_shard, read_index
 from bertkit.errors import BertkitError, DataError, data_error
 from bertkit.io import check_file, sealed_entries
 from bertkit.tokenizer.tokenizer import load_vocab
@@ -137,7 +137,8 @@ class PretrainingDataset(Dataset):
         check_stored_files(self.folder, self.index)
         self.config = PretrainingDataConfig.load(self.folder / CONFIG_FILE)
         self._entries = self.index["shards"]
-        self._paths = [verify_shard(self.folder, e, checksum=verify_checksums) for e in self._entries]
+        self._paths = [check_file(self.folder, e, self.folder / INDEX_FILE, DataError, verify_checksums)  # size, sha256
+                       for e in self._entries]
         counts = [e["num_instances"] for e in self._entries]
         self._starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
         if int(self._starts[-1]) != self.index["num_instances"]:

@@ -206,8 +206,7 @@ def create_instances_from_document(documents: Sequence[Sequence[Sequence[int]]],
                                 b_sentences=(b_start, b_end), target_length=target_seq_length)
             if not config.dynamic_masking:
                 instance.input_ids, instance.masked_positions, instance.masked_labels = mask_tokens(
-                    input_ids, vocab, rng, **config.mask_options()
-                )
+                    input_ids, vocab, rng, **config.mask_options())
             instances.append(instance)
             chunk_start = i + 1
             current_length = 0
@@ -252,8 +251,7 @@ def create_full_sentence_instances(documents: Sequence[Sequence[Sequence[int]]],
                                 document=first_document, target_length=config.max_length)
             if not config.dynamic_masking:
                 instance.input_ids, instance.masked_positions, instance.masked_labels = mask_tokens(
-                    input_ids, vocab, rng, **config.mask_options()
-                )
+                    input_ids, vocab, rng, **config.mask_options())
             instances.append(instance)
         current = []
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import DataError, data_error
-from bertkit.io import atomic_path, check_file, read_json_object
+from bertkit.io import atomic_path, read_json_object
 
 INDEX_FILE = "index.json"
 FORMAT_NAME = "bertkit-pretraining-shards"
@@ -101,11 +101,6 @@ def read_index(folder: str | os.PathLike) -> dict[str, Any]:
         raise data_error(path, None, f"format {index.get('format')!r} v{index.get('version')}, expected "
                          f"{FORMAT_NAME!r} v{FORMAT_VERSION}")
     return index
-
-
-def verify_shard(folder: str | os.PathLike, entry: dict[str, Any], checksum: bool = True) -> Path:
-    """Check a shard file against its index entry (size, and sha256 if `checksum`); return its path."""
-    return check_file(folder, entry, Path(folder) / INDEX_FILE, DataError, checksum)
 
 
 def open_shard(path: Path, entry: dict[str, Any]) -> ShardArrays:

@@ -115,7 +115,9 @@ def iter_table(path: PathLike, header: bool = True, delimiter: str | None = None
     quoting, encoding). The delimiter defaults from the name: CSV -> ',', anything else -> tab."""
     name = source_name(path)
     delimiter = delimiter or table_delimiter(path)
-    rows = _tsv_rows(path) if delimiter == "\t" else _csv_rows(path, name, delimiter)
+    # TSV: a row is a line split on every tab, no quoting
+    rows = (((number, text.rstrip("\r\n").split("\t")) for number, text in iter_lines(path) if text.strip())
+            if delimiter == "\t" else _csv_rows(path, name, delimiter))
     expected: int | None = None
     for line, fields in rows:
         if expected is None:
@@ -139,12 +141,6 @@ def first_row(path: PathLike, delimiter: str | None = None) -> tuple[int, list[s
         return next(rows, None)
     finally:
         rows.close()
-
-
-def _tsv_rows(path: PathLike) -> Iterator[tuple[int, list[str]]]:
-    for number, text in iter_lines(path):
-        if text.strip():
-            yield number, text.rstrip("\r\n").split("\t")
 
 
 def _csv_rows(path: PathLike, name: str, delimiter: str) -> Iterator[tuple[int, list[str]]]:

@@ -50,14 +50,19 @@ def read_texts(path: str, fmt: str = "auto", text_field: str = "text",
     if fmt == "text" and id_field:
         raise ConfigError(f"{path}: a plain-text input has no fields; --id-field needs JSONL, CSV, TSV or Parquet")
     if fmt == "parquet":
-        yield from _parquet_rows(path, text_field, id_field)
-        return
-    if fmt == "text":
-        yield from _text_rows(path)
-        return
-    name = source_name(path)
-    for line, record in iter_records(path, fmt):
-        yield _row(record, name, line, text_field, id_field)
+        file = _parquet_checked(path, text_field, id_field)
+        columns = [text_field] + ([id_field] if id_field and id_field != text_field else [])
+        for row, record in iter_parquet(file, path, columns):
+            yield _row(record, f"{path} row", row, text_field, id_field)
+    elif fmt == "text":
+        number = 0
+        for _, physical in iter_lines(path):
+            for text in physical.splitlines() or [""]:
+                number += 1
+                yield TextRow(number, text, number)
+    else:
+        for line, record in iter_records(path, fmt):
+            yield _row(record, source_name(path), line, text_field, id_field)
 
 
 def count_rows(path: str, fmt: str = "auto", text_field: str = "text", id_field: str | None = None) -> int:
@@ -88,14 +93,6 @@ def blank_lines_warning(name: str, count: int, shown: list[int]) -> str:
     return f"warning: {name}: {count} empty line(s) ({listed}), each kept as the empty text (one output per line)"
 
 
-def _text_rows(path: str) -> Iterator[TextRow]:
-    number = 0
-    for _, physical in iter_lines(path):
-        for text in physical.splitlines() or [""]:
-            number += 1
-            yield TextRow(number, text, number)
-
-
 def _field(record: dict[str, Any], key: str, name: str, line: int, role: str) -> Any:
     """record[key], or the DataError naming the file, the line, the missing field and the fields there are."""
     if key not in record:
@@ -123,13 +120,6 @@ def _parquet_checked(path: str, text_field: str, id_field: str | None) -> Any:
             raise data_error(path, None, f"no {role} column {key!r} (columns: {', '.join(names[:10])}); "
                              f"--{role}-field names another")
     return file
-
-
-def _parquet_rows(path: str, text_field: str, id_field: str | None) -> Iterator[TextRow]:
-    file = _parquet_checked(path, text_field, id_field)
-    columns = [text_field] + ([id_field] if id_field and id_field != text_field else [])
-    for row, record in iter_parquet(file, path, columns):
-        yield _row(record, f"{path} row", row, text_field, id_field)
 
 
 __all__ = ["FORMATS", "TextRow", "count_rows", "read_texts", "resolve_format"]

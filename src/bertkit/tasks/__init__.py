@@ -26,10 +26,6 @@ ORDER = ("classification", "ner", "qa", "multiple-choice")
 SHARED = ("base", "columns", "feature_cache", "metrics", "significance")
 
 
-def _ordered(tasks: dict[str, type[Task]]) -> dict[str, type[Task]]:
-    return dict(sorted(tasks.items(), key=lambda kv: ORDER.index(kv[0]) if kv[0] in ORDER else len(ORDER)))
-
-
 def _discover() -> list[type[Task]]:
     """Every named Task subclass defined in a module of this package (but the SHARED ones)."""
     found = []
@@ -97,7 +93,8 @@ def register_task(cls: type[Task], *heads: type) -> type[Task]:
     taken = TASKS.get(cls.name)
     if taken is not None and taken is not cls:
         raise TypeError(f"task name {cls.name!r} is claimed by {taken.__qualname__} and {cls.__qualname__}")
-    tasks = _ordered({**TASKS, cls.name: cls})
+    tasks = dict(sorted({**TASKS, cls.name: cls}.items(), key=lambda kv: ORDER.index(kv[0]) if kv[0] in ORDER
+                        else len(ORDER)))
     aliases = _aliases(tasks)  # checks the new aliases and endpoint before anything changes
     _endpoints(tasks)
     if heads:
