@@ -60,9 +60,7 @@ from bertkit.tasks import TASKS, Serving, folder_serving
 
 logger = logging.getLogger("bertkit.serve")
 API_KEY_VARIABLE = "BERTKIT_API_KEY"
-
-
-CLOSE = (b"connection", b"close")
+CLOSE = (b"connection", b"close")  # the header of a refusal that ends the connection
 
 
 def declared_size(scope: dict) -> int | None:
