@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from bertkit.dataclass_io import Config, check_value, spec
+from bertkit.dataclass_io import Config, check_value, config_from_dict, spec
 from bertkit.errors import ConfigError, Interrupted
 from bertkit.io import atomic_write_json
 from bertkit.jobs import finetune
-from bertkit.jobs.finetune import MAX_EXAMPLES, RESULTS_NAME, FinetuneConfig, finetune_training
+from bertkit.jobs.finetune import MAX_EXAMPLES, RESULTS_NAME, FinetuneConfig, finetune_training, pop_training
 from bertkit.model.config import MAX_LAYERS
 from bertkit.model.folder import Folder, read_folder
 from bertkit.tasks import get_task
@@ -62,9 +62,8 @@ def distill_mode(teacher: Folder) -> str:
 
 @dataclass
 class DistillConfig(Config):
-    """One distillation run: teacher, student depth, transfer data, loss weights and the trainer's settings.
-
-    Reads from and writes to YAML/JSON like FinetuneConfig; `bertkit distill`'s options are generated from it."""
+    """One distillation run: teacher, student depth, transfer data, loss weights and the trainer's settings;
+    `bertkit distill`'s options are generated from it."""
 
     teacher: str = spec("")
     """Fine-tuned folder (task-specific distillation) or pre-trained folder (pre-training-time, masked LM)."""
@@ -125,7 +124,6 @@ class DistillConfig(Config):
 
     def default_training(self, overrides: dict[str, Any], where: str = "DistillConfig") -> TrainingConfig:
         """The mode's trainer defaults (fine-tuning's or pre-training's) with `overrides` applied."""
-        from bertkit.dataclass_io import config_from_dict
         from bertkit.jobs.pretrain import PretrainConfig
 
         if self.mode == TASK:
@@ -136,19 +134,12 @@ class DistillConfig(Config):
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "DistillConfig") -> "DistillConfig":
         """From a config file's dict: `training:` fields not given take the mode's defaults."""
-        from bertkit.dataclass_io import config_from_dict
-
         d = dict(d)
-        training = d.pop("training", None) or {}
-        if not isinstance(training, dict):
-            raise ConfigError(f"{where}: training must be a mapping of TrainingConfig fields")
+        training = pop_training(d, where)
         _check_before_reading(training, d.get("options"), where)
         config = config_from_dict(cls, d, where)
         config.training = config.default_training(training, where)
         return config
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     def layers(self, teacher_depth: int) -> list[int]:
         """The teacher layers the student starts from: teacher_layers, else student_layers (or half the teacher's
@@ -182,9 +173,8 @@ def _task_options(config: DistillConfig) -> dict[str, Any]:
 
 
 def distill_fingerprint(config: DistillConfig, layers: list[int]) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """What turns the fine-tuning (or pre-training) job's fingerprint into the distillation's: its model folder
-    named the teacher, plus the student's layers, the temperature and the loss weights (all of which change the
-    student a resume continues)."""
+    """What turns the fine-tuning (or pre-training) job's fingerprint into the distillation's: its model named the
+    teacher, plus the student's layers, the temperature and the loss weights."""
     from bertkit.training.provenance import flatten
 
     def adjust(job: dict[str, Any]) -> dict[str, Any]:
@@ -198,10 +188,7 @@ def distill_fingerprint(config: DistillConfig, layers: list[int]) -> Callable[[d
 
 def run(config: DistillConfig, resume: bool = False) -> dict[str, Any]:
     """Distil config.teacher into a student; returns the run's summary (also OUTPUT/results.json).
-
-    The teacher and its layers are checked (DistillConfig), and the output folder locked, before any data is
-    read; distill_config.yaml is written only once the run starts (a refused or failed job leaves the folder's
-    records as they were)."""
+    distill_config.yaml is written only once the run starts (a refused job leaves the folder as it was)."""
     from bertkit.training.distributed import setup_distributed
     from bertkit.training.provenance import check_output_apart
     from bertkit.training.checkpoint import output_lock

@@ -8,15 +8,13 @@ from dataclasses import dataclass
 
 from bertkit.dataclass_io import SEED_LIMIT, Config, spec
 from bertkit.io import atomic_write_json
-from bertkit.jobs.finetune import MAX_EXAMPLES, _load_finetuned, subset
-from bertkit.tasks.base import evaluate, require_examples
+from bertkit.jobs.finetune import MAX_EXAMPLES, _load_finetuned, read_examples
+from bertkit.tasks.base import evaluate
 
 
 @dataclass
 class EvaluateConfig(Config):
-    """One evaluation: the fine-tuned folder, the labelled file and how much of it to score.
-
-    `bertkit evaluate`'s options are generated from these fields."""
+    """One evaluation: `bertkit evaluate`'s options are generated from these fields."""
 
     model: str = spec("")
     """Fine-tuned model folder (e.g. OUTPUT/best)."""
@@ -37,12 +35,10 @@ def run(config: EvaluateConfig) -> dict[str, float]:
     config.output when given."""
     c = config
     t, settings, net, tokenizer = _load_finetuned(c.model)
-    examples = t.read(c.input, settings)  # a label training never had is an error naming its line
-    require_examples(examples, c.input)
-    examples = subset(examples, c.max_examples, c.seed)
+    # a label training never had is an error naming its line
+    examples = read_examples(t, c.input, settings, c.max_examples, c.seed)
     features = t.features(examples, tokenizer, settings, training=False)
-    result = evaluate(t, net, examples, features, settings, c.batch_size, tokenizer)
-    result = {**result, "examples": len(examples)}
+    result = {**evaluate(t, net, examples, features, settings, c.batch_size, tokenizer), "examples": len(examples)}
     if c.output:
         atomic_write_json(c.output, result)
     return result

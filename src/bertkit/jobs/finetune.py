@@ -1,10 +1,7 @@
 """Fine-tuning: the job behind `bertkit finetune` (`run(FinetuneConfig)`, also named `finetune`), and the opening of
-a fine-tuned folder that the evaluate and predict jobs (`bertkit.jobs.evaluate`, `bertkit.jobs.predict`) and the
-payoff comparison share.
+a fine-tuned folder that the evaluate, predict and payoff jobs share.
 
-Training is the one Trainer's (AdamW with decoupled weight decay, linear warm-up and decay, gradient clipping at
-1.0, bf16 autocast where supported, evaluation every epoch or every N steps, `best/` kept by the task's main
-metric, metrics.jsonl, resume); this module only wires a task's data, head and metric into it. The fine-tuned
+Training is the one Trainer's; this module only wires a task's data, head and metric into it. The fine-tuned
 folder (`OUTPUT/best`, or `OUTPUT/final` when there is no dev file) loads with `from_pretrained` and carries the
 tokenizer, the label names, the task and its settings.
 """
@@ -23,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from bertkit.dataclass_io import Config, spec
+from bertkit.dataclass_io import Config, config_from_dict, spec
 from bertkit.errors import CheckpointError, ConfigError, Interrupted
 from bertkit.io import atomic_write_json
 from bertkit.pretrained import resolve_model_dir
@@ -48,6 +45,14 @@ def subset(examples: list, limit: int | None, seed: int) -> list:
         return examples
     keep = np.random.default_rng(seed).choice(len(examples), size=limit, replace=False)
     return [examples[i] for i in sorted(keep)]
+
+
+def read_examples(task: Task, path: str, settings: TaskSettings, limit: int | None, seed: int,
+                  what: str = "examples") -> list:
+    """The labelled examples of `path` (an error when there are none), at most `limit` of them (`subset`)."""
+    examples = task.read(path, settings)
+    require_examples(examples, path, what)
+    return subset(examples, limit, seed)
 
 
 def _check_same_task(task: Task, config: Any, folder: str | os.PathLike) -> None:
@@ -84,11 +89,8 @@ MAX_EXAMPLES = 10**9  # an example limit beyond any file's size
 
 @dataclass
 class FinetuneConfig(Config):
-    """One fine-tuning run: the task and its typed options, the start, the data and the training settings.
-
-    Reads from and writes to YAML/JSON like PretrainConfig (`FinetuneConfig.from_dict`, `bertkit finetune --config`);
-    `bertkit finetune`'s options are generated from these fields, TrainingConfig's and every task's options.
-    """
+    """One fine-tuning run: the task and its typed options, the start, the data and the training settings;
+    `bertkit finetune`'s options are generated from these fields, TrainingConfig's and every task's options."""
 
     task: str = spec("")
     """The task: classification, ner, qa or multiple-choice (or an alias such as glue, squad, swag)."""
@@ -121,15 +123,19 @@ class FinetuneConfig(Config):
     def from_dict(cls, d: dict[str, Any], where: str = "FinetuneConfig") -> "FinetuneConfig":
         """From a config file's dict: `training:` fields not given take the fine-tuning defaults (not the
         pre-training ones TrainingConfig has), the learning rate the task's."""
-        from bertkit.dataclass_io import config_from_dict
-
         d = dict(d)
-        training = d.pop("training", None) or {}
-        if not isinstance(training, dict):
-            raise ConfigError(f"{where}: training must be a mapping of TrainingConfig fields")
+        training = pop_training(d, where)
         config = config_from_dict(cls, d, where)
         config.training = finetune_training(get_task(config.task), training, where)
         return config
+
+
+def pop_training(d: dict[str, Any], where: str) -> dict[str, Any]:
+    """A config dict's `training:` mapping, taken out of `d` (empty when not given)."""
+    training = d.pop("training", None) or {}
+    if not isinstance(training, dict):
+        raise ConfigError(f"{where}: training must be a mapping of TrainingConfig fields")
+    return training
 
 
 # The learning rate by task (paper, appendix A.3, searched 5e-5, 3e-5 and 2e-5): 3e-5, and 5e-5 for the token-level
@@ -141,8 +147,6 @@ DEFAULT_LR = 3e-5
 def finetune_training(task: Task, overrides: dict[str, Any], where: str = "FinetuneConfig") -> TrainingConfig:
     """TrainingConfig for fine-tuning: the paper's fine-tuning defaults, the task's LR and main metric (every task
     metric is better larger), then `overrides`."""
-    from bertkit.dataclass_io import config_from_dict
-
     values: dict[str, Any] = dict(output_dir="", lr=TASK_LR.get(task.name, DEFAULT_LR), batch_size=32, epochs=3.0,
                                   warmup=0.1, weight_decay=0.01, max_grad_norm=1.0, eval_every=None, seed=42,
                                   precision="auto", metric_for_best=task.settings().main_metric or DEFAULT_METRIC,
@@ -152,10 +156,8 @@ def finetune_training(task: Task, overrides: dict[str, Any], where: str = "Finet
 
 
 def finetune_fingerprint(config: FinetuneConfig, task: Task, model: str) -> dict[str, Any]:
-    """The data and settings of a fine-tuning run a resume must match (bertkit.training.provenance): the task, the
-    start folder, the train and dev files, the task's options and the example limits. A resume may change
-    eval_batch_size (the same metrics, computed in other chunks) and options.feature_cache (where the frozen
-    encoder's features are kept, not what they are)."""
+    """The data and settings of a fine-tuning run a resume must match (bertkit.training.provenance). A resume may
+    change eval_batch_size (the same metrics in other chunks) and options.feature_cache (where features are kept)."""
     from bertkit.io import file_identity, folder_identity
     from bertkit.training.provenance import flatten
 
@@ -174,10 +176,8 @@ def run(config: FinetuneConfig, resume: bool = False,
     dev file: no evaluation, and the last step's model, OUTPUT/final, is the result).
 
     Returns the run's summary (also written to OUTPUT/results.json). `resume` continues OUTPUT's latest checkpoint.
-    `wrap_model` turns the task's head on config.model into the module trained (distillation: the fine-tuned
-    teacher in, a Distiller around its student out); such a job also passes `fingerprint`, which turns this
-    job's fingerprint into its own, `on_start`, which writes its record once the run starts, and `model_folder`,
-    config.model's config.json as it read it (`read_folder`), so that it is not read again.
+    A wrapping job (distillation) passes `wrap_model`, `fingerprint`, `on_start` and `model_folder` as
+    `bertkit.jobs.pretrain.run` takes them.
     """
     import torch
 
@@ -208,16 +208,13 @@ def run(config: FinetuneConfig, resume: bool = False,
         settings = t.start_settings(c.options, start)  # an embedding model keeps its folder's pooling
         tokenizer = load_tokenizer(start.path, model_type=start.raw.get("model_type"))
 
-        train_examples = t.read(train, settings)
-        require_examples(train_examples, train, "training examples")
-        train_examples = subset(train_examples, c.max_train_examples, seed)
+        train_examples = read_examples(t, train, settings, c.max_train_examples, seed, "training examples")
         settings = t.fit_labels(train_examples, settings)
         _check_head(t, start.config, settings, model)
         dev_examples: list = []
         if dev is not None:  # else no evaluation: the last step's model is the result
-            dev_examples = t.read(dev, settings)  # with the fitted labels: one training never had is an error
-            require_examples(dev_examples, dev, "dev examples")
-            dev_examples = subset(dev_examples, c.max_eval_examples, seed)
+            # with the fitted labels: one training never had is an error
+            dev_examples = read_examples(t, dev, settings, c.max_eval_examples, seed, "dev examples")
 
         train_features = t.features(train_examples, tokenizer, settings, training=True)
         dev_features = t.features(dev_examples, tokenizer, settings, training=False) if dev_examples else []
@@ -229,11 +226,8 @@ def run(config: FinetuneConfig, resume: bool = False,
         dev_features = frozen_inputs(net, dev_features, options, cfg.output_dir) if dev_examples else []
         if wrap_model is not None:
             net = wrap_model(net)
-        main = settings.main_metric or DEFAULT_METRIC
-        if dev is None:
-            cfg = dataclasses.replace(cfg, metric_for_best=None)
-        elif main != cfg.metric_for_best:  # the data picked the metric (MRPC/QQP: F1; CoLA: Matthews)
-            cfg = dataclasses.replace(cfg, metric_for_best=main)
+        main = settings.main_metric or DEFAULT_METRIC  # the data may pick it (MRPC/QQP: F1; CoLA: Matthews)
+        cfg = dataclasses.replace(cfg, metric_for_best=None if dev is None else main)
         output = cfg.output_dir
         fp = finetune_fingerprint(c, t, model)
         phase = TrainPhase(train_features, collator(t, tokenizer),
@@ -241,7 +235,7 @@ def run(config: FinetuneConfig, resume: bool = False,
         trainer = Trainer(net, cfg, phases=[phase],
                           evaluate=None if dev is None else lambda m: evaluate(
                               t, m, dev_examples, dev_features, settings, c.eval_batch_size, tokenizer),
-                          save_extra=lambda folder: tokenizer.save_pretrained(folder), dist_info=dist_info,
+                          save_extra=tokenizer.save_pretrained, dist_info=dist_info,
                           fingerprint=fingerprint(fp) if fingerprint is not None else fp, on_start=on_start)
         result = trainer.train(resume=resume)
         if result.interrupted:  # no result to report: a partial run's best must never pass for the run's
@@ -298,8 +292,7 @@ def predictions_on(model: str, input: str, batch_size: int = 64) -> tuple[Task, 
     """A fine-tuned folder's task and settings, the labelled examples of `input`, and its prediction for each
     (what a paired significance test of two models compares)."""
     t, settings, net, tokenizer = _load_finetuned(model)
-    examples = t.read(input, settings)
-    require_examples(examples, input)
+    examples = read_examples(t, input, settings, None, 0)
     features = t.features(examples, tokenizer, settings, training=False)
     return t, settings, examples, predict(t, net, examples, features, settings, batch_size, tokenizer)
 

@@ -1,14 +1,10 @@
 """Does pre-training pay off? The same fine-tuning budget from several starts, each at its best learning rate.
 
-BERT's claim (Devlin et al. 2019) is that pre-training on unlabeled text makes downstream tasks better than
-random initialisation. An honest test gives every start (a pre-trained folder, the same architecture with random
-weights, a published checkpoint) the same task, data, epochs, batch and sequence length, the same small LR grid
-and the same seeds; each start is scored at the LR whose mean over the seeds is best (the paper picks the best
-fine-tuning LR on dev per task). Runs already finished are read back, so an interrupted comparison resumes.
-`run(PayoffConfig)` is the job: the starts, the `FinetuneBudget` each gets, and the folder the runs go to.
-
-Two starts are compared by a paired significance test on the same dev examples (`paired_tests`,
-`tasks.significance`); each run's best model predicts the dev set once for it (`dev_predictions.json` in its folder).
+`run(PayoffConfig)` gives every start (a pre-trained folder, the same architecture with random weights, a published
+checkpoint) the same task, data, budget, LR grid and seeds; each start is scored at the LR whose mean over the seeds
+is best (the paper picks the best fine-tuning LR on dev per task). Runs already finished are read back, so an
+interrupted comparison resumes. Two starts are compared by a paired significance test on the same dev examples
+(`paired_tests`); each run's best model predicts the dev set once for it (`dev_predictions.json`).
 """
 
 from __future__ import annotations
@@ -103,14 +99,10 @@ def random_init_twin(folder: str | Path, out: str | Path, seed: int = 0) -> Path
     return out
 
 
-def _lr_name(lr: float) -> str:
-    return f"{lr:g}"
-
-
 def run_dir(out: str | Path, name: str, lr: float, seed: int) -> Path:
     """The folder of one fine-tuning run of a comparison written to `out` (its results.json, best model, dev
     predictions)."""
-    return Path(out) / name / f"lr{_lr_name(lr)}-seed{seed}"
+    return Path(out) / name / f"lr{lr:g}-seed{seed}"
 
 
 def dev_predictions(run: str | Path, dev: str) -> list:
@@ -184,11 +176,11 @@ def run(config: PayoffConfig, on_run: Callable[[str, float, int, float], None] |
                     summary = finetune.run(job, resume=(folder / "checkpoints").is_dir())  # a stopped run continues
                 score = float(summary["best_metrics"][summary["main_metric"]])
                 dev_examples = summary.get("dev_examples", dev_examples)
-                scores.setdefault(_lr_name(lr), {})[str(seed)] = score
+                scores.setdefault(f"{lr:g}", {})[str(seed)] = score
                 if on_run is not None:
                     on_run(name, lr, seed, score)
-        best = max(budget.lrs, key=lambda lr: statistics.fmean(scores[_lr_name(lr)].values()))
-        at_best = [scores[_lr_name(best)][str(s)] for s in budget.seeds]
+        best = max(budget.lrs, key=lambda lr: statistics.fmean(scores[f"{lr:g}"].values()))
+        at_best = [scores[f"{best:g}"][str(s)] for s in budget.seeds]
         results.append(StartResult(name, str(model), scores, best, at_best, statistics.fmean(at_best), dev_examples,
                                    [str(run_dir(out, name, best, s)) for s in budget.seeds]))
     atomic_write_json(out / SUMMARY_NAME, {"budget": asdict(budget), "starts": [asdict(r) for r in results]})

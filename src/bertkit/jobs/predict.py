@@ -4,11 +4,9 @@ config.json) and written in the task's format: classification -> the input TSV p
 token<TAB>tag lines; qa -> {id: answer} JSON; multiple-choice -> JSON lines; embedding -> JSON lines, each query's
 ranking of the documents (of a retrieval set, or the file's own texts) or each scored pair's cosine.
 
-With `probabilities`, each example's answer is written as the server gives it for one request item instead, with
-its scores (one JSON line per example, in the file's order: `{"id": ..., "answer": ...}`), computed on the path the
-server and `bertkit.load(...)`'s task calls run (`Serving.batch`), so the three write the same numbers. It is an
-option, not the default, because the default files are the tasks' own formats (a TSV column, CoNLL lines, SQuAD's
-{id: answer} that its official script reads), which have no place for scores."""
+With `probabilities`, each example's answer is written as the server gives it, with its scores (one JSON line per
+example: `{"id": ..., "answer": ...}`), computed on the server's path (`Serving.batch`); the default files are the
+tasks' own formats, which have no place for scores."""
 
 from __future__ import annotations
 
@@ -24,9 +22,7 @@ from bertkit.tasks.base import answer_examples, predict, require_examples
 
 @dataclass
 class PredictConfig(Config):
-    """One prediction run: the fine-tuned folder, the input file and the predictions file.
-
-    `bertkit predict`'s options are generated from these fields."""
+    """One prediction run: `bertkit predict`'s options are generated from these fields."""
 
     model: str = spec("")
     """Fine-tuned model folder (e.g. OUTPUT/best)."""

@@ -49,8 +49,7 @@ class PhaseConfig(Config):
 @dataclass
 class ExecutionConfig(Config):
     """How a pre-training step computes (bertkit.model.execution): each lever gives the same loss and gradients as
-    the plain path (tests/model/test_execution.py), so weights and config.json do not depend on them; only the
-    speed does. None leaves the choice to the hardware policy (`Execution.for_step`)."""
+    the plain path, so only the speed depends on them. None leaves the choice to `Execution.for_step`."""
 
     sparse_mlm: bool = True
     """Compute the MLM transform and vocabulary decoder only at the masked positions (NVIDIA's BERT, MosaicBERT), with
@@ -80,8 +79,7 @@ class ExecutionConfig(Config):
 
 
 # PretrainConfig's fields before they became its `execution` group: a config file that still has them is read
-# into the group; "attention" is gone ("auto", grouped by length on a CPU, is the one way: "padded" computed the same
-# numbers, "jagged" ran at 0.51x on an H100 and slower on a CPU).
+# into the group.
 EXECUTION_FIELDS = ("sparse_mlm", "sparse_last_layer", "unpadded", "mlm_slots")
 
 
@@ -181,9 +179,7 @@ MASKING_FIELDS = ("masked_lm_prob", "max_predictions_per_seq", "mask_token_prob"
 
 
 def loader_note(device: torch.device, num_workers: int) -> str | None:
-    """A hint when a GPU run builds its batches in the training process: then each batch is built while the GPU
-    waits (about 2 ms per 256 x 128 tokens, benchmarks/bench_loader.py) instead of during the previous step;
-    None otherwise."""
+    """A hint when a GPU run builds its batches in the training process, while the GPU waits; None otherwise."""
     if device.type != "cuda" or num_workers > 0:
         return None
     return ("note: training.num_workers is 0, so the batches are built in the training process between steps while "
@@ -191,11 +187,9 @@ def loader_note(device: torch.device, num_workers: int) -> str | None:
 
 
 def precision_note(device: torch.device, precision: str, native_bf16: bool) -> str | None:
-    """A hint when `precision: auto` leaves a CPU with bf16 matrix units (`native_bf16`: AVX512-BF16 or AMX) in
-    float32: bf16 autocast pre-trained the mini recipe 1.85x faster than float32 on an AMX Xeon, along the float32
-    loss curve (docs/results/pretrain-bf16-cpu-xeon-amx-2026-11-27.md; other CPUs with bf16 units unmeasured).
-    `auto` itself stays float32 on every CPU, so that a run's numbers do not depend on which CPU it lands on; None
-    when there is nothing to say."""
+    """A hint when `precision: auto` leaves a CPU with bf16 matrix units (`native_bf16`) in float32
+    (docs/results/pretrain-bf16-cpu-xeon-amx-2026-11-27.md); `auto` itself stays float32 on every CPU, so that a
+    run's numbers do not depend on which CPU it lands on. None when there is nothing to say."""
     if device.type != "cpu" or precision != "auto" or not native_bf16:
         return None
     return ("note: this CPU multiplies bf16 matrices in hardware (AVX512-BF16/AMX): --training.precision bf16 "
@@ -259,9 +253,7 @@ def make_evaluate(dataset: Any, collate: Any, batch_size: int, max_batches: int)
 
     def evaluate(model: torch.nn.Module) -> dict[str, float]:
         device = next(model.parameters()).device
-        n = len(dataset)
-        if max_batches:
-            n = min(n, max_batches * batch_size)
+        n = min(len(dataset), max_batches * batch_size) if max_batches else len(dataset)
         mlm_loss = mlm_correct = mlm_count = 0.0
         nsp_loss = nsp_correct = nsp_count = 0.0
         for start in range(0, n, batch_size):
@@ -292,8 +284,7 @@ def make_evaluate(dataset: Any, collate: Any, batch_size: int, max_batches: int)
 
 def check_same_vocabulary(model_dir: Path, data_vocab: Path) -> None:
     """ConfigError unless a model folder's vocabulary is the data's, token for token: token ids index the embedding
-    rows, so data prepared with another tokenizer of the same size would train the model's rows under other tokens
-    (and final/ would pair the data's vocabulary with them)."""
+    rows, so data prepared with another tokenizer of the same size would train the rows under other tokens."""
     from bertkit.errors import CheckpointError
     from bertkit.tokenizer import BertTokenizer
 
@@ -344,11 +335,9 @@ def run(config: PretrainConfig, resume: bool = False,
         on_start: Callable[[], None] | None = None, model_folder: FolderConfig | None = None) -> TrainResult:
     """Build model, data and evaluation from `config`, then train; final/ is a from_pretrained folder + tokenizer.
 
-    `wrap_model` turns the built model into the module trained (distillation: the teacher in, a Distiller around
-    its student out); evaluation and best/ / final/ then see that module. A wrapping job also passes `fingerprint`,
-    which turns this job's fingerprint into its own (distillation names the model the teacher and adds its
-    settings), `on_start`, which writes its record once the run starts (after pretrain_config.yaml), and
-    `model_folder`, config.model's config.json as it read it (`read_folder`), so that it is not read again."""
+    A wrapping job (distillation) passes `wrap_model`, which turns the built model into the module trained,
+    `fingerprint`, which turns this job's fingerprint into its own, `on_start`, which writes its record once the run
+    starts, and `model_folder`, config.model's config.json as it read it (`read_folder`)."""
     import torch
 
     from bertkit.model import PRESETS
@@ -365,10 +354,6 @@ def run(config: PretrainConfig, resume: bool = False,
     if model_dir is not None and model_dir.is_dir():
         check_output_apart(t.output_dir, model_dir, "the model folder")
     with output_lock(t.output_dir, dist_info):  # before anything is read: a second job stops at once
-        for note in (loader_note(dist_info.device, t.num_workers),
-                     precision_note(dist_info.device, t.precision, cpu_has_native_bf16())):
-            if note and dist_info.is_main:
-                print(note, file=sys.stderr)
         phase_cfgs = config.phase_list()
         datasets = [_open_dataset(p.data, config.verify_checksums) for p in phase_cfgs]
         tok_dir = datasets[0].tokenizer_dir
@@ -382,10 +367,12 @@ def run(config: PretrainConfig, resume: bool = False,
         # Phase k draws its dynamic masks from seed + k: phases over the same data (a batch ramp) see new masks.
         collators = [pretraining_collator(ds, t.seed + k, config) for k, ds in enumerate(datasets)]
         most_predictions = max(collator.config.max_predictions_per_seq for collator in collators)
-        plan, note = config.execution.plan(dist_info.device, resolve_precision(t.precision, dist_info.device),
-                                           most_predictions)
-        if note and dist_info.is_main:
-            print(note, file=sys.stderr)
+        plan, plan_note = config.execution.plan(dist_info.device, resolve_precision(t.precision, dist_info.device),
+                                                most_predictions)
+        for note in (loader_note(dist_info.device, t.num_workers),
+                     precision_note(dist_info.device, t.precision, cpu_has_native_bf16()), plan_note):
+            if note and dist_info.is_main:
+                print(note, file=sys.stderr)
         for ds, collator in zip(datasets, collators):
             most = collator.config.max_predictions_per_seq
             if 0 < plan.mlm_slots < most:
@@ -398,11 +385,9 @@ def run(config: PretrainConfig, resume: bool = False,
             check_same_vocabulary(model_dir, tok_dir / "vocab.txt")
         if wrap_model is not None:
             model = wrap_model(model)
-        phases = [
-            TrainPhase(ds, collator, p.max_steps, p.batch_size, name=Path(p.data).name,
-                       grad_accum_steps=p.grad_accum_steps)
-            for ds, collator, p in zip(datasets, collators, phase_cfgs)
-        ]
+        phases = [TrainPhase(ds, collator, p.max_steps, p.batch_size, name=Path(p.data).name,
+                             grad_accum_steps=p.grad_accum_steps)
+                  for ds, collator, p in zip(datasets, collators, phase_cfgs)]
         evaluate = None
         eval_batch_size = config.eval_batch_size or t.batch_size
         if eval_ds is not None:
@@ -421,6 +406,6 @@ def run(config: PretrainConfig, resume: bool = False,
                 on_start()
 
         trainer = Trainer(model, t, phases=phases, evaluate=evaluate,
-                          save_extra=lambda folder: tokenizer.save_pretrained(folder), dist_info=dist_info,
+                          save_extra=tokenizer.save_pretrained, dist_info=dist_info,
                           fingerprint=fingerprint(fp) if fingerprint is not None else fp, on_start=write_records)
         return trainer.train(resume=resume)

@@ -92,14 +92,13 @@ class Reranker:
 
     def rerank(self, queries: list[str], hits: list[list[dict[str, Any]]], top_k: int,
                batch_size: int) -> list[list[dict[str, Any]]]:
-        """Each query's hits re-ordered by the relevance of (query, hit text), best first (ties keep the index's
-        order), the best top_k: each hit {"rank", "row", "id", "text", "score": the index's, "index_rank",
-        "rerank_score"}. All pairs go through the model batch_size at a time."""
+        """Each query's best top_k hits by the relevance of (query, hit text), best first (ties keep the index's
+        order), each with its "index_rank" and "rerank_score" added."""
         pairs = [(q, hit) for q, query_hits in zip(queries, hits) for hit in query_hits]
         missing = next((hit for _, hit in pairs if not isinstance(hit.get("text"), str)), None)
         if missing is not None:
-            raise ConfigError(f"SearchConfig.rerank: row {missing['row']} of the index has no text to re-score; index an "
-                              "embeddings folder of texts (`bertkit embed -o DIR`)")
+            raise ConfigError(f"SearchConfig.rerank: row {missing['row']} of the index has no text to re-score; index "
+                              "an embeddings folder of texts (`bertkit embed -o DIR`)")
         scores = iter(relevance_scores(self.serving, self.model, [q for q, _ in pairs],
                                        [hit["text"] for _, hit in pairs], batch_size))
         out = []
