@@ -2,21 +2,21 @@
 
 1. train a WordPiece vocabulary on public-domain novels and plays;
 2. show how a sentence pair becomes model input (tokens, segment ids, positions);
-3. build masked-LM + next-sentence pre-training instances and pre-train a small BERT (loss curves);
+3. build masked-LM + next-sentence instances and pre-train a small BERT;
 4. ask the pre-trained model to fill masks and to judge sentence pairs on held-out text;
 5. fine-tune on a sentiment sample from (a) random initialisation, (b) this demo's short pre-training, (c) the
    shipped model pre-trained far longer, and (d) a fully pre-trained BERT when installed, with one budget;
-6. fine-tune (a) and (c) on a SQuAD sample, extractive question answering, where pre-training matters far more;
-7. write a report: console table, summary.md / summary.html, metrics JSONL and PNG plots, and each start's verdict
-   against random initialisation from a paired test on the same dev examples.
+6. fine-tune (a) and (c) on a SQuAD sample, where pre-training matters far more;
+7. write a report (console table, summary.md / summary.html, plots), each start's verdict from a paired test.
 
-Every step calls the same library functions the CLI verbs do; nothing here is demo-only machinery.
+Every step calls the same library functions the CLI verbs do.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import itertools
 import json
 import random
 import textwrap
@@ -44,9 +44,8 @@ SENTIMENT_DEV = "sst2_dev.tsv"
 QA_TRAIN = "squad_train_sample.json.gz"
 QA_DEV = "squad_dev_sample.json.gz"
 
-# Held-out sentences for fill-mask, from the bundled SST-2 dev set: neither this demo's pre-training (three novels
-# and the plays) nor the shipped model's (docs/guide/pretraining.md) read
-# them. The masked word is what the reviewer wrote.
+# Held-out sentences for fill-mask, from the bundled SST-2 dev set, which neither this demo's nor the shipped model's
+# pre-training read. The masked word is what the reviewer wrote.
 FILL_MASK_PROBES = [
     "the movie fails to live up to the [MASK] of its parts .",
     "one of the smartest takes on singles culture i 've seen in a long [MASK] .",
@@ -160,11 +159,6 @@ def _header(step: int, total: int, title: str) -> None:
     _say(f"\n=== {step}/{total} {title} " + "=" * max(0, 70 - len(title)))
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The steps.
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def train_vocabulary(cfg: DemoConfig, out: Path, report: DemoReport) -> Any:
     """Learn a WordPiece vocabulary from the pre-training corpus; report its size and how it splits held-out text."""
     from bertkit.tokenizer import BertTokenizer
@@ -262,13 +256,9 @@ def probe(model_dir: Path, shipped_dir: Path | None, report: DemoReport, seed: i
     rng = random.Random(seed)
     pairs, labels = [], []
     for _ in range(200):
-        i = rng.randrange(len(sentences) - 1)
-        if rng.random() < 0.5:
-            pairs.append((sentences[i], sentences[i + 1]))
-            labels.append(0)  # IsNext
-        else:
-            pairs.append((sentences[i], sentences[rng.randrange(len(sentences))]))
-            labels.append(1)  # NotNext
+        i, is_next = rng.randrange(len(sentences) - 1), rng.random() < 0.5
+        pairs.append((sentences[i], sentences[i + 1] if is_next else sentences[rng.randrange(len(sentences))]))
+        labels.append(0 if is_next else 1)  # 0: IsNext, 1: NotNext
     batch = tokenizer([a for a, _ in pairs], [b for _, b in pairs], max_length=128, truncation=True,
                       padding="longest").to_tensors()
     with torch.inference_mode():
@@ -276,13 +266,13 @@ def probe(model_dir: Path, shipped_dir: Path | None, report: DemoReport, seed: i
     predicted = logits.argmax(-1).tolist()
     accuracy = sum(p == y for p, y in zip(predicted, labels)) / len(labels)
     report.nsp = {"pairs": len(labels), "accuracy": round(accuracy, 4)}
-    a, b = pairs[0]
+    (a, b), names = pairs[0], ("IsNext", "NotNext")
     _say(f"next-sentence prediction on {len(labels)} held-out pairs: accuracy {accuracy:.1%} (chance 50%)")
-    _say(f"  e.g. A: {a[:90]}\n       B: {b[:90]}\n       model says: {'IsNext' if predicted[0] == 0 else 'NotNext'}"
-         f" (truth: {'IsNext' if labels[0] == 0 else 'NotNext'})")
+    _say(f"  e.g. A: {a[:90]}\n       B: {b[:90]}\n"
+         f"       model says: {names[predicted[0]]} (truth: {names[labels[0]]})")
 
 
-def resolve_starts(cfg: DemoConfig, pretrained_dir: Path) -> tuple[Path | None, Path | None]:
+def resolve_starts(cfg: DemoConfig) -> tuple[Path | None, Path | None]:
     """The shipped model (c) and the reference model (d) folders, or None where left out or not installed."""
     from bertkit.pretrained import resolve_model_dir
 
@@ -329,11 +319,8 @@ def finetune_sentiment(cfg: DemoConfig, pretrained_dir: Path, shipped: Path | No
 def finetune_qa(cfg: DemoConfig, pretrained_dir: Path, shipped: Path | None, out: Path, report: DemoReport) -> None:
     """Fine-tune on the SQuAD sample from (a) random weights and (c) the shipped model (this demo's own model when
     the shipped one is left out), with one budget; report dev F1 and exact match, a plot and the paired verdict.
-
-    Extractive QA needs what pre-training gives and a small labelled set cannot: which words relate across a
-    question and a paragraph. A random-init BERT's bag-of-words strength on sentiment does not help here.
-    """
-    from bertkit.jobs.finetune import RESULTS_NAME
+    Extractive QA needs which words relate across a question and a paragraph, which a small labelled set cannot
+    teach: a random-init BERT's bag-of-words strength on sentiment does not help here."""
     from bertkit.jobs.payoff import FinetuneBudget, plot_comparison
 
     pretrained_start = (SHIPPED, shipped) if shipped is not None else (DEMO_PRETRAINED, pretrained_dir)
@@ -344,8 +331,7 @@ def finetune_qa(cfg: DemoConfig, pretrained_dir: Path, shipped: Path | None, out
                             max_train_examples=cfg.qa_examples, options={"doc_stride": cfg.qa_doc_stride})
     results = compare_starts(starts, budget, out / "qa", report.qa)
     for r in results:  # exact match beside F1, from the same (best) evaluation of the run
-        best = json.loads((Path(r.best_runs[0]) / RESULTS_NAME).read_text(encoding="utf-8"))["best_metrics"]
-        report.qa[r.name]["dev_exact_match"] = round(best["exact_match"], 2)
+        report.qa[r.name]["dev_exact_match"] = round(_run_results(r)["best_metrics"]["exact_match"], 2)
     plot_comparison(results, out / "qa.png", "SQuAD sample dev F1 after the same fine-tuning", metric="F1", scale=1.0)
 
 
@@ -354,23 +340,24 @@ def compare_starts(starts: dict[str, str | Path], budget: FinetuneBudget, out: P
     """Fine-tune every start with one budget; record each one's dev score (the task's main metric) and its paired
     test against random initialisation on the same dev examples into `section`."""
     from bertkit.jobs import payoff
-    from bertkit.jobs.finetune import RESULTS_NAME
     from bertkit.jobs.payoff import PayoffConfig, paired_tests
 
     results = payoff.run(PayoffConfig(starts, budget, out),
                          on_run=lambda name, lr, seed, score: _say(f"-- {name}: dev score {score:.3f}"))
     baseline = next(r for r in results if r.name == RANDOM_INIT)
     for r in results:
-        metric = json.loads((Path(r.best_runs[0]) / RESULTS_NAME).read_text(encoding="utf-8"))["main_metric"]
+        metric = _run_results(r)["main_metric"]
         section[r.name] = {f"dev_{metric}": round(r.mean, 4), "model": r.model, "dev_examples": r.dev_examples}
         if r is not baseline:  # the verdict: a paired test against random init on the same dev examples
             section[r.name]["paired"] = paired_tests(baseline, r, budget)[0].to_dict()
     return results
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The report.
-# ----------------------------------------------------------------------------------------------------------------
+def _run_results(r: StartResult) -> dict[str, Any]:
+    """results.json of a start's (first) run at its best LR."""
+    from bertkit.jobs.finetune import RESULTS_NAME
+
+    return json.loads((Path(r.best_runs[0]) / RESULTS_NAME).read_text(encoding="utf-8"))
 
 
 def _read_lines(path: Path, limit: int) -> list[str]:
@@ -378,14 +365,8 @@ def _read_lines(path: Path, limit: int) -> list[str]:
     import gzip
 
     opener = gzip.open if path.suffix == ".gz" else open
-    lines = []
     with opener(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                lines.append(line.strip())
-                if len(lines) >= limit:
-                    break
-    return lines
+        return list(itertools.islice(filter(None, map(str.strip, f)), limit))
 
 
 def summary_rows(report: DemoReport) -> list[tuple[str, str]]:
@@ -445,11 +426,11 @@ def reading(report: DemoReport) -> str:
 
 def write_summary(out: Path, report: DemoReport) -> None:
     """summary.json, summary.md and a self-contained summary.html (plots inlined) next to the run's folders."""
-    rows = summary_rows(report)
+    rows, text = summary_rows(report), reading(report)
     atomic_write_json(out / "summary.json", asdict(report))
     md = ["# bertkit demo", "", "| measure | value |", "| --- | --- |"]
     md += [f"| {k} | {v} |" for k, v in rows]
-    md += ["", reading(report)] if reading(report) else []
+    md += ["", text] if text else []
     md += ["", "![SST-2 dev accuracy per start](sentiment.png)"] if (out / "sentiment.png").is_file() else []
     md += ["", "![SQuAD dev F1 per start](qa.png)"] if (out / "qa.png").is_file() else []
     md += ["", "## Fill-mask on held-out sentences (Persuasion)", ""]
@@ -476,7 +457,7 @@ def write_summary(out: Path, report: DemoReport) -> None:
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>bertkit demo</title>"
             f"<style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}}td{{padding:2px 12px}}"
             f"img{{max-width:100%}}</style></head><body><h1>bertkit demo</h1><table>{table}</table>"
-            f"<p>{html.escape(reading(report))}</p>"
+            f"<p>{html.escape(text)}</p>"
             f"<h2>Fill-mask on held-out sentences</h2><ul>{probes}</ul><h2>Curves</h2>{''.join(images)}"
             f"</body></html>")
     atomic_write_text(out / "summary.html", page)
@@ -509,7 +490,7 @@ def run(cfg: DemoConfig) -> DemoReport:
     show_pair(tokenizer, report)
     _header(3, steps, f"Pre-train a {cfg.model} BERT with masked LM + next sentence prediction")
     pretrained = timed("pre-training", pretrain, cfg, tokenizer, out, report)
-    shipped, reference = resolve_starts(cfg, pretrained)
+    shipped, reference = resolve_starts(cfg)
     _header(4, steps, "What did it learn? Fill-mask on held-out sentences, NSP on a held-out novel")
     timed("probing", probe, pretrained, shipped, report, cfg.seed)
     _header(5, steps, "Fine-tune on SST-2 sentiment: does pre-training beat random initialisation?")

@@ -1,16 +1,13 @@
 """Embedding a corpus: the job behind `bertkit embed` (`run(EmbedConfig)`), streaming and resumable.
 
-Rows are read lazily (bertkit.data.texts: plain text, `-` for stdin, JSONL/CSV/TSV/Parquet with a text field and
-an optional id field) and embedded a shard at a time (`shard_size` rows: one Encoder call each, so memory holds
-one shard, whatever the input's size). Two outputs:
+Rows are read lazily (bertkit.data.texts) and embedded a shard at a time (`shard_size` rows: one Encoder call
+each, so memory holds one shard, whatever the input's size). Two outputs:
 - a folder (`-o DIR`): fixed-size shards and a manifest (bertkit.inference.vector_store); `--resume` after a kill
-  (kill -9 included) skips the finished shards and ends bitwise equal to an uninterrupted run. Under torchrun
-  each rank embeds its contiguous range of shards with its own encoder (its own GPU where there is one) and rank
-  0 writes the one manifest at the end: the same files as a single process.
-- a `.npy` file (`-o OUT.npy`, what `bertkit embed` always wrote): the (rows, dim) matrix, streamed into a
-  temporary file renamed into place at the end (no resume: a folder output is the resumable one).
-A file input is read once before the model is loaded: every row's field is checked, and the count gives the
-progress report its ETA and torchrun its split.
+  skips the finished shards and ends bitwise equal to an uninterrupted run. Under torchrun each rank embeds its
+  contiguous range of shards and rank 0 writes the one manifest at the end: the same files as a single process.
+- a `.npy` file (`-o OUT.npy`): the (rows, dim) matrix, streamed into a temporary file renamed into place at the end.
+A file input is read once before the model is loaded: every row is checked, and the count gives the ETA and
+torchrun's split.
 """
 
 from __future__ import annotations
@@ -71,6 +68,13 @@ class EmbedResult:
     blank_count: int
     rank: int = 0
     """The torchrun rank that did this part (0 in a single process; rank 0 wrote the manifest)."""
+
+    def add(self, chunk: list[TextRow]) -> None:
+        """Count a chunk's rows and note its blank ones."""
+        self.rows += len(chunk)
+        blanks = [r.line for r in chunk if not r.text.strip()]
+        self.blank_count += len(blanks)
+        self.blank_lines += blanks[: max(0, 10 - len(self.blank_lines))]
 
 
 def encode_texts(encoder: Encoder, texts: list[str], config: EmbedConfig, bar: Any = None) -> np.ndarray:
@@ -149,16 +153,19 @@ def _check_resume(folder: Path, record: dict[str, Any]) -> None:
                           " resume it with the same ones, or choose a new output folder")
 
 
-def _on_main(info: DistInfo, step: Any) -> None:
-    """Run `step()` on rank 0 only; every rank raises if it failed (so no rank waits for one that stopped)."""
-    error: BaseException | None = None
-    if info.is_main:
+def _together(info: DistInfo, step: Any, main_only: bool = False) -> Any:
+    """`step()`'s value (run on rank 0 only when `main_only`); every rank raises if it failed on any (so no rank waits
+    for one that stopped)."""
+    error, value = None, None
+    if info.is_main or not main_only:
         try:
-            step()
+            value = step()
         except BertkitError as e:
             error = e
     if any_rank(error is not None, info):
-        raise error or ConfigError("rank 0 stopped with an error (see its message)")
+        raise error or ConfigError(f"{'rank 0' if main_only else 'another rank'} stopped with an error (see its "
+                                   "message)")
+    return value
 
 
 def _run_to_folder(c: EmbedConfig, resume: bool, info: DistInfo) -> EmbedResult:
@@ -180,17 +187,10 @@ def _run_to_folder(c: EmbedConfig, resume: bool, info: DistInfo) -> EmbedResult:
 
     lock = folder_lock(folder) if info.is_main else None
     with lock if lock is not None else contextlib.nullcontext():
-        _on_main(info, start)
+        _together(info, start, main_only=True)
         shards = -(-total // c.shard_size) if total is not None else None
         mine = rank_shards(shards, info) if shards is not None else None
-        error: BaseException | None = None
-        try:
-            result = _embed_shards(c, encoder, folder, mine, total, info, resume and has_run)
-        except BertkitError as e:
-            error, result = e, None
-        if any_rank(error is not None, info):
-            raise error or ConfigError("another rank stopped with an error (see its message)")
-        assert result is not None
+        result = _together(info, lambda: _embed_shards(c, encoder, folder, mine, total, info, resume and has_run))
         if info.is_main:
             count = shards if shards is not None else result.shards_computed + result.shards_skipped
             rows = [finished_rows(folder, k, settings["dim"], c.dtype) for k in range(count)]
@@ -214,7 +214,6 @@ def _embed_shards(c: EmbedConfig, encoder: Encoder, folder: Path, mine: range | 
     result = EmbedResult(0, dim, str(folder), 0, 0, [], 0, info.rank)
     todo = total if mine is None else min(total or 0, mine.stop * c.shard_size) - mine.start * c.shard_size
     rows = read_texts(c.input, c.format, c.text_field, c.id_field)
-    where = c.input if c.input != "-" else "<stdin>"
     with progress_bar(todo, "embed", "texts", enabled=c.progress and info.is_main,
                       interval=PROGRESS_INTERVAL_S) as bar:
         for k, chunk in enumerate(chunks(rows, c.shard_size)):
@@ -222,8 +221,8 @@ def _embed_shards(c: EmbedConfig, encoder: Encoder, folder: Path, mine: range | 
                 continue
             if mine is not None and k >= mine.stop:
                 break
-            result.rows += len(chunk)
-            if resuming and kept_shard(folder, k, [(r.id, r.text) for r in chunk], dim, c.dtype, where):
+            result.add(chunk)
+            if resuming and kept_shard(folder, k, [(r.id, r.text) for r in chunk], dim, c.dtype, c.source):
                 result.shards_skipped += 1
                 bar.update(len(chunk))
             else:
@@ -233,9 +232,8 @@ def _embed_shards(c: EmbedConfig, encoder: Encoder, folder: Path, mine: range | 
                                    f"shard {k} was not written")
                 write_shard(folder, k, vectors.astype(c.dtype), [(r.id, r.text) for r in chunk])
                 result.shards_computed += 1
-            _note_blanks(chunk, result)
     if not result.rows and mine is None:
-        raise data_error(c.input if c.input != "-" else "<stdin>", None, "no text to embed")
+        raise data_error(c.source, None, "no text to embed")
     return result
 
 
@@ -250,14 +248,6 @@ def _checked(vectors: np.ndarray, chunk: list[TextRow], c: EmbedConfig, outcome:
                               f"{len(chunk)} lines (first: {c.input}:{chunk[bad[0]].line}); its weights or "
                               f"config.json are broken; {outcome}")
     return vectors
-
-
-def _note_blanks(chunk: list[TextRow], result: EmbedResult) -> None:
-    for r in chunk:
-        if not r.text.strip():
-            result.blank_count += 1
-            if len(result.blank_lines) < 10:
-                result.blank_lines.append(r.line)
 
 
 def npy_header(shape: tuple[int, int], dtype: str) -> bytes:
@@ -283,11 +273,10 @@ def _run_to_npy(c: EmbedConfig) -> EmbedResult:
                 vectors = _checked(encode_texts(encoder, [r.text for r in chunk], c, bar), chunk, c,
                                    "nothing was written")
                 f.write(vectors.astype(c.dtype).tobytes())
-                result.rows += len(chunk)
+                result.add(chunk)
                 result.shards_computed += 1
-                _note_blanks(chunk, result)
         if not result.rows:
-            raise data_error("<stdin>" if c.input == "-" else c.input, None, "no text to embed")
+            raise data_error(c.source, None, "no text to embed")
         if result.rows != (total or 0):
             _rewrite_header(f, c, (result.rows, dim))
     return result

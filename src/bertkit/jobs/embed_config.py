@@ -51,6 +51,11 @@ class EmbedConfig(Config):
     """Show progress (texts/s and ETA; a line every few seconds when stderr is not a terminal)."""
 
     @property
+    def source(self) -> str:
+        """The input's name in messages ('<stdin>' for '-')."""
+        return "<stdin>" if self.input == "-" else self.input
+
+    @property
     def to_folder(self) -> bool:
         """Whether the output is a folder of shards: a name not ending in .npy that is a folder or nothing yet (an
         existing file, FIFO or device, /dev/stdout say, takes one matrix as it always did)."""
