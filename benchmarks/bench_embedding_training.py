@@ -19,16 +19,24 @@ Sections (--sections, each a list of units):
   text, no labels: once with dropout 0, as the shipped config has it and the task trained before it took the
   paper's 0.1, and once with the task's default), and after supervised training on the pairs (from the shipped
   model).
+- `simcse-dev`: SimCSE's setting chosen without the evaluation articles: each setting of SIMCSE_GRID (the text:
+  paragraphs, their sentences, or Wikipedia sentences of the pre-training corpus; the learning rate) trains
+  bertkit-mini on articles 0-29's text and is scored by the questions of articles 30-37 against every paragraph of
+  articles 0-37. `simcse-best`: bertkit-mini before, and after the best dev setting trained on the training
+  articles' text of its kind (`mini` runs it too).
 - `reranker`: a cross-encoder (`bertkit finetune --task classification` on (question, paragraph) pairs of the
-  training articles, label 1 for the question's paragraph and 0 for --negatives other paragraphs of the same
-  article), then the best bi-encoder of the run through the product's path: `bertkit embed` of all paragraphs,
-  `bertkit index`, `bertkit search` of the evaluation questions, without and with `--rerank FOLDER --rerank-top 20`:
-  recall@1 and MRR@10 of both (--rerank-queries of the questions, a seeded subset, or all).
+  training articles, label 1 for the question's paragraph and 0 for --negatives other paragraphs: of the same
+  article, or with --reranker-negatives mined from all-MiniLM-L6-v2's top --mine-top), then the best bi-encoder of
+  the WORK (trained here as `minilm` trains bertkit's when the WORK has none) through the product's path: `bertkit
+  embed` of all paragraphs, `bertkit index`, `bertkit search` of the evaluation questions, without and with
+  `--rerank FOLDER --rerank-top 20`: recall@1 and MRR@10 of both (--rerank-queries of the questions, a seeded
+  subset, or all). `reranker-train`: the cross-encoder alone.
 
 Every unit (a training run, an evaluation, a throughput run) writes its result into WORK/state.json when it ends; a
 run killed and started again goes on from the first unit without one (a training run that was stopped starts
 again from scratch). Two runs of different sections may share WORK at once (each keeps the other's units). --json
-writes the report's JSON (raw figures and the tables docs/generate.py renders).
+writes the report's JSON (raw figures and the tables docs/generate.py renders); --merge adds the units of earlier
+reports or other WORKs that this WORK lacks.
 
     nice python3 benchmarks/bench_embedding_training.py --json docs/results/embedding-training-xeon-amx-2026-11-28.json \\
         [--work runs/bench-embedding-training] [--sections minilm,mini,reranker] [--steps 100] [--threads 2]
@@ -288,6 +296,7 @@ def minilm_section(state: State, data: dict[str, Any], work: Path, args: argpars
     trainers = {"sentence-transformers": lambda out, steps, train, rows: train_st(start, rows, out, args, steps,
                                                                                   args.lr),
                 "bertkit": lambda out, steps, train, rows: train_bertkit(start, train, out, args, steps, args.lr)}
+    trainers = {who: t for who, t in trainers.items() if who in args.minilm_trainers.split(",")}
     for who, train in trainers.items():  # the full runs: sentence-transformers first
         state.run(f"minilm:train:{who}", lambda: train(work / f"minilm-{who}", args.steps, files["pairs"], pairs),
                   settings_of(args, args.steps, args.lr))
@@ -436,17 +445,174 @@ def mini_section(state: State, data: dict[str, Any], work: Path, args: argparse.
             "bertkit-mini", files["simcse"], work / f"mini-{key}", args, args.simcse_steps, args.simcse_lr,
             options={"loss": "simcse", **options}), settings_of(args, args.simcse_steps, args.simcse_lr, **settings))
         state.run(f"mini:after:{key}", lambda: evaluate(simcse["folder"], files["eval"], args.eval_max_length))
+    simcse_best_section(state, data, work, args)
     supervised = state.run("mini:train:supervised", lambda: train_bertkit(
         "bertkit-mini", files["pairs"], work / "mini-supervised", args, args.mini_steps, args.mini_lr),
         settings_of(args, args.mini_steps, args.mini_lr))
     state.run("mini:after:supervised", lambda: evaluate(supervised["folder"], files["eval"], args.eval_max_length))
 
 
+SIMCSE_TEXTS = {"paragraphs": "paragraphs", "sentences": "paragraphs split into sentences",
+                "wiki": "sentences of the pre-training corpus' Wikipedia slice (not SQuAD)"}
+DEV_ARTICLES = 8  # the SimCSE setting search: articles 0-29 give the text, 30-37 the questions (38-47 never read)
+SIMCSE_GRID = {  # key -> (text, options, lr, steps): what the dev search tries (batch 32, dropout 0.1)
+    "sentences-lr1e-5": ("sentences", {}, 1e-5, 150),
+    "sentences-lr5e-5": ("sentences", {}, 5e-5, 150),
+    "sentences-lr1e-4": ("sentences", {}, 1e-4, 150),
+    "sentences-lr2e-4": ("sentences", {}, 2e-4, 150),
+    "wiki-lr5e-5": ("wiki", {}, 5e-5, 150),
+}
+
+
+def sentences_of(paragraphs: list[str]) -> list[str]:
+    """Sentences at a full stop, question or exclamation mark followed by a capital (SimCSE's unit is a sentence)."""
+    import re
+
+    return [t for p in paragraphs for t in re.split(r"(?<=[.!?])\s+(?=[A-Z])", p) if len(t.split()) >= 4]
+
+
+def write_dev_data(work: Path, wiki_sentences: int, seed: int) -> dict[str, Any]:
+    """The SimCSE dev split, from articles 0-37 only: the unlabelled text of articles 0-29 (paragraphs, their
+    sentences) and sentences of the pre-training corpus' Wikipedia slice; the questions of articles 30-37 searching
+    every paragraph of articles 0-37."""
+    import gzip
+
+    articles = json.loads((DATA / "squad_v1.1" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
+    out = work / "data" / "dev"
+    (out / "eval").mkdir(parents=True, exist_ok=True)
+    train_articles = TRAIN_ARTICLES - DEV_ARTICLES
+    paragraphs, queries, qrels, text = {}, [], [], []
+    for number, article in enumerate(articles[:TRAIN_ARTICLES]):
+        for p in article["paragraphs"]:
+            context = " ".join(p["context"].split())
+            pid = paragraphs.setdefault(context, f"p{len(paragraphs)}")
+            if number < train_articles:
+                text.append(context)
+            else:
+                for qa in p["qas"]:
+                    queries.append({"_id": qa["id"], "text": " ".join(qa["question"].split())})
+                    qrels.append((qa["id"], pid))
+    wiki: list[str] = []
+    with gzip.open(DATA / "pretraining_corpus" / "enwiki2014_000.txt.gz", "rt", encoding="utf-8") as f:
+        for line in f:
+            wiki += sentences_of([line.strip()]) if len(line.split()) > 20 else []
+            if len(wiki) >= wiki_sentences:
+                break
+    files = {"eval": str(out / "eval")}
+    for name, lines in {"paragraphs": text, "sentences": sentences_of(text), "wiki": wiki[:wiki_sentences]}.items():
+        (out / f"{name}.txt").write_text("".join(t + "\n" for t in lines), encoding="utf-8")
+        files[name] = str(out / f"{name}.txt")
+    lines = lambda rows: "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    (out / "eval" / "corpus.jsonl").write_text(lines({"_id": i, "text": t} for t, i in paragraphs.items()))
+    (out / "eval" / "queries.jsonl").write_text(lines(queries))
+    (out / "eval" / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{p}\t1\n" for q, p in qrels))
+    counts = {"text_paragraphs": len(text), "text_sentences": len(sentences_of(text)), "wiki_sentences":
+              len(wiki[:wiki_sentences]), "dev_queries": len(queries), "dev_corpus": len(paragraphs)}
+    print(f"dev data: {counts}", flush=True)
+    return {"files": files, "counts": counts}
+
+
+def simcse_dev_section(state: State, data: dict[str, Any], work: Path, args: argparse.Namespace) -> None:
+    """SimCSE's setting chosen on a dev split of the training articles (30-37's questions): bertkit-mini before,
+    then each setting of SIMCSE_GRID (or --simcse-keys) trained on articles 0-29's text."""
+    dev = state.run("simcse-dev:data", lambda: write_dev_data(work, args.wiki_sentences, args.seed),
+                    {"wiki_sentences": args.wiki_sentences, "dev_articles": DEV_ARTICLES})
+    files = dev["files"]
+    state.run("simcse-dev:before", lambda: evaluate("bertkit-mini", files["eval"], args.eval_max_length))
+    keys = args.simcse_keys.split(",") if args.simcse_keys else list(SIMCSE_GRID)
+    for key in keys:
+        text, options, lr, steps = SIMCSE_GRID[key]
+        trained = state.run(f"simcse-dev:train:{key}", lambda: train_bertkit(
+            "bertkit-mini", files[text], work / f"simcse-dev-{key}", args, steps, lr,
+            options={"loss": "simcse", **options}), settings_of(args, steps, lr, text=text, **options))
+        state.run(f"simcse-dev:after:{key}", lambda: evaluate(trained["folder"], files["eval"], args.eval_max_length))
+        shutil.rmtree(Path(trained["folder"]).parent, ignore_errors=True)
+
+
+def simcse_best_section(state: State, data: dict[str, Any], work: Path, args: argparse.Namespace) -> None:
+    """bertkit-mini before, and after SimCSE with the setting the dev split chose (section simcse-dev), trained on
+    all training articles' text of the same kind (paragraphs, their sentences, or the Wikipedia sentences)."""
+    files = data["files"]
+    state.run("mini:before", lambda: evaluate("bertkit-mini", files["eval"], args.eval_max_length))
+    dev = {k.split(":", 2)[2]: v["mrr@10"] for k, v in state.units.items() if k.startswith("simcse-dev:after:")}
+    if dev:  # the setting the dev split chose, trained on all training articles' text (the same kind)
+        key = max(dev, key=dev.get)
+        text, options, lr, steps = SIMCSE_GRID[key]
+        source = {"paragraphs": files["simcse"], "wiki": state.units["simcse-dev:data"]["files"]["wiki"]}
+        if text == "sentences":
+            source["sentences"] = str(work / "data" / "train-sentences.txt")
+            paragraphs = Path(files["simcse"]).read_text(encoding="utf-8").splitlines()
+            Path(source["sentences"]).write_text("".join(t + "\n" for t in sentences_of(paragraphs)), encoding="utf-8")
+        chosen = state.run("mini:train:simcse-dev-best", lambda: train_bertkit(
+            "bertkit-mini", source[text], work / "mini-simcse-dev-best", args, steps, lr,
+            options={"loss": "simcse", **options}), settings_of(args, steps, lr, key=key, text=text, **options))
+        state.run("mini:after:simcse-dev-best",
+                  lambda: evaluate(chosen["folder"], files["eval"], args.eval_max_length))
+
+
 def best_bi_encoder(state: State) -> tuple[str, str]:
     """(name, folder) of the bi-encoder with the highest MRR@10 among those this run trained."""
-    trained = [(k.split(":", 2)[2], k.split(":")[0]) for k in state.units if ":after:" in k]
+    trained = [(k.split(":", 2)[2], k.split(":")[0]) for k in state.units
+               if ":after:" in k and k.split(":")[0] in ("minilm", "mini")]
     name, section = max(trained, key=lambda t: state.units[f"{t[1]}:after:{t[0]}"]["mrr@10"])
     return f"{section}:{name}", state.units[f"{section}:train:{name}"]["folder"]
+
+
+def bi_encoder_to_rerank(state: State, data: dict[str, Any], work: Path, args: argparse.Namespace) -> tuple[str, str]:
+    """(name, folder): the best bi-encoder this WORK trained (sections minilm, mini), else one trained here as the
+    minilm section trains bertkit's (from all-MiniLM-L6-v2, the same settings), the best of the first report."""
+    if any(":after:" in k and k.split(":")[0] in ("minilm", "mini") for k in state.units):
+        return best_bi_encoder(state)
+    unit = state.run("reranker:bi-encoder", lambda: train_bertkit(
+        minilm_dir(), data["files"]["pairs"], work / "reranker-bi-encoder", args, args.steps, args.lr),
+        settings_of(args, args.steps, args.lr))
+    return f"all-MiniLM-L6-v2 trained by bertkit ({args.steps} steps)", unit["folder"]
+
+
+def mine_negatives(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The cross-encoder's labelled pairs with hard negatives, as it will meet them: each training question's
+    paragraph (label 1) and --negatives paragraphs drawn from all-MiniLM-L6-v2's top --mine-top among the training
+    articles' paragraphs, its own excluded (label 0). Only articles 0-37 are read."""
+    import bertkit
+
+    pairs = [json.loads(line) for line in (work / "data" / "train-pairs.jsonl").read_text().splitlines()]
+    texts = list(dict.fromkeys(p["positive"] for p in pairs))
+    bert = bertkit.load(minilm_dir())
+    encode = lambda t: bert.encode(t, normalize=True, precision="fp32", max_length=args.eval_max_length,
+                                   batch_size=64)
+    docs, questions = encode(texts), encode([p["query"] for p in pairs])
+    top = np.argsort(-(questions @ docs.T), axis=1)[:, :args.mine_top + 1]
+    rng = np.random.default_rng(args.seed)
+    labelled = []
+    for pair, hits in zip(pairs, top):
+        labelled.append({"query": pair["query"], "text": pair["positive"], "label": 1})
+        others = [int(h) for h in hits if texts[int(h)] != pair["positive"]][:args.mine_top]
+        for j in rng.choice(others, size=min(args.negatives, len(others)), replace=False):
+            labelled.append({"query": pair["query"], "text": texts[int(j)], "label": 0})
+    rng.shuffle(labelled)
+    path = work / "data" / "train-reranker-mined.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in labelled), encoding="utf-8")
+    return {"file": str(path), "pairs": len(labelled), "negatives": args.negatives, "mine_top": args.mine_top}
+
+
+def train_reranker(state: State, data: dict[str, Any], work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The cross-encoder (section `reranker-train`, or the first unit of `reranker`)."""
+    files = data["files"]
+    start = minilm_dir() if args.reranker_start == "all-MiniLM-L6-v2" else args.reranker_start
+    cross_args = argparse.Namespace(**{**vars(args), "max_length": args.reranker_max_length,
+                                       "batch_size": args.reranker_batch_size})
+    if args.reranker_negatives == "mined":
+        train = state.run("reranker:mine", lambda: mine_negatives(work, args),
+                          {"negatives": args.negatives, "mine_top": args.mine_top, "seed": args.seed})["file"]
+    else:
+        train = files["labelled"]
+    cross = state.run("reranker:train", lambda: train_bertkit(
+        start, train, work / "reranker", cross_args, args.reranker_steps, args.reranker_lr,
+        task="classification", options={"text_column": "query", "text_pair_column": "text", "label_column": "label"}),
+        settings_of(cross_args, args.reranker_steps, args.reranker_lr, start=args.reranker_start,
+                    negatives=args.negatives, negatives_from=args.reranker_negatives))
+    return cross
 
 
 def reranker_section(state: State, data: dict[str, Any], work: Path, args: argparse.Namespace) -> None:
@@ -455,14 +621,8 @@ def reranker_section(state: State, data: dict[str, Any], work: Path, args: argpa
     from bertkit.jobs.search import IndexConfig, SearchConfig, build, search
 
     files = data["files"]
-    start = minilm_dir() if args.reranker_start == "all-MiniLM-L6-v2" else args.reranker_start
-    cross_args = argparse.Namespace(**{**vars(args), "max_length": args.reranker_max_length})
-    cross = state.run("reranker:train", lambda: train_bertkit(
-        start, files["labelled"], work / "reranker", cross_args, args.reranker_steps, args.reranker_lr,
-        task="classification", options={"text_column": "query", "text_pair_column": "text", "label_column": "label"}),
-        settings_of(cross_args, args.reranker_steps, args.reranker_lr, start=args.reranker_start,
-                    negatives=args.negatives))
-    name, folder = best_bi_encoder(state)
+    cross = train_reranker(state, data, work, args)
+    name, folder = bi_encoder_to_rerank(state, data, work, args)
 
     def index() -> dict[str, Any]:
         begin = time.perf_counter()
@@ -608,7 +768,13 @@ def goals_table(u: dict[str, Any]) -> dict[str, Any]:
         after = u["mini:after:supervised"]["mrr@10"]
         goal("bertkit-mini after supervised training: MRR@10 at least 2x its score before", after >= 2 * before[
             "mrr@10"], "{after:.4f} against {before:.4f} ({r:.2f}x)", after=after, before=before["mrr@10"])
-    if before:
+    if before and "mini:after:simcse-dev-best" in u:
+        simcse, key = u["mini:after:simcse-dev-best"], u["mini:train:simcse-dev-best"]["settings"]["key"]
+        goal("bertkit-mini after SimCSE alone: MRR@10 above its score before", simcse["mrr@10"] > before["mrr@10"],
+             "{after:.4f} against {before:.4f} (the setting chosen on a dev split of the training articles, "
+             "`{key}`; 150 steps on paragraphs at LR 5e-5, the first run: {para:.4f})", after=simcse["mrr@10"],
+             before=before["mrr@10"], key=key, para=u.get("mini:after:simcse-dropout", {}).get("mrr@10"))
+    elif before:
         simcse = u.get("mini:after:simcse-dropout")
         goal("bertkit-mini after SimCSE alone: MRR@10 above its score before", None if simcse is None else
              simcse["mrr@10"] > before["mrr@10"], "{after:.4f} against {before:.4f} (without dropout, as the task "
@@ -650,7 +816,22 @@ def report(state: State, data: dict[str, Any], args: argparse.Namespace) -> dict
         if name in u:
             settings = u[f"mini:train:{key}"]["settings"] if key != "before" else {}
             rows.append(metric_row("bertkit-mini", training.format(**settings), u[name], key=name))
+    if "mini:after:simcse-dev-best" in u:
+        settings = u["mini:train:simcse-dev-best"]["settings"]
+        rows.insert(-1 if "mini:after:supervised" in u else len(rows), metric_row(
+            "bertkit-mini", "SimCSE with the setting a dev split of the training articles chose (`{key}`: {text}, "
+            "{steps} steps, LR {lr:g}, dropout 0.1)".format(**{**settings, "text": SIMCSE_TEXTS[settings["text"]]}),
+            u["mini:after:simcse-dev-best"], key="mini:after:simcse-dev-best"))
     tables["retrieval"] = {"columns": METRIC_COLUMNS, "rows": rows}
+    dev = [k.split(":", 2)[2] for k in u if k.startswith("simcse-dev:after:")]
+    if dev:
+        def dev_row(name: str, training: str) -> dict[str, Any]:
+            return metric_row("bertkit-mini", training, u[name], key=name)
+
+        tables["simcse_dev"] = {"columns": METRIC_COLUMNS, "rows": [dev_row("simcse-dev:before", "before")] + [
+            dev_row(f"simcse-dev:after:{key}", "SimCSE `{key}`: {text}, {steps} steps, LR {lr:g}".format(
+                **{**u[f"simcse-dev:train:{key}"]["settings"], "key": key, "text": SIMCSE_TEXTS[
+                    u[f"simcse-dev:train:{key}"]["settings"]["text"]]})) for key in dev]}
     tables["speed"] = speed_table(u, args)
     if "reranker:with" in u:
         name = u["reranker:index"]["bi_encoder"]
@@ -665,14 +846,19 @@ def report(state: State, data: dict[str, Any], args: argparse.Namespace) -> dict
                      {"search": f"{name}, its top {u['reranker:with'].get('rerank_top', args.rerank_top)} reranked by the cross-encoder",
                       **at_fields(u["reranker:with"])}]}
     tables["goals"] = goals_table(u)
-    return {"title": "Training embedding models: bertkit against sentence-transformers' trainer",
+    return {"title": args.title,
             "date": time.strftime("%Y-%m-%d"), "machine": machine(), "data": data["counts"],
-            "tables": tables, "units": u}
+            "merged": getattr(args, "merged", None), "tables": tables, "units": u}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--json", type=Path, help="write the report's JSON here")
+    p.add_argument("--title", default="Training embedding models: bertkit against sentence-transformers' trainer",
+                   help="with --json: the report's title")
+    p.add_argument("--merge", type=Path, nargs="*", default=[], help="with --json: reports' JSON or other WORKs' "
+                   "state.json whose units this WORK lacks join the report, the first file first (its 'merged' field "
+                   "names them)")
     p.add_argument("--work", type=Path, default=REPO / "runs" / "bench-embedding-training")
     p.add_argument("--sections", default="minilm,rounds,step,mini,reranker")
     p.add_argument("--threads", type=int, default=2)
@@ -684,6 +870,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=float, default=0.1, help="warm-up steps, a fraction of the steps")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--lr", type=float, default=2e-5)
+    p.add_argument("--minilm-trainers", default="sentence-transformers,bertkit",
+                   help="minilm section: the trainers to run (both for the comparison)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--throughput-steps", type=int, default=15)
     p.add_argument("--step-count", type=int, default=20, help="step section: timed steps of each library")
@@ -691,13 +879,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true", help="step section: print each library's top operators")
     p.add_argument("--simcse-steps", type=int, default=150)
     p.add_argument("--simcse-lr", type=float, default=5e-5)
+    p.add_argument("--simcse-keys", default="", help="simcse-dev section: the SIMCSE_GRID keys to try (default all)")
+    p.add_argument("--wiki-sentences", type=int, default=20000, help="simcse-dev: sentences of the Wikipedia slice")
     p.add_argument("--mini-steps", type=int, default=300)
     p.add_argument("--mini-lr", type=float, default=1e-4)
     p.add_argument("--reranker-start", default="all-MiniLM-L6-v2", help="all-MiniLM-L6-v2, bertkit-mini or a folder")
     p.add_argument("--reranker-steps", type=int, default=300)
     p.add_argument("--reranker-lr", type=float, default=3e-5)
     p.add_argument("--reranker-max-length", type=int, default=192)
-    p.add_argument("--negatives", type=int, default=1, help="in-article negatives per training question")
+    p.add_argument("--reranker-batch-size", type=int, default=32)
+    p.add_argument("--negatives", type=int, default=1, help="the cross-encoder's negatives per training question")
+    p.add_argument("--reranker-negatives", choices=("article", "mined"), default="article",
+                   help="negatives drawn from the question's article, or mined from all-MiniLM-L6-v2's top --mine-top")
+    p.add_argument("--mine-top", type=int, default=10)
     p.add_argument("--rerank-top", type=int, default=20)
     p.add_argument("--rerank-queries", type=int, default=1000, help="a seeded subset of the questions (0: all)")
     return p.parse_args(argv)
@@ -711,9 +905,17 @@ def main() -> int:
     state = State(args.work)
     data = state.run("data", lambda: write_data(args.work, args.seed, args.negatives))
     sections = {"minilm": minilm_section, "rounds": rounds_section, "step": step_section,
-                "mini": mini_section, "reranker": reranker_section}
+                "mini": mini_section, "reranker": reranker_section,
+                "simcse-dev": simcse_dev_section, "reranker-train": train_reranker,
+                "simcse-best": simcse_best_section}
     for name in filter(None, args.sections.split(",")):
         sections[name](state, data, args.work, args)
+    args.merged = []
+    for path in args.merge:  # earlier units this WORK lacks, for the report only (state.json unchanged)
+        stored = json.loads(path.read_text())
+        units = stored.get("units", stored)  # a report's JSON, or another WORK's state.json
+        args.merged.append({"from": str(path), "units": sorted(k for k in units if k not in state.units)})
+        state.units = {**{k: units[k] for k in args.merged[-1]["units"]}, **state.units}
     if args.json:  # the report of every unit done so far (each with the settings it ran with)
         args.json.write_text(json.dumps(report(state, data, args), indent=1) + "\n")
     return 0

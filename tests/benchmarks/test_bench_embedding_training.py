@@ -77,3 +77,29 @@ def test_two_runs_on_one_work_folder_keep_each_others_units(tmp_path: Path) -> N
     second.run("b", lambda: {"x": 2})
     first.run("c", lambda: {"x": 3})
     assert json.loads((tmp_path / "state.json").read_text()) == {"a": {"x": 1}, "b": {"x": 2}, "c": {"x": 3}}
+
+
+def test_simcse_dev_split_never_reads_the_evaluation_articles(tmp_path: Path, data_dir: Path) -> None:
+    """SimCSE's setting search: text from articles 0-29, questions of 30-37 against every paragraph of 0-37; no text
+    of articles 38-47 in any file it writes."""
+    dev = bench.write_dev_data(tmp_path, wiki_sentences=50, seed=1)
+    articles = squad(data_dir)
+    contexts = lambda part: {" ".join(p["context"].split()) for a in part for p in a["paragraphs"]}  # noqa: E731
+    held_out = contexts(articles[38:])
+    written = {name: Path(path).read_text(encoding="utf-8") for name, path in dev["files"].items() if name != "eval"}
+    assert set(written["paragraphs"].splitlines()) == contexts(articles[:30])
+    corpus = [json.loads(line)["text"] for line in (tmp_path / "data" / "dev" / "eval" / "corpus.jsonl").read_text(
+        encoding="utf-8").splitlines()]
+    assert set(corpus) == contexts(articles[:38]) and not set(corpus) & held_out
+    queries = {json.loads(line)["_id"] for line in (tmp_path / "data" / "dev" / "eval" / "queries.jsonl").read_text(
+        encoding="utf-8").splitlines()}
+    assert queries == {qa["id"] for a in articles[30:38] for p in a["paragraphs"] for qa in p["qas"]}
+    assert dev["counts"]["wiki_sentences"] == 50 and not any(
+        sentence in text for text in held_out for sentence in written["sentences"].splitlines())
+
+
+def test_sentences_split_at_sentence_ends_and_drop_fragments() -> None:
+    """A full stop, question or exclamation mark before a capital ends a sentence (an abbreviation too: the split is
+    a regular expression, not a sentence model); pieces under 4 words are dropped."""
+    assert bench.sentences_of(["The cat sat on the mat. It was warm there! Was it? Dr. Smith went home at noon."]) == [
+        "The cat sat on the mat.", "It was warm there!", "Smith went home at noon."]
