@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from bertkit.model.kernels import GELU
 
-BLOCK = GELU.BLOCK_ROWS
+BLOCK, CHUNK = GELU.BLOCK_ROWS, GELU.CHUNK_ROWS
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
@@ -42,6 +42,20 @@ def test_values_and_gradients_equal_torch_bit_for_bit(shape: tuple[int, ...], ap
     assert torch.equal(a.grad, b.grad)
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("rows", [CHUNK, 2 * CHUNK + 3 * BLOCK + 5])
+def test_chunks_give_the_values_and_gradients_of_one_call(rows: int, approximate: str) -> None:
+    """Row counts of a training batch (whole chunks on every thread, then blocks): one call's values and gradients
+    with the same threads."""
+    torch.manual_seed(0)
+    x, grad = torch.randn(rows, 384) * 3, torch.randn(rows, 384)
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out_a, out_b = GELU(approximate)(a), F.gelu(b, approximate=approximate)
+    out_a.backward(grad)
+    out_b.backward(grad)
+    assert torch.equal(out_a, out_b) and torch.equal(a.grad, b.grad)
+
+
 class _GeluShapes(TorchDispatchMode):
     """Records the input shape of every aten GELU call (forward and backward)."""
 
@@ -58,13 +72,13 @@ class _GeluShapes(TorchDispatchMode):
 def test_token_counts_of_every_size_reach_the_kernels_as_few_shapes() -> None:
     gelu = GELU()
     with _GeluShapes() as seen:
-        for rows in range(BLOCK - 40, 6 * BLOCK, 7):  # the packed path's ever-changing token counts
+        for rows in range(BLOCK - 40, 3 * CHUNK, 7):  # the packed path's ever-changing token counts
             x = torch.randn(rows, 16, requires_grad=rows % 2 == 0)
             y = gelu(x)
             if x.requires_grad:
                 y.sum().backward()
     assert len(seen.shapes) <= BLOCK + 1
-    assert all(s[0] <= BLOCK for s in seen.shapes)
+    assert all(s[0] <= BLOCK or s[0] == CHUNK for s in seen.shapes)
 
 
 def test_memory_stays_flat_over_many_token_counts() -> None:

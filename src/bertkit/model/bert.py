@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from bertkit.model.config import BertConfig
 from bertkit.model.execution import Execution
-from bertkit.model.kernels import GELU, Dropout, Packing, dropout, gather_places
+from bertkit.model.kernels import GELU, Dropout, Packing, gather_places, keep_mask
 
 
 @dataclass
@@ -125,11 +125,10 @@ class BertSelfAttention(nn.Module):
             context, probs = self.attend(packing.unpack(qkv), packing.key_mask, output_attentions)
             return packing.pack(context), probs
         qkv = F.pad(qkv, (0, 0, 0, 1))  # + one zero row, read at every padded slot
-        parts = []
-        for g in packing.groups:
-            context, _ = self.attend(qkv.index_select(0, g.gather).view(g.size, g.width, -1), g.key_mask)
-            parts.append(context.reshape(g.size * g.width, -1).index_select(0, g.real))
-        return torch.cat(parts), None
+        grids = qkv.index_select(0, packing.group_gather).split([g.size * g.width for g in packing.groups])
+        parts = [self.attend(grid.view(g.size, g.width, -1), g.key_mask)[0].reshape(g.size * g.width, -1)
+                 for g, grid in zip(packing.groups, grids)]
+        return torch.cat(parts).index_select(0, packing.group_real), None
 
     def attend(self, qkv: Tensor, key_mask: Tensor | None, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
         """(batch, seq, 3 * hidden) -> the attention output (batch, seq, hidden), and the probabilities if asked."""
@@ -161,15 +160,27 @@ class BertSelfAttention(nn.Module):
         (batch, heads, n, seq) if asked. `mask`: boolean (keys to attend) or additive, broadcast to the scores."""
         dropout_p = self.dropout_p if self.training else 0.0
         if output_attentions or (dropout_p > 0 and q.device.type == "cpu"):
-            # Written out (torch's CPU attention kernels have no dropout and would fall back to this anyway).
-            scores = (q / math.sqrt(self.head_dim)) @ k.transpose(-1, -2)  # (batch, heads, n, seq)
-            if mask is not None and mask.dtype == torch.bool:
-                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-            elif mask is not None:
-                scores = scores + mask
+            # Written out (torch's CPU attention kernels have no dropout and would fall back to this anyway): the
+            # scale and the mask ride on the scores' matrix product (baddbmm), and dropout's 1 / (1 - p) on the
+            # output, (n, head_dim) per head instead of (n, seq).
+            batch, heads, n, head_dim = q.shape
+            seq = k.shape[2]
+            if mask is None:
+                bias = q.new_zeros(())
+            else:
+                if mask.dtype == torch.bool:
+                    mask = q.new_zeros(mask.shape).masked_fill_(~mask, torch.finfo(q.dtype).min)
+                bias = mask.expand(batch, heads, -1, seq).reshape(batch * heads, -1, seq)
+            scores = torch.baddbmm(bias, q.reshape(-1, n, head_dim), k.reshape(-1, seq, head_dim).mT,
+                                   alpha=1 / math.sqrt(head_dim))  # (batch * heads, n, seq)
             probs = scores.softmax(-1)
-            context = dropout(probs, dropout_p) @ v
-            return context, probs if output_attentions else None
+            if dropout_p > 0:
+                keep, scale = keep_mask(probs.shape, dropout_p, probs.dtype)
+                context = torch.bmm(probs * keep, v.reshape(-1, seq, head_dim)).mul_(scale)
+            else:
+                context = torch.bmm(probs, v.reshape(-1, seq, head_dim))
+            probs = probs.view(batch, heads, n, seq)
+            return context.view(batch, heads, n, head_dim), probs if output_attentions else None
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
 
     def alibi_bias(self, seq_len: int, key_mask: Tensor | None, dtype: torch.dtype,

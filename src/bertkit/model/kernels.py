@@ -12,42 +12,54 @@ None of it knows anything about BERT. `first_places` and `gather_places` pick an
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
+
+
+def keep_mask(shape: torch.Size | tuple[int, ...], p: float, dtype: torch.dtype) -> tuple[Tensor, float]:
+    """The CPU dropout mask: (keep, 1 or 0 of `dtype` in `shape`; the survivors' scale).
+
+    It costs one 64-bit random draw per four elements: each element gets 16 uniform random bits and is dropped when
+    they fall below p * 2**16, so p is rounded to a multiple of 2**-16 (0.1 -> 0.100006) and the scale is the
+    rounded 1 / (1 - p): the expectation stays exact.
+    """
+    numel, drop = math.prod(shape), round(p * 65536)  # dropped bit patterns out of 2**16
+    words = torch.empty((numel + 3) // 4, dtype=torch.int64).random_(-(2**63), None)  # uniform 64-bit words
+    bits = words.view(torch.int16)[:numel].view(shape)  # uniform over [-32768, 32767]
+    return (bits >= drop - 32768).to(dtype), 65536 / (65536 - drop)
 
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
-    """Inverted dropout: zero each element with probability p, scale the survivors by 1 / (1 - p).
-
-    On CPU the mask costs one 64-bit random draw per four elements: each element gets 16 uniform random bits and
-    is dropped when they fall below p * 2**16, so p is rounded to a multiple of 2**-16 (0.1 -> 0.100006) and the
-    survivors are scaled by the rounded 1 / (1 - p): the expectation stays exact. Other devices use torch's own.
-    """
+    """Inverted dropout: zero each element with probability p, scale the survivors by 1 / (1 - p); on CPU with
+    `keep_mask` (16 random bits per element instead of one random float), on other devices with torch's own."""
     if not training or p == 0.0:
         return x
     if x.device.type != "cpu" or not 0.0 < p < 1.0:
         return F.dropout(x, p, training)
-    drop = round(p * 65536)  # dropped bit patterns out of 2**16
-    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), None)  # uniform 64-bit words
-    bits = words.view(torch.int16)[: x.numel()].view(x.shape)  # uniform over [-32768, 32767]
-    keep = (bits >= drop - 32768).to(x.dtype).mul_(65536 / (65536 - drop))
-    return x * keep
+    keep, scale = keep_mask(x.shape, p, x.dtype)
+    return x * keep.mul_(scale)
 
 
 class GELU(nn.Module):
-    """nn.GELU (exact erf or tanh), computed on CPU in blocks of BLOCK_ROWS rows: the same values bit for bit.
+    """nn.GELU (exact erf or tanh), computed on CPU in chunks of CHUNK_ROWS rows, then blocks of BLOCK_ROWS: the
+    same values as one call.
 
     torch runs a float32 GELU on CPU through oneDNN, which compiles and caches one kernel per tensor shape. On the
     packed path (`Packing`) the row count is the batch's token count, new in nearly every batch, so memory grew with
-    the length of a job (docs/results/embed-memory-epyc-avx2-2026-11-25.md). Whole blocks and the last partial one
-    bound the shapes to BLOCK_ROWS per width. GELU is element-wise, so the blocks give exactly the values of one
-    call, and the gradients of one call on one thread (each block is below torch's parallel grain).
+    the length of a job (docs/results/embed-memory-epyc-avx2-2026-11-25.md). Whole chunks, whole blocks and the
+    last partial block bound the shapes to BLOCK_ROWS + 1 per width. GELU is element-wise, so the pieces give the
+    values of one call; the blocks (below torch's parallel grain) run on one thread, the chunks on all of them, and
+    their gradients are those of one call with as many threads.
     """
 
     BLOCK_ROWS = 256
+    CHUNK_ROWS = 8 * BLOCK_ROWS  # whole chunks first: above torch's parallel grain, so every thread works on them
 
     def __init__(self, approximate: str = "none") -> None:
         super().__init__()
@@ -59,16 +71,36 @@ class GELU(nn.Module):
                  or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling())
         if plain:
             return F.gelu(x, approximate=self.approximate)
-        blocks = rows.split(self.BLOCK_ROWS)
-        if torch.is_grad_enabled() and x.requires_grad:  # autograd records each block; the copy into one is cheap
-            return torch.cat([F.gelu(b, approximate=self.approximate) for b in blocks]).view(x.shape)
-        out = torch.empty_like(rows)
-        for b, o in zip(blocks, out.split(self.BLOCK_ROWS)):
-            torch.ops.aten.gelu.out(b, approximate=self.approximate, out=o)
-        return out.view(x.shape)
+        whole = rows.shape[0] // self.CHUNK_ROWS * self.CHUNK_ROWS
+        tail = rows.shape[0] - whole
+        sizes = [self.CHUNK_ROWS] * (whole // self.CHUNK_ROWS) + [self.BLOCK_ROWS] * (tail // self.BLOCK_ROWS)
+        sizes += [tail % self.BLOCK_ROWS] if tail % self.BLOCK_ROWS else []
+        return _BlockGELU.apply(rows, self.approximate, sizes).view(x.shape)
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
+
+
+class _BlockGELU(torch.autograd.Function):
+    """GELU of (rows, width) and its gradient, computed block by block (`sizes` rows each) into one tensor."""
+
+    @staticmethod
+    def forward(ctx: Any, rows: Tensor, approximate: str, sizes: list[int]) -> Tensor:
+        ctx.save_for_backward(rows)
+        ctx.approximate, ctx.sizes = approximate, sizes
+        out = torch.empty_like(rows)
+        for b, o in zip(rows.split(sizes), out.split(sizes)):
+            torch.ops.aten.gelu.out(b, approximate=approximate, out=o)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        (rows,) = ctx.saved_tensors
+        grad, out, sizes = grad.contiguous(), torch.empty_like(rows), ctx.sizes
+        for g, b, o in zip(grad.split(sizes), rows.split(sizes), out.split(sizes)):
+            torch.ops.aten.gelu_backward.grad_input(g, b, approximate=ctx.approximate, grad_input=o)
+        return out, None, None
 
 
 class Dropout(nn.Module):
@@ -103,8 +135,6 @@ class AttentionGroup:
 
     size: int  # sequences in the group
     width: int  # their longest length
-    gather: Tensor  # (size * width,) rows of the packed tokens, with the extra zero row at padded slots
-    real: Tensor  # (tokens in the group,) positions of the real tokens in the (size * width) grid, in packed order
     key_mask: Tensor | None  # (size, 1, 1, width), None when every sequence fills the width
 
 
@@ -132,6 +162,8 @@ class Packing:
         masked = padded or self.indices is not None
         self.key_mask = attention_mask[:, None, None, :].bool() if masked else None
         self.groups: list[AttentionGroup] | None = None
+        self.group_gather: Tensor | None = None  # with groups: see _group_by_length
+        self.group_real: Tensor | None = None
         if self.indices is not None and attention_mask.device.type == "cpu":
             self._group_by_length(attention_mask.bool())
 
@@ -150,19 +182,22 @@ class Packing:
         sorted_lengths = lengths[order]
         starts = torch.cumsum(sorted_lengths, 0) - sorted_lengths  # first packed row of each sorted sequence
         zero_row = int(sorted_lengths.sum())  # the extra row attention reads at padded slots
-        self.groups = []
+        self.groups, gathers, reals = [], [], []
         bounds = torch.unique_consecutive(rounded[order], return_counts=True)[1].tolist()
-        first = 0
+        first = grid_rows = 0
         for size in bounds:
             lens, begin = sorted_lengths[first : first + size], starts[first : first + size]
             width = int(lens[-1])
             slots = torch.arange(width)
             valid = slots[None, :] < lens[:, None]  # (size, width)
-            gather = torch.where(valid, begin[:, None] + slots[None, :], zero_row).reshape(-1)
-            real = valid.reshape(-1).nonzero().squeeze(1)
+            gathers.append(torch.where(valid, begin[:, None] + slots[None, :], zero_row).reshape(-1))
+            reals.append(valid.reshape(-1).nonzero().squeeze(1) + grid_rows)
             key_mask = None if bool(valid.all()) else valid[:, None, None, :]
-            self.groups.append(AttentionGroup(size, width, gather, real, key_mask))
-            first += size
+            self.groups.append(AttentionGroup(size, width, key_mask))
+            first, grid_rows = first + size, grid_rows + size * width
+        # One gather of every group's (size * width) grid, one after the other, and the real tokens' rows in them
+        # in packed order: one copy each way (and one in the backward), whatever the number of groups.
+        self.group_gather, self.group_real = torch.cat(gathers), torch.cat(reals)
 
     def pack(self, x: Tensor) -> Tensor:
         """(batch, seq, ...) -> (tokens, ...)"""
