@@ -10,8 +10,10 @@ Sections (--sections, each a list of units):
 - `minilm`: from all-MiniLM-L6-v2, `bertkit finetune --task embedding` (in-batch negatives, scale 20, batches with
   no shared text) against `SentenceTransformerTrainer` with `MultipleNegativesRankingLoss` (scale 20,
   `BatchSamplers.NO_DUPLICATES`) on the same pairs, batch, steps, learning rate, warm-up, weight decay, Adam eps,
-  clipping, maximum length and seed, both fp32. Metrics before and after; training examples per second of each
-  whole call (model load, tokenization, training, saving) and of its steps alone, and the ratio. The full runs go
+  clipping, maximum length and seed, both fp32, both saving the trained model only (sentence-transformers:
+  save_strategy 'no'; bertkit: checkpoint_at_end false, no training-state checkpoint). Metrics before and after;
+  training examples per second of each whole call (model load, tokenization, training, saving the model) and of
+  its steps alone, and the ratio. The full runs go
   sentence-transformers first; then --rounds short runs of --throughput-steps steps each on a fixed subset, the
   order alternating (bertkit first in round 1), for the median ratio. bertkit's trained folder loaded by
   SentenceTransformer: the smallest cosine to bertkit's vectors.
@@ -209,7 +211,7 @@ def train_bertkit(start: str, train: str, out: Path, args: argparse.Namespace, s
         "training": {"output_dir": str(out), "max_steps": steps, "batch_size": args.batch_size, "lr": lr,
                      "warmup": int(args.warmup * steps), "weight_decay": 0.01, "adam_eps": 1e-6,
                      "max_grad_norm": 1.0, "schedule": "linear", "seed": args.seed, "precision": args.precision,
-                     "progress_bar": False, "log_every": 10, "report_to": []}})
+                     "progress_bar": False, "log_every": 10, "report_to": [], "checkpoint_at_end": False}})
     with Timed() as timed:
         summary = finetune(config)
     return {"folder": str(out / "final"), **timed.figures(steps * args.batch_size),
@@ -383,7 +385,7 @@ def time_steps(pairs_file: str, args: argparse.Namespace) -> dict[str, Any]:
     begin = time.perf_counter()
     features = task.features(task.read(path, settings), tokenizer, settings, training=True)
     tokenize_s = time.perf_counter() - begin
-    collate = collator(task, tokenizer)
+    collate = collator(task.head(settings), tokenizer)
     torch.manual_seed(args.seed)
     ours = build_model(task, start, settings).train()
     theirs = SentenceTransformer(minilm_dir(), device="cpu")

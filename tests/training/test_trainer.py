@@ -97,6 +97,20 @@ def test_keep_last_prunes_old_checkpoints(tmp_path: Path) -> None:
     assert [s for s, _ in list_checkpoints(tmp_path / "checkpoints")] == [6, 8, 10]
 
 
+def test_no_checkpoint_at_end_writes_only_the_model_and_trains_the_same(tmp_path: Path) -> None:
+    """checkpoint_at_end=False (transformers' save_strategy='no'): the run's own checkpoints as save_every says,
+    none for the last step; final/ holds the same weights as a run that writes one."""
+    kw = dict(max_steps=5, save_every=2, metric_for_best=None)
+    with_end, without = make_model(dropout=0.3), make_model(dropout=0.3)
+    Trainer(with_end, _config(tmp_path / "a", **kw), ToyData(32)).train()
+    result = Trainer(without, _config(tmp_path / "b", checkpoint_at_end=False, **kw), ToyData(32)).train()
+    assert [s for s, _ in list_checkpoints(tmp_path / "a" / "checkpoints")] == [4, 5]
+    assert [s for s, _ in list_checkpoints(tmp_path / "b" / "checkpoints")] == [2, 4]
+    assert result.final_dir == tmp_path / "b" / "final" and (result.final_dir / "model.pt").is_file()
+    for (name, a), b in zip(with_end.state_dict().items(), without.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
 def test_corrupted_or_mismatched_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
     cfg = _config(tmp_path, max_steps=4, metric_for_best=None)
     Trainer(make_model(), cfg, ToyData(32)).train()

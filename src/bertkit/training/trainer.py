@@ -449,7 +449,8 @@ class Trainer:
         self._announce_profile()
         if st.last_eval_step != st.step:
             self.run_evaluation()
-        self.save_checkpoint()
+        if c.checkpoint_at_end:
+            self.save_checkpoint()
         final_dir = None
         if self.dist.is_main:
             final_dir = self.output_dir / FINAL
