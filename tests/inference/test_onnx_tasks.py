@@ -24,7 +24,7 @@ def onnx_against_torch(folder: Path, data: Path, out: Path) -> float:
     assert main(["export-onnx", str(folder), "-o", str(path)]) == 0
     task, settings, model, tokenizer = _load_finetuned(str(folder))
     features = task.features(task.read(data, settings)[:5], tokenizer, settings, training=False)
-    batch = collator(task, tokenizer)(features)
+    batch = collator(task.head(settings), tokenizer)(features)
     session = ort.InferenceSession(str(path))
     names = [i.name for i in session.get_inputs()]
     got = session.run(None, {n: batch[n].numpy() for n in names})

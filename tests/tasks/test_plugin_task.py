@@ -89,7 +89,6 @@ class CasingTask(Task):
     """TSV `text<TAB>label` with a header -> one label per sentence, read with the words' casing."""
 
     name = "casing"
-    model_inputs = ("input_ids", "token_type_ids", "casing_ids")
     settings_class = CasingSettings
     serving = CasingServing
 
@@ -102,7 +101,8 @@ class CasingTask(Task):
 
     def head(self, settings: CasingSettings) -> Head:
         return Head("BertForCasedClassification", {"num_labels": len(settings.label_names or []),
-                                                   "label_names": settings.label_names})
+                                                   "label_names": settings.label_names},
+                    inputs=("input_ids", "token_type_ids", "casing_ids"))
 
     def features(self, examples: Sequence[Sentence], tokenizer: Any, settings: CasingSettings,
                  training: bool) -> list[Feature]:
@@ -196,7 +196,8 @@ def test_a_plugin_task_is_finetuned_evaluated_served_and_exported(registered: ty
     from bertkit.tokenizer import BertTokenizer
 
     tokenizer = BertTokenizer.from_pretrained(best)
-    batch = collator(task, tokenizer)(task.features(task.read(train, settings)[:7], tokenizer, settings, False))
+    features = task.features(task.read(train, settings)[:7], tokenizer, settings, False)
+    batch = collator(task.head(settings), tokenizer)(features)
     session = ort.InferenceSession(str(path))
     names = [i.name for i in session.get_inputs()]
     assert names == ["input_ids", "attention_mask", "token_type_ids", "casing_ids"]

@@ -120,8 +120,9 @@ def task_inputs(task: Task, settings: TaskSettings, tokenizer: Any) -> dict[str,
     for body in serving.example_requests():
         for example in serving.request_examples(serving.request(**body)):
             features += serving.serve_features(example)
-    batch = collator(task, tokenizer)(features)
-    keep = [*BASE_INPUTS, *(k for k in task.model_inputs if k not in BASE_INPUTS)]
+    head = task.head(settings)
+    batch = collator(head, tokenizer)(features)
+    keep = [*BASE_INPUTS, *(k for k in head.inputs if k not in BASE_INPUTS)]
     return {k: batch[k] for k in keep if k in batch}
 
 

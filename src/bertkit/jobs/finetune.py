@@ -230,7 +230,7 @@ def run(config: FinetuneConfig, resume: bool = False,
         cfg = dataclasses.replace(cfg, metric_for_best=None if dev is None else main)
         output = cfg.output_dir
         fp = finetune_fingerprint(c, t, model)
-        phase = TrainPhase(train_features, collator(t, tokenizer),
+        phase = TrainPhase(train_features, collator(t.head(settings), tokenizer),
                            batch_sampler=t.batch_sampler(train_features, settings))
         trainer = Trainer(net, cfg, phases=[phase],
                           evaluate=None if dev is None else lambda m: evaluate(

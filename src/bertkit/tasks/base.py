@@ -2,9 +2,9 @@
 that run a task's model (`outputs`, `predict`, `evaluate`).
 
 A task module subclasses `Task` (google-research/bert's DataProcessor plus `create_model`): it reads a file into
-examples, fits what the training examples define, makes features, declares its head (`Head`), decodes the model's
-outputs into one prediction per example, scores and writes them; the fine-tuning job and the one Trainer do the rest.
-A `Serving` subclass beside it is the task's HTTP endpoint.
+examples, fits what the training examples define, makes features, declares its head (`Head`: the class, its sizes,
+the feature keys it reads), decodes the model's outputs into one prediction per example, scores and writes them; the
+fine-tuning job and the one Trainer do the rest. A `Serving` subclass beside it is the task's HTTP endpoint.
 
 A task's choices and what fitting learned live in one `TaskSettings` dataclass, written to the fine-tuned folder's
 config.json (`task_settings`): `Task.settings(options)` makes them for a new run, `Task.settings_of(saved)` reads
@@ -67,8 +67,8 @@ class TaskSettings(Config):
 @dataclass(frozen=True)
 class Head:
     """The head a task's settings need: its class name (as config.json's `architectures`), the BertConfig fields
-    that size it and what inference keeps of its output. Fine-tuning builds it; evaluate, predict and serve check a
-    folder against it."""
+    that size it, the feature keys it reads and what inference keeps of its output. Fine-tuning builds it; evaluate,
+    predict and serve check a folder against it; the collator passes exactly its inputs and labels."""
 
     class_name: str
     config: dict[str, Any] = field(default_factory=dict)
@@ -76,6 +76,10 @@ class Head:
     """The output fields batched inference keeps, what `decode` reads."""
     per_token: bool = False
     """Whether those outputs are (seq, ...) per feature (tagging, QA) rather than one per sequence."""
+    inputs: tuple[str, ...] = ("input_ids", "token_type_ids")
+    """Feature keys the head's forward reads (the collator adds attention_mask); a new input is named here."""
+    labels: tuple[str, ...] = ("labels",)
+    """Feature keys the head's loss reads, in training only."""
 
 
 class Task:
@@ -85,9 +89,6 @@ class Task:
     aliases: tuple[str, ...] = ()  # other spellings (config.task of older folders, GLUE/SQuAD/SWAG names)
     options_class: type[TaskOptions] = TaskOptions  # the task's typed options
     settings_class: type[TaskSettings] = TaskSettings  # the task's typed saved settings
-    model_inputs: tuple[str, ...] = ("input_ids", "token_type_ids")
-    """Feature keys the head's forward reads (the collator adds attention_mask); a new input is named here."""
-    label_keys: tuple[str, ...] = ("labels",)  # feature keys the head's loss reads, in training only
     serving: type[Serving] | None = None  # the task's HTTP endpoint, a Serving subclass (None: not served)
 
     def settings(self, options: TaskOptions | Mapping[str, Any] | None = None) -> TaskSettings:
@@ -140,7 +141,7 @@ class Task:
         return settings
 
     def features(self, examples: Sequence, tokenizer: Any, settings: TaskSettings, training: bool) -> list[Feature]:
-        """Model inputs (lists of ints, labels) for the examples; keys not in `model_inputs` or `label_keys` are
+        """Model inputs (lists of ints, labels) for the examples; keys not in the head's `inputs` or `labels` are
         metadata (offsets, word starts) that `decode` reads."""
         raise NotImplementedError
 
@@ -264,10 +265,9 @@ def task_options(task: Task, values: TaskOptions | Mapping[str, Any] | None = No
     return config_from_dict(task.options_class, dict(values or {}), f"{where} (task {task.name})")
 
 
-def collator(task: Task, tokenizer: Any) -> Collator:
-    """The function that pads a list of a task's features into a batch of tensors."""
-    return Collator(pad_token_id=getattr(tokenizer, "pad_token_id", 0) or 0,
-                    model_keys=task.model_inputs + task.label_keys)
+def collator(head: Head, tokenizer: Any) -> Collator:
+    """The function that pads a list of a task's features into a batch of tensors: the keys `head` reads."""
+    return Collator(pad_token_id=getattr(tokenizer, "pad_token_id", 0) or 0, model_keys=head.inputs + head.labels)
 
 
 def outputs(task: Task, model: torch.nn.Module, features: Sequence[Feature], settings: TaskSettings,
@@ -275,8 +275,8 @@ def outputs(task: Task, model: torch.nn.Module, features: Sequence[Feature], set
     """The model's outputs (the head's `Head.outputs`) per feature, in the features' order: what `decode` reads."""
     head = task.head(settings)
     results: list[dict[str, np.ndarray]] = [{} for _ in features]
-    for i, out in iter_model_outputs(model, features, collator(task, tokenizer), batch_size, head.outputs,
-                                     head.per_token, task.model_inputs):
+    for i, out in iter_model_outputs(model, features, collator(head, tokenizer), batch_size, head.outputs,
+                                     head.per_token, head.inputs):
         results[i] = out
     return results
 

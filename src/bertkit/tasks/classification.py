@@ -409,7 +409,6 @@ class ClassificationTask(Task):
 
     name = "classification"
     aliases = ('sequence_classification', 'glue')
-    model_inputs = ("input_ids", "token_type_ids", "numeric_features", "categorical_ids")
     options_class = ClassificationOptions
     settings_class = ClassificationSettings
     serving = ClassifyServing
@@ -464,7 +463,8 @@ class ClassificationTask(Task):
 
     def head(self, settings: ClassificationSettings) -> Head:
         """BertForSequenceClassification with one output per label (one for regression), the loss of the problem,
-        and the non-text columns' inputs (`tabular_inputs`: sized by the fitted vocabularies)."""
+        and the non-text columns' inputs (`tabular_inputs`: sized by the fitted vocabularies), read as the features'
+        `numeric_features` and `categorical_ids`."""
         numeric = settings.numeric_columns or []
         categorical = settings.categorical_columns or []
         tabular = None
@@ -477,7 +477,8 @@ class ClassificationTask(Task):
         return Head("BertForSequenceClassification", {
             "num_labels": 1 if regression else len(settings.label_names or []),
             "label_names": None if regression else settings.label_names,
-            "problem_type": problem_type(settings), "tabular_inputs": tabular})
+            "problem_type": problem_type(settings), "tabular_inputs": tabular},
+            inputs=("input_ids", "token_type_ids", "numeric_features", "categorical_ids"))
 
     # --- reading -----------------------------------------------------------------------------------------------
     def read(self, path: str | os.PathLike, settings: ClassificationSettings,

@@ -276,7 +276,6 @@ class EmbeddingTask(Task):
     name = "embedding"
     options_class = EmbeddingOptions
     settings_class = EmbeddingSettings
-    model_inputs = ("input_ids",)  # one segment per text: token types are all 0
     serving = None  # the server's own /embed and /search serve an embedding folder
 
     def settings(self, options: EmbeddingOptions | dict[str, Any] | None = None) -> EmbeddingSettings:
@@ -316,7 +315,8 @@ class EmbeddingTask(Task):
         settings' dropout (if any) replaces the start folder's."""
         dropout = {} if settings.dropout is None else {
             "hidden_dropout_prob": settings.dropout, "attention_probs_dropout_prob": settings.dropout}
-        return Head("BertForEmbedding", dropout, outputs=("embeddings",))
+        return Head("BertForEmbedding", dropout, outputs=("embeddings",),
+                    inputs=("input_ids",))  # one segment per text: token types are all 0
 
     def features(self, examples: Sequence[TextsExample | QueryExample], tokenizer: Any, settings: EmbeddingSettings,
                  training: bool) -> list[Feature]:

@@ -242,7 +242,6 @@ class NerTask(Task):
 
     name = "ner"
     aliases = ('token_classification',)
-    model_inputs = ("input_ids", "token_type_ids", "hidden_layers")  # hidden_layers: cached features (--frozen)
     options_class = NerOptions
     settings_class = NerSettings
     serving = NerServing
@@ -257,11 +256,13 @@ class NerTask(Task):
 
     def head(self, settings: NerSettings) -> Head:
         """A linear layer per token (BertForTokenClassification), or with --frozen the tagger on the frozen
-        encoder's features, sized by `frozen_tagger`; one output per tag, per token."""
+        encoder's features, sized by `frozen_tagger` (it reads them cached, as `hidden_layers`, when the features
+        have them); one output per tag, per token."""
         sizes: dict[str, Any] = {"num_labels": len(settings.label_names or []), "label_names": settings.label_names}
         if settings.frozen:
             return Head("BertForFrozenTokenClassification",
-                        {**sizes, "frozen_tagger": FrozenTaggerSettings.to_settings(settings)}, per_token=True)
+                        {**sizes, "frozen_tagger": FrozenTaggerSettings.to_settings(settings)}, per_token=True,
+                        inputs=("input_ids", "token_type_ids", "hidden_layers"))
         return Head("BertForTokenClassification", sizes, per_token=True)
 
     def read(self, path: str | os.PathLike, settings: NerSettings, labelled: bool = True) -> list[TaggedSentence]:

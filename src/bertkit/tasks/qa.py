@@ -313,7 +313,6 @@ class QATask(Task):
 
     name = "qa"
     aliases = ('squad',)
-    label_keys = ("start_positions", "end_positions")
     options_class = QAOptions
     settings_class = QASettings
     serving = QAServing
@@ -334,8 +333,9 @@ class QATask(Task):
         return s
 
     def head(self, settings: QASettings) -> Head:
-        """A start and an end logit per token (BertForQuestionAnswering)."""
-        return Head("BertForQuestionAnswering", outputs=("start_logits", "end_logits"), per_token=True)
+        """A start and an end logit per token (BertForQuestionAnswering), trained on the answer's start and end."""
+        return Head("BertForQuestionAnswering", outputs=("start_logits", "end_logits"), per_token=True,
+                    labels=("start_positions", "end_positions"))
 
     def read(self, path: str | os.PathLike, settings: QASettings, labelled: bool = True) -> list[QAExample]:
         return read_squad(path, labelled)
