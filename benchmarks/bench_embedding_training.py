@@ -380,7 +380,7 @@ def time_steps(pairs_file: str, args: argparse.Namespace) -> dict[str, Any]:
     path = Path(args.work) / "data" / "step-pairs.jsonl"
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     task, start = get_task("embedding"), read_folder(minilm_dir())
-    settings = task.start_settings({"max_length": args.max_length}, start)
+    settings = task.settings({"max_length": args.max_length}, start)
     tokenizer = load_tokenizer(minilm_dir())
     begin = time.perf_counter()
     features = task.features(task.read(path, settings), tokenizer, settings, training=True)

@@ -280,15 +280,16 @@ def test_pairs_stand_for_the_retrieval_set_of_their_queries_and_texts() -> None:
     assert retrieval_set([QueryExample("x", "query", frozenset({"d"}), corpus)]).corpus is corpus
 
 
-def test_start_settings_take_a_sentence_transformers_folders_pooling(minilm_dir: Path, tiny_dir: Path) -> None:
-    """Options left unset take all-MiniLM-L6-v2's mean pooling, normalisation and length 256; given ones win; a
-    folder without sentence-transformers files gives mean, normalised, 128."""
+def test_settings_started_from_a_sentence_transformers_folder_take_its_pooling(minilm_dir: Path,
+                                                                               tiny_dir: Path) -> None:
+    """`settings(options, start=folder)`: options left unset take all-MiniLM-L6-v2's mean pooling, normalisation
+    and length 256; given ones win; a folder without sentence-transformers files gives mean, normalised, 128."""
     task = get_task("embedding")
-    minilm = task.start_settings({}, read_folder(minilm_dir))
+    minilm = task.settings({}, start=read_folder(minilm_dir))
     assert (minilm.pooling, minilm.normalize, minilm.max_length) == ("mean", True, 256)
-    given = task.start_settings({"pooling": "cls", "normalize": False, "max_length": 64}, read_folder(minilm_dir))
+    given = task.settings({"pooling": "cls", "normalize": False, "max_length": 64}, start=read_folder(minilm_dir))
     assert (given.pooling, given.normalize, given.max_length) == ("cls", False, 64)
-    plain = task.start_settings({}, read_folder(tiny_dir))
+    plain = task.settings({}, start=read_folder(tiny_dir))
     assert (plain.pooling, plain.normalize, plain.max_length) == ("mean", True, 128)
 
 
@@ -371,7 +372,7 @@ def test_simcse_trains_with_the_papers_dropout_when_the_start_folder_has_none(ti
 
     def trained_with(**options: object) -> tuple[float, bool]:
         torch.manual_seed(0)
-        model = build_model(task, folder, task.start_settings(options, folder)).train()
+        model = build_model(task, folder, task.settings(options, folder)).train()
         views = model(ids).embeddings
         return model.config.hidden_dropout_prob, not torch.allclose(views[:, 0], views[:, 1])
 

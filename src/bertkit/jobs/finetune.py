@@ -205,7 +205,7 @@ def run(config: FinetuneConfig, resume: bool = False,
         t = get_task(c.task)
         start = read_folder(model_folder or model)  # config.json, read once: checked here, built on below
         _check_same_task(t, start.config, model)
-        settings = t.start_settings(c.options, start)  # an embedding model keeps its folder's pooling
+        settings = t.settings(c.options, start)  # an embedding model keeps its folder's pooling
         tokenizer = load_tokenizer(start.path, model_type=start.raw.get("model_type"))
 
         train_examples = read_examples(t, train, settings, c.max_train_examples, seed, "training examples")

@@ -7,9 +7,9 @@ the feature keys it reads), decodes the model's outputs into one prediction per 
 fine-tuning job and the one Trainer do the rest. A `Serving` subclass beside it is the task's HTTP endpoint.
 
 A task's choices and what fitting learned live in one `TaskSettings` dataclass, written to the fine-tuned folder's
-config.json (`task_settings`): `Task.settings(options)` makes them for a new run, `Task.settings_of(saved)` reads
-them back, so `evaluate`, `predict` and `serve` read inputs exactly as `finetune` did. Settings are never changed in
-place: `fit_labels` returns new ones.
+config.json (`task_settings`): `Task.settings(options, start)` makes them for a new run (from its options and the
+folder it starts from), `Task.settings_of(saved)` reads them back, so `evaluate`, `predict` and `serve` read inputs
+exactly as `finetune` did. Settings are never changed in place: `fit_labels` returns new ones.
 """
 
 from __future__ import annotations
@@ -91,17 +91,14 @@ class Task:
     settings_class: type[TaskSettings] = TaskSettings  # the task's typed saved settings
     serving: type[Serving] | None = None  # the task's HTTP endpoint, a Serving subclass (None: not served)
 
-    def settings(self, options: TaskOptions | Mapping[str, Any] | None = None) -> TaskSettings:
+    def settings(self, options: TaskOptions | Mapping[str, Any] | None = None,
+                 start: FolderConfig | None = None) -> TaskSettings:
         """The settings of a new run from the task's options (typed, a dict as a config file's `options:`, or None
-        for the defaults)."""
+        for the defaults) and, when given, the config of the folder it starts from: the base ignores `start`; a task
+        whose folders declare settings of their own (embedding) takes them for the options left unset."""
         options = task_options(self, options)
         settings = self.settings_class()
         return settings if options.max_length is None else dataclasses.replace(settings, max_length=options.max_length)
-
-    def start_settings(self, options: TaskOptions | Mapping[str, Any] | None, start: FolderConfig) -> TaskSettings:
-        """The settings of a new run that starts from the folder `start`: by default `settings(options)`; a task
-        whose folders declare settings of their own (embedding) takes them for the options left unset."""
-        return self.settings(options)
 
     def settings_of(self, saved: Any, where: str = "task_settings") -> TaskSettings:
         """The settings a model is used with: typed settings as they are; a mapping of their fields (config.json's

@@ -30,7 +30,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from bertkit.tasks.base import (DEFAULT_METRIC, Feature, Head, Serving, Task, Ta
                                 answer_examples, softmax, task_options)
 from bertkit.tasks.columns import (LEGACY_Z_CLIP, category_ids, check_numeric_limits, fit_numeric, fit_numeric_range,
                                    input_columns, numeric_vector, row_inputs, template_columns)
+
+if TYPE_CHECKING:
+    from bertkit.model.folder import FolderConfig
 
 Column = str | int
 logger = logging.getLogger(__name__)
@@ -413,7 +416,8 @@ class ClassificationTask(Task):
     settings_class = ClassificationSettings
     serving = ClassifyServing
 
-    def settings(self, options: ClassificationOptions | Mapping[str, Any] | None = None) -> ClassificationSettings:
+    def settings(self, options: ClassificationOptions | Mapping[str, Any] | None = None,
+                 start: FolderConfig | None = None) -> ClassificationSettings:
         options = task_options(self, options)
         s: dict[str, Any] = {} if options.max_length is None else {"max_length": options.max_length}
         for key in ("text_column", "text_pair_column", "label_column", "glue"):

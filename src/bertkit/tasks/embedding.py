@@ -27,8 +27,8 @@ Evaluation data (`--dev`, `bertkit evaluate --input`):
 The folder keeps its pooling, normalisation and length in config.json's task settings and in sentence-transformers'
 files (`bertkit.model.pooling`), so `bertkit embed`, `index`, `search`, `serve` and `SentenceTransformer(folder)`
 embed with them. Started from a sentence-transformers folder (all-MiniLM-L6-v2), the options left unset take that
-folder's pooling, normalisation and length (`start_settings`); otherwise mean pooling, normalised, 128 word pieces.
-The task has no endpoint of its own: the server's /embed and /search serve the folder.
+folder's pooling, normalisation and length (`settings(options, start)`); otherwise mean pooling, normalised, 128
+word pieces. The task has no endpoint of its own: the server's /embed and /search serve the folder.
 
 From Python: `evaluate_retrieval(encode, retrieval_set)` scores any encoder (bertkit's, sentence-transformers') on a
 `RetrievalSet`; `retrieval_rankings` ranks a corpus's embeddings for query embeddings.
@@ -278,8 +278,16 @@ class EmbeddingTask(Task):
     settings_class = EmbeddingSettings
     serving = None  # the server's own /embed and /search serve an embedding folder
 
-    def settings(self, options: EmbeddingOptions | dict[str, Any] | None = None) -> EmbeddingSettings:
+    def settings(self, options: EmbeddingOptions | dict[str, Any] | None = None,
+                 start: FolderConfig | None = None) -> EmbeddingSettings:
+        """From the options; started from a folder (`start`), the pooling, normalisation and length left unset are
+        taken from its sentence-transformers files (`folder_defaults`), when it has them."""
         options = task_options(self, options)
+        if start is not None:
+            found = folder_defaults(start.path)
+            unset = {k: found[k] for k in ("pooling", "normalize", "max_length")
+                     if k in found and getattr(options, k) is None}
+            options = dataclasses.replace(options, **unset)
         base = super().settings(options)
         values = {k: getattr(options, k) for k in ("loss", "columns", "scale", "learn_scale", "pooling", "normalize",
                                                    "dropout") if getattr(options, k) is not None}
@@ -287,16 +295,6 @@ class EmbeddingTask(Task):
             values["dropout"] = SIMCSE_DROPOUT
         main = SIMILARITY_METRIC if options.loss == "cosent" else RETRIEVAL_METRIC
         return dataclasses.replace(base, main_metric=main, **values)  # type: ignore[return-value]
-
-    def start_settings(self, options: EmbeddingOptions | dict[str, Any] | None,
-                       start: FolderConfig) -> EmbeddingSettings:
-        """`settings(options)`, the pooling, normalisation and length left unset taken from the start folder's
-        sentence-transformers files (`folder_defaults`), when it has them."""
-        options = task_options(self, options)
-        found = folder_defaults(start.path)
-        unset = {k: found[k] for k in ("pooling", "normalize", "max_length")
-                 if k in found and getattr(options, k) is None}
-        return self.settings(dataclasses.replace(options, **unset))
 
     def read(self, path: str | os.PathLike, settings: EmbeddingSettings,
              labelled: bool = True) -> list[TextsExample | QueryExample]:

@@ -22,7 +22,7 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from bertkit.model.head_settings import FrozenTaggerSettings
 from bertkit.tasks.base import (IGNORE_INDEX, Feature, Head, Serving, Task, TaskOptions, TaskSettings, softmax,
                                 task_options)
 from bertkit.tokenizer.basic import word_span
+
+if TYPE_CHECKING:
+    from bertkit.model.folder import FolderConfig
 
 logger = logging.getLogger(__name__)
 
@@ -246,10 +249,11 @@ class NerTask(Task):
     settings_class = NerSettings
     serving = NerServing
 
-    def settings(self, options: NerOptions | Mapping[str, Any] | None = None) -> NerSettings:
+    def settings(self, options: NerOptions | Mapping[str, Any] | None = None,
+                 start: FolderConfig | None = None) -> NerSettings:
         """With --frozen, the tagger's settings go into the folder's config."""
         options = task_options(self, options)
-        settings = super().settings(options)
+        settings = super().settings(options, start)
         if options.frozen:
             settings = dataclasses.replace(settings, frozen=True, **FrozenTaggerSettings.to_settings(options))
         return settings

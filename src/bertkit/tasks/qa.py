@@ -23,7 +23,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -36,6 +36,9 @@ import bertkit.tasks.significance as significance
 from bertkit.dataclass_io import spec
 from bertkit.tasks.base import (MAX_LENGTH, MIN_LENGTH, Feature, Head, Serving, Task, TaskOptions, TaskSettings,
                                 task_options)
+
+if TYPE_CHECKING:
+    from bertkit.model.folder import FolderConfig
 
 # Reference settings of run_squad.py (google-research/bert) and transformers' run_qa.py.
 DOC_STRIDE = 128
@@ -317,12 +320,13 @@ class QATask(Task):
     settings_class = QASettings
     serving = QAServing
 
-    def settings(self, options: QAOptions | Mapping[str, Any] | None = None) -> QASettings:
+    def settings(self, options: QAOptions | Mapping[str, Any] | None = None,
+                 start: FolderConfig | None = None) -> QASettings:
         """The windows and the answer choice; the stride, unless given, is the reference's when it is well below
         half the window, else a quarter of the window (a head bertkit did not fine-tune reads up to its position
         limit with it)."""
         options = task_options(self, options)
-        s = super().settings(options)
+        s = super().settings(options, start)
         stride = options.doc_stride or (DOC_STRIDE if DOC_STRIDE < s.max_length // 2 else s.max_length // 4)
         s = dataclasses.replace(s, doc_stride=stride, n_best=options.n_best or N_BEST,
                                 max_answer_length=options.max_answer_length or MAX_ANSWER_LENGTH,
