@@ -58,3 +58,22 @@ def test_a_setting_that_picks_another_head_reaches_the_model_floor() -> None:
 def test_an_unknown_task_names_the_known_ones() -> None:
     with pytest.raises(ConfigError, match="unknown task 'sentiment'; expected one of classification, ner"):
         get_task("sentiment")
+
+
+@pytest.mark.parametrize("member", ["model_inputs", "label_keys", "start_settings", "settings"])
+def test_a_plug_in_written_for_the_older_task_is_refused_naming_what_moved(member: str) -> None:
+    from bertkit.tasks import register_task
+    from bertkit.tasks.classification import ClassificationTask
+
+    body = {"name": "older"}
+    if member == "settings":  # an override without the start folder's config
+        body["settings"] = lambda self, options=None: ClassificationTask.settings(self, options)
+    else:
+        body[member] = ("input_ids",) if member != "start_settings" else (lambda self, options, start: None)
+    older = type("Older", (ClassificationTask,), body)
+    expected = "start=None" if member == "settings" else {"model_inputs": "Head.inputs", "label_keys": "Head.labels",
+                                                           "start_settings": "settings(options, start=None)"}[member]
+    before = dict(TASKS)
+    with pytest.raises(TypeError, match=r"task 'older' \(Older\)") as error:
+        register_task(older)
+    assert expected in str(error.value) and TASKS == before

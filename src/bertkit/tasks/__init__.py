@@ -11,6 +11,7 @@ so a folder whose config.json names only its task opens into that head.
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 from collections.abc import Callable
 from typing import Any
@@ -90,6 +91,7 @@ def register_task(cls: type[Task], *heads: type) -> type[Task]:
     both."""
     if not (isinstance(cls, type) and issubclass(cls, Task) and cls.name):
         raise TypeError(f"register_task takes a Task subclass with a name, got {cls!r}")
+    _check_current_api(cls)
     taken = TASKS.get(cls.name)
     if taken is not None and taken is not cls:
         raise TypeError(f"task name {cls.name!r} is claimed by {taken.__qualname__} and {cls.__qualname__}")
@@ -108,6 +110,21 @@ def register_task(cls: type[Task], *heads: type) -> type[Task]:
     ALIASES.clear()
     ALIASES.update(aliases)
     return cls
+
+
+MOVED = {"model_inputs": "the Head its head() returns (Head.inputs)", "label_keys": "the Head its head() returns "
+         "(Head.labels)", "start_settings": "settings(options, start=None)"}  # Task members that moved
+
+
+def _check_current_api(cls: type[Task]) -> None:
+    """A plug-in written for an older Task is refused with what moved, not failed later in a run."""
+    old = [name for name in MOVED if any(name in vars(k) for k in cls.__mro__ if k is not Task)]
+    if old:
+        raise TypeError(f"task {cls.name!r} ({cls.__qualname__}) defines " + "; ".join(
+            f"{name}, which is now {MOVED[name]}" for name in old))
+    if "start" not in inspect.signature(cls.settings).parameters:
+        raise TypeError(f"task {cls.name!r} ({cls.__qualname__}): settings must take the start folder's config, "
+                        "settings(self, options=None, start=None)")
 
 
 def serving_task(config: Any, head: str) -> Task | None:
