@@ -103,3 +103,21 @@ def test_sentences_split_at_sentence_ends_and_drop_fragments() -> None:
     a regular expression, not a sentence model); pieces under 4 words are dropped."""
     assert bench.sentences_of(["The cat sat on the mat. It was warm there! Was it? Dr. Smith went home at noon."]) == [
         "The cat sat on the mat.", "It was warm there!", "Smith went home at noon."]
+
+
+@pytest.mark.parametrize("long_ratio, met", [(1.33, "**met**"), (1.25, "**not met**")])
+def test_the_speed_goal_is_judged_on_the_longest_rounds_with_the_shorter_shown(long_ratio: float, met: str) -> None:
+    """Rounds of 15 steps (`minilm:throughput:R:WHO`) and of 100 (`minilm:throughput-100:R:WHO`) in one WORK: the
+    speed table has a row for each, and the goal's verdict is the longest runs' median ratio."""
+    units = {}
+    for prefix, steps, ratios in (("minilm:throughput", 15, [1.20, 1.25, 1.28]),
+                                  ("minilm:throughput-100", 100, [long_ratio - 0.01, long_ratio, long_ratio + 0.01])):
+        for r, ratio in enumerate(ratios, 1):
+            units[f"{prefix}:{r}:sentence-transformers"] = {"examples_per_s": 10.0, "settings": {"steps": steps}}
+            units[f"{prefix}:{r}:bertkit"] = {"examples_per_s": 10.0 * ratio, "settings": {"steps": steps}}
+    assert [(steps, len(b)) for steps, b, _ in bench.round_sets(units, "").values()] == [(15, 3), (100, 3)]
+    rows = bench.speed_table(units, None)["rows"]
+    assert [r["id"] for r in rows] == ["fp32-rounds", "fp32-rounds-100"]
+    (goal,) = bench.goals_table(units)["rows"]
+    assert goal["met"] == met and goal["steps"] == 100 and goal["n"] == 3
+    assert "runs of 15 steps: 1.25x (median of 3)" in goal["_templates"]["measured"]
