@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -109,6 +110,13 @@ def test_no_checkpoint_at_end_writes_only_the_model_and_trains_the_same(tmp_path
     assert result.final_dir == tmp_path / "b" / "final" and (result.final_dir / "model.pt").is_file()
     for (name, a), b in zip(with_end.state_dict().items(), without.state_dict().values()):
         assert torch.equal(a, b), name
+    # the finished run's final/ is not overwritten by a second run into the same folder, resumed or not
+    shutil.rmtree(tmp_path / "b" / "checkpoints")
+    for resume in (False, True):
+        with pytest.raises(ConfigError, match=r"final holds a finished run's model and there is no checkpoint"):
+            Trainer(make_model(), _config(tmp_path / "b", checkpoint_at_end=False, **kw), ToyData(32)).train(
+                resume=resume)
+    assert (result.final_dir / "model.pt").is_file()
 
 
 def test_corrupted_or_mismatched_checkpoint_is_a_clear_error(tmp_path: Path) -> None:

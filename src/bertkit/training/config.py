@@ -131,10 +131,12 @@ class TrainingConfig(Config):
     early_stopping_min_delta: float = spec(0.0, ge=0, le=1e12)
     """What counts as an improvement for early stopping: better than the best so far by more than this."""
     save_every: int | None = spec(None, ge=1, le=MAX_STEPS)
-    """Write a training-state checkpoint every N steps; None = only at the end (and on SIGINT/SIGTERM)."""
+    """Write a training-state checkpoint every N steps; None = only at the end (see checkpoint_at_end) and on
+    SIGINT/SIGTERM."""
     checkpoint_at_end: bool = True
     """Write a training-state checkpoint when the run ends (so a later run can resume it with more steps); False
-    writes only the model (final/, best/), as transformers' save_strategy='no'. A signal always writes one."""
+    writes only the model (final/, best/), as transformers' save_strategy='no', and the output folder then takes no
+    new run. A signal always writes one."""
     keep_last: int = spec(2, ge=1, le=10_000)
     """Training-state checkpoints kept in checkpoints/ (older ones are deleted)."""
     log_every: int = spec(10, ge=1, le=MAX_STEPS)

@@ -337,6 +337,10 @@ class Trainer:
         if latest is not None:
             raise ConfigError(f"{self.output_dir / CHECKPOINTS} already holds checkpoints ({latest.name}): resume "
                               "them (resume=True / --resume) or choose another output_dir")
+        if (self.output_dir / FINAL).is_dir():  # a finished run that kept no checkpoint (checkpoint_at_end false)
+            raise ConfigError(f"{self.output_dir / FINAL} holds a finished run's model and there is no checkpoint to "
+                              "resume it from (it ended with checkpoint_at_end false): choose another output_dir, "
+                              f"or remove {self.output_dir / FINAL} to train it again")
         if resume:
             self._print(f"no checkpoint in {self.output_dir / CHECKPOINTS}: starting from step 0")
         if self.dist.is_main:
