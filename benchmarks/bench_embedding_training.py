@@ -274,9 +274,12 @@ def train_st(start: str, pairs: list[dict[str, str]], out: Path, args: argparse.
 
 
 def settings_of(args: argparse.Namespace, steps: int, lr: float, **extra: Any) -> dict[str, Any]:
-    """What a training unit depends on (a stored unit run with other settings is not reused)."""
+    """What a training unit depends on (a stored unit run with other settings is not reused). `saves`: both trainers
+    save the trained model only (units from before bertkit's `checkpoint_at_end: false` lack it: bertkit wrote its
+    end-of-run checkpoint in them)."""
     return {"steps": steps, "lr": lr, "batch_size": args.batch_size, "max_length": args.max_length,
-            "precision": args.precision, "seed": args.seed, "warmup": args.warmup, "threads": args.threads, **extra}
+            "precision": args.precision, "seed": args.seed, "warmup": args.warmup, "threads": args.threads,
+            "saves": "model", **extra}
 
 
 def read_pairs(path: str) -> list[dict[str, str]]:
