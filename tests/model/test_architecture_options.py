@@ -78,7 +78,8 @@ def test_pre_ln_forward_and_backward_match_reference(alibi: bool) -> None:
         if name.startswith("pooler"):
             continue
         assert a is not None and b is not None, name
-        assert torch.allclose(a, b, atol=1e-5), name
+        # float32 sums over the tokens, in another order: within a few ulps of the gradient's largest entry
+        assert torch.allclose(a, b, atol=1e-5 + 1e-6 * b.abs().max().item()), name
 
 
 def test_pre_ln_differs_from_post_ln_and_has_a_final_norm() -> None:

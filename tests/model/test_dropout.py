@@ -73,3 +73,33 @@ def test_training_attention_path_matches_eval_path() -> None:
         trained = model.train()(ids, mask).last_hidden_state
         evaluated = model.eval()(ids, mask).last_hidden_state
     assert torch.allclose(trained, evaluated, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mask_is_ones_and_zeros_of_the_dtype(dtype: torch.dtype) -> None:
+    from bertkit.model.kernels import keep_mask
+
+    torch.manual_seed(0)
+    keep, scale = keep_mask((300, 7), 0.25, dtype)
+    assert keep.dtype == dtype and keep.shape == (300, 7)
+    assert set(keep.unique().tolist()) == {0.0, 1.0}
+    assert scale == 65536 / (65536 - round(0.25 * 65536))
+
+
+def test_dropout_add_is_residual_plus_dropout() -> None:
+    """The one-pass residual + dropout(x) draws the same mask as dropout and gives its sum, value and gradient."""
+    from bertkit.model.kernels import dropout_add
+
+    x = torch.randn(64, 300, requires_grad=True)
+    residual = torch.randn(64, 300, requires_grad=True)
+    torch.manual_seed(9)
+    fused = dropout_add(x, residual, 0.1)
+    fused.backward(torch.ones_like(fused))
+    grads = x.grad.clone(), residual.grad.clone()
+    x.grad = residual.grad = None
+    torch.manual_seed(9)
+    plain = residual + dropout(x, 0.1)
+    plain.backward(torch.ones_like(plain))
+    assert torch.allclose(fused, plain, atol=1e-6)
+    assert torch.equal(grads[0], x.grad) and torch.equal(grads[1], residual.grad)
+    assert torch.equal(dropout_add(x, residual, 0.1, training=False), residual + x)

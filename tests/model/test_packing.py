@@ -81,3 +81,26 @@ def test_grouped_training_step_matches_padded(no_grouping) -> None:
     assert grads_grouped.keys() == grads_padded.keys()
     for name, grad in grads_grouped.items():
         assert torch.allclose(grad, grads_padded[name], atol=1e-6, rtol=1e-4), name
+
+
+def test_groups_gather_every_real_row_once_and_give_its_gradient_back() -> None:
+    """to_groups/from_groups round-trip the packed rows; a padded slot holds its sequence's first row, and the
+    gradient read back from the real slots equals index_select's own (scatter-add) gradient when, as in attention,
+    the padded slots receive none."""
+    _, mask = _batch([3, 70, 71, 100, 128, 20, 64, 127, 1], 128)
+    packing = Packing(mask)
+    assert packing.groups is not None
+    tokens = int(mask.sum())
+    x = torch.randn(tokens, 6, requires_grad=True)
+    grids = packing.to_groups(x)
+    assert [grid.shape[0] for grid in grids] == [g.size * g.width for g in packing.groups]
+    assert torch.equal(packing.from_groups(grids), x)
+    flat = torch.cat(grids)
+    real = torch.zeros(flat.shape[0], dtype=torch.bool)
+    real[packing.group_real] = True
+    assert torch.equal(flat[~real], x[packing.group_gather[~real]])  # padded slots: real rows, finite
+    weights = torch.randn_like(flat) * real[:, None]  # no gradient at padded slots
+    (grad,) = torch.autograd.grad((flat * weights).sum(), x)
+    x_ref = x.detach().requires_grad_()
+    (expected,) = torch.autograd.grad((x_ref.index_select(0, packing.group_gather) * weights).sum(), x_ref)
+    assert torch.equal(grad, expected)

@@ -76,15 +76,20 @@ class BertEmbeddings(nn.Module):
         self.pad_token_id = config.pad_token_id
         self.padding_aware = config.padding_aware_positions
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor) -> Tensor:
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, packing: Packing | None = None) -> Tensor:
+        """(batch, seq) ids -> (batch, seq, hidden); with `packing`, the real tokens' rows only, (tokens, hidden)."""
+        positions = self.positions(input_ids)
+        if packing is not None:
+            positions = packing.pack(positions.expand_as(input_ids))
+            input_ids, token_type_ids = packing.pack(input_ids), packing.pack(token_type_ids)
         x = self.word_embeddings(input_ids)
         if self.segments == 1:
             x = x + self.token_type_embeddings.weight[0]
         elif self.segments:
             x = x + self.token_type_embeddings(token_type_ids)
-        x = x + self.position_embeddings(self.positions(input_ids))  # (batch, seq, E)
+        x = x + self.position_embeddings(positions)  # (batch, seq, E) or (tokens, E)
         x = self.dropout(self.LayerNorm(x))
-        return x if self.projection is None else self.projection(x)  # (batch, seq, hidden)
+        return x if self.projection is None else self.projection(x)  # (batch, seq, hidden) or (tokens, hidden)
 
     def positions(self, input_ids: Tensor) -> Tensor:
         """Position ids: (seq,) 0, 1, 2, ...; or RoBERTa's (batch, seq), fairseq's make_positions as transformers
@@ -124,11 +129,9 @@ class BertSelfAttention(nn.Module):
         if packing.groups is None or output_attentions:
             context, probs = self.attend(packing.unpack(qkv), packing.key_mask, output_attentions)
             return packing.pack(context), probs
-        qkv = F.pad(qkv, (0, 0, 0, 1))  # + one zero row, read at every padded slot
-        grids = qkv.index_select(0, packing.group_gather).split([g.size * g.width for g in packing.groups])
         parts = [self.attend(grid.view(g.size, g.width, -1), g.key_mask)[0].reshape(g.size * g.width, -1)
-                 for g, grid in zip(packing.groups, grids)]
-        return torch.cat(parts).index_select(0, packing.group_real), None
+                 for g, grid in zip(packing.groups, packing.to_groups(qkv))]
+        return packing.from_groups(parts), None
 
     def attend(self, qkv: Tensor, key_mask: Tensor | None, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
         """(batch, seq, 3 * hidden) -> the attention output (batch, seq, hidden), and the probabilities if asked."""
@@ -218,9 +221,8 @@ class BertSelfOutput(nn.Module):
         return self.LayerNorm(x) if self.pre_ln else x
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
-        if self.pre_ln:
-            return residual + self.dropout(self.dense(x))
-        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+        out = self.dropout.add_to(self.dense(x), residual)  # residual + dropout(dense(x))
+        return out if self.pre_ln else self.LayerNorm(out)
 
 
 class BertAttention(nn.Module):
@@ -437,7 +439,7 @@ class BertModel(BertPreTrainedModel):
         unpadded = (execution or self.execution).unpadded
         # ONNX export traces one graph for every padding: no data-dependent shapes there, same outputs (Packing)
         packing = Packing(attention_mask, padded=torch.onnx.is_in_onnx_export() or not unpadded)
-        x = packing.pack(self.embeddings(input_ids, token_type_ids))  # (tokens, hidden)
+        x = self.embeddings(input_ids, token_type_ids, packing)  # (tokens, hidden)
         x, hidden_states, attentions = self.encoder(x, packing, output_hidden_states, output_attentions, output_at)
         if output_at is None:
             last_hidden_state = packing.unpack(x)  # (batch, seq, hidden)

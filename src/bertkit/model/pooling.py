@@ -45,8 +45,9 @@ class Pooling:
 
 def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
     """The mean of the real (mask = 1) tokens' vectors."""
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (batch, seq, 1)
-    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    mask = attention_mask.unsqueeze(1).to(hidden.dtype)  # (batch, 1, seq)
+    # The masked sum as one batched product: a broadcast multiply and a sum make two passes (and two backward).
+    return mask.bmm(hidden).squeeze(1) / mask.sum(2).clamp(min=1e-9)
 
 
 def cls_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
