@@ -40,7 +40,7 @@ Every unit (a training run, an evaluation, a throughput run) writes its result i
 run killed and started again goes on from the first unit without one (a training run that was stopped starts
 again from scratch). Two runs of different sections may share WORK at once (each keeps the other's units). --json
 writes the report's JSON (raw figures and the tables docs/generate.py renders); --merge adds the units of earlier
-reports or other WORKs that this WORK lacks.
+reports or other WORKs that this WORK lacks (but never rounds of a set this WORK has begun).
 
     nice python3 benchmarks/bench_embedding_training.py --json docs/results/embedding-training-xeon-amx-2026-11-28.json \\
         [--work runs/bench-embedding-training] [--sections minilm,mini,reranker] [--steps 100] [--threads 2]
@@ -365,12 +365,27 @@ def rounds_prefix(steps: int) -> str:
     return "minilm:throughput" + ("" if steps == DEFAULT_THROUGHPUT_STEPS else f"-{steps}")
 
 
+ROUND_UNIT = re.compile(r"(minilm:throughput(?:-\d+)?):\d+:[a-z-]+(:bf16)?")  # a rounds unit: (prefix, precision)
+
+
+def round_set(key: str) -> tuple[str, str] | None:
+    """The set of rounds a unit belongs to, (prefix, precision suffix); None for a unit that is not a round."""
+    m = ROUND_UNIT.fullmatch(key)
+    return (m.group(1), m.group(2) or "") if m else None
+
+
+def mergeable(units: dict[str, Any], have: dict[str, Any]) -> list[str]:
+    """The units of another run that this WORK lacks, less the rounds of any set this WORK has begun: a set of
+    rounds is never pieced together from two runs (another package or machine)."""
+    begun = {round_set(k) for k in have} - {None}
+    return sorted(k for k in units if k not in have and round_set(k) not in begun)
+
+
 def round_sets(u: dict[str, Any], suffix: str) -> dict[str, tuple[int, list[float], list[float]]]:
     """Each rounds prefix of the units, shortest runs first -> (steps a run; bertkit's and sentence-transformers'
     examples/s, round by round, over the rounds both ran)."""
     sets = {}
-    for prefix in sorted({k.split(":")[0] + ":" + k.split(":")[1] for k in u
-                          if re.fullmatch(r"minilm:throughput(-\d+)?:\d+:[a-z-]+(:bf16)?", k)}):
+    for prefix in sorted({round_set(k)[0] for k in u if round_set(k)}):
         rounds = sorted({k.split(":")[2] for k in u if k.startswith(prefix + ":") and k.endswith(f":bertkit{suffix}")
                          and f"{prefix}:{k.split(':')[2]}:sentence-transformers{suffix}" in u}, key=int)
         if rounds:
@@ -945,7 +960,7 @@ def main() -> int:
     for path in args.merge:  # earlier units this WORK lacks, for the report only (state.json unchanged)
         stored = json.loads(path.read_text())
         units = stored.get("units", stored)  # a report's JSON, or another WORK's state.json
-        args.merged.append({"from": str(path), "units": sorted(k for k in units if k not in state.units)})
+        args.merged.append({"from": str(path), "units": mergeable(units, state.units)})
         state.units = {**{k: units[k] for k in args.merged[-1]["units"]}, **state.units}
     if args.json:  # the report of every unit done so far (each with the settings it ran with)
         args.json.write_text(json.dumps(report(state, data, args), indent=1) + "\n")

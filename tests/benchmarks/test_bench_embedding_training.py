@@ -121,3 +121,22 @@ def test_the_speed_goal_is_judged_on_the_longest_rounds_with_the_shorter_shown(l
     (goal,) = bench.goals_table(units)["rows"]
     assert goal["met"] == met and goal["steps"] == 100 and goal["n"] == 3
     assert "runs of 15 steps: 1.25x (median of 3)" in goal["_templates"]["measured"]
+
+
+def test_a_merge_never_pieces_a_set_of_rounds_together_from_two_runs() -> None:
+    """Another run's units join a report where this WORK lacks them, except rounds of a set (prefix and precision)
+    this WORK has begun: 15-step fp32 rounds 3-4 of an older run stay out beside this run's rounds 1-2, while its
+    bf16 rounds, 100-step rounds and other units come in."""
+    have = {f"minilm:throughput:{r}:{who}": {} for r in (1, 2) for who in ("bertkit", "sentence-transformers")}
+    have["data"] = {}
+    older = {f"minilm:throughput{p}:{r}:{who}{s}": {} for p in ("", "-100") for s in ("", ":bf16")
+             for r in (1, 2, 3, 4) for who in ("bertkit", "sentence-transformers")}
+    older.update({"data": {}, "step:bf16": {}, "mini:before": {}})
+    merged = bench.mergeable(older, have)
+    assert not [k for k in merged if bench.round_set(k) == ("minilm:throughput", "")]
+    assert {bench.round_set(k) for k in merged} == {None, ("minilm:throughput", ":bf16"), ("minilm:throughput-100", ""),
+                                                    ("minilm:throughput-100", ":bf16")}
+    assert "step:bf16" in merged and "mini:before" in merged and "data" not in merged
+    assert len(merged) == 3 * 8 + 2
+    assert bench.round_set("minilm:throughput-100:12:sentence-transformers:bf16") == ("minilm:throughput-100", ":bf16")
+    assert bench.round_set("minilm:train:bertkit") is None
