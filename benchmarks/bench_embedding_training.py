@@ -289,6 +289,7 @@ def read_pairs(path: str) -> list[dict[str, str]]:
 def subset_file(pairs: list[dict[str, str]], count: int, seed: int, path: Path) -> tuple[str, list[dict[str, str]]]:
     """A seeded subset of `count` pairs, written as JSONL (bertkit reads the file, sentence-transformers the rows)."""
     rows = [pairs[int(i)] for i in np.random.default_rng(seed).permutation(len(pairs))[:count]]
+    path.parent.mkdir(parents=True, exist_ok=True)  # a WORK whose data another WORK wrote has no data/ of its own
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     return str(path), rows
 
@@ -421,10 +422,7 @@ def time_steps(pairs_file: str, args: argparse.Namespace) -> dict[str, Any]:
     from bertkit.tokenizer import load_tokenizer
 
     n = (args.step_warmup + args.step_count) * args.batch_size
-    rows = read_pairs(pairs_file)
-    rows = [rows[int(i)] for i in np.random.default_rng(args.seed).permutation(len(rows))[:n]]
-    path = Path(args.work) / "data" / "step-pairs.jsonl"
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    path, rows = subset_file(read_pairs(pairs_file), n, args.seed, Path(args.work) / "data" / "step-pairs.jsonl")
     task, start = get_task("embedding"), read_folder(minilm_dir())
     settings = task.settings({"max_length": args.max_length}, start)
     tokenizer = load_tokenizer(minilm_dir())

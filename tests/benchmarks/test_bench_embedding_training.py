@@ -140,3 +140,11 @@ def test_a_merge_never_pieces_a_set_of_rounds_together_from_two_runs() -> None:
     assert len(merged) == 3 * 8 + 2
     assert bench.round_set("minilm:throughput-100:12:sentence-transformers:bf16") == ("minilm:throughput-100", ":bf16")
     assert bench.round_set("minilm:train:bertkit") is None
+
+
+def test_a_subset_is_seeded_and_written_where_no_folder_exists_yet(tmp_path: Path) -> None:
+    """A WORK whose data unit another WORK wrote has no data/ folder: the rounds' and the step's subsets make it."""
+    pairs = [{"query": f"q{i}", "positive": f"p{i}"} for i in range(50)]
+    path, rows = bench.subset_file(pairs, 10, 1, tmp_path / "work" / "data" / "subset.jsonl")
+    assert bench.read_pairs(path) == rows and len(rows) == 10 and len({r["query"] for r in rows}) == 10
+    assert bench.subset_file(pairs, 10, 1, tmp_path / "again.jsonl")[1] == rows
