@@ -58,3 +58,21 @@ def test_an_embedding_folder_embeds_alike_in_sentence_transformers(tmp_path: Pat
     assert cosine.min() >= 0.99999
     assert np.allclose(np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1), rtol=1e-4)
     assert np.allclose(np.linalg.norm(b, axis=1), 1, atol=1e-5) == normalize
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_mean_pooling_is_the_mean_of_the_real_tokens_in_the_hidden_states_precision(autocast: bool) -> None:
+    """Random masks (every row one real token at least): the masked mean, in float32 under bf16 autocast too."""
+    from bertkit.model.pooling import mean_pool
+
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        batch, seq = (int(v) for v in torch.randint(1, 9, (2,), generator=g))
+        hidden = torch.randn(batch, seq, 16, generator=g)
+        mask = (torch.rand(batch, seq, generator=g) < 0.6).long()
+        mask[:, 0] = 1
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            pooled = mean_pool(hidden, mask)
+        expected = torch.stack([hidden[i][mask[i].bool()].mean(0) for i in range(batch)])
+        assert pooled.dtype == torch.float32
+        assert torch.allclose(pooled, expected, atol=1e-6)

@@ -45,9 +45,13 @@ class Pooling:
 
 def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
     """The mean of the real (mask = 1) tokens' vectors."""
+    import torch  # here, not at the top: this module's settings are read without torch
+
     mask = attention_mask.unsqueeze(1).to(hidden.dtype)  # (batch, 1, seq)
     # The masked sum as one batched product: a broadcast multiply and a sum make two passes (and two backward).
-    return mask.bmm(hidden).squeeze(1) / mask.sum(2).clamp(min=1e-9)
+    # Outside autocast, so it sums in the hidden states' own precision, as the multiply and the sum did.
+    with torch.autocast(hidden.device.type, enabled=False):
+        return mask.bmm(hidden).squeeze(1) / mask.sum(2).clamp(min=1e-9)
 
 
 def cls_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
